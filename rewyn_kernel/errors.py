@@ -1,0 +1,51 @@
+"""Errors raised by rewyn-kernel, one rooted tree.
+
+::
+
+    RewynError
+    ├── SandboxError                  something about a sandbox itself
+    │   ├── SandboxClosedError        used after close()
+    │   ├── ProviderUnavailableError  the provider cannot run here (binary, daemon, image missing)
+    │   └── ProtocolError             the sandbox broke the channel protocol (internal; it ends
+    │                                 that sandbox and becomes a result, never an exception to
+    │                                 the caller)
+    └── PolicyError                   a permission policy refused a tool call
+
+Execution failures (timeouts, crashes, exceptions in the sandboxed code) are never raised: they
+are reported in ``SandboxResult``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PolicyError",
+    "ProtocolError",
+    "ProviderUnavailableError",
+    "RewynError",
+    "SandboxClosedError",
+    "SandboxError",
+]
+
+
+class RewynError(Exception):
+    """Base class of every error rewyn-kernel raises."""
+
+
+class SandboxError(RewynError):
+    """Something went wrong with a sandbox itself, not with the code it ran."""
+
+
+class SandboxClosedError(SandboxError, RuntimeError):
+    """The sandbox or session was used after ``close()``; create a new one."""
+
+
+class ProviderUnavailableError(SandboxError, RuntimeError):
+    """The provider cannot run sandboxes on this machine; the message names what is missing."""
+
+
+class ProtocolError(SandboxError):
+    """The sandbox sent something that is not a valid frame."""
+
+
+class PolicyError(RewynError, PermissionError):
+    """A permission policy refused a tool call."""

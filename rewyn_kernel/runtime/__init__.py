@@ -1,0 +1,39 @@
+"""The Sandbox runtime: run untrusted Python under limits. Imports nothing from Jupyter.
+
+``from rewyn_kernel.runtime import create`` then ``create().execute(code)``; see
+``rewyn_kernel.runtime.sandbox`` for the whole API.
+"""
+
+from rewyn_kernel.runtime import events, sandbox
+from rewyn_kernel.runtime.events import JsonlRunLog, SandboxEvent
+from rewyn_kernel.runtime.sandbox import (
+    Sandbox,
+    SandboxProvider,
+    SandboxResult,
+    SandboxSpec,
+    Session,
+    SubprocessProvider,
+    SubprocessSandbox,
+    acreate,
+    create,
+    get_default_provider,
+    set_default_provider,
+)
+
+__all__ = [
+    "JsonlRunLog",
+    "Sandbox",
+    "SandboxEvent",
+    "SandboxProvider",
+    "SandboxResult",
+    "SandboxSpec",
+    "Session",
+    "SubprocessProvider",
+    "SubprocessSandbox",
+    "acreate",
+    "create",
+    "events",
+    "get_default_provider",
+    "sandbox",
+    "set_default_provider",
+]

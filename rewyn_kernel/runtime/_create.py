@@ -1,0 +1,110 @@
+"""create() and acreate(), and the process-wide default provider the spec asks for."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from rewyn_kernel.runtime._provider import Sandbox, SandboxProvider
+from rewyn_kernel.runtime._session import UNSET
+from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime._subprocess import SubprocessProvider
+from rewyn_kernel.runtime.events import EventListener
+
+_default: SandboxProvider | None = None
+_default_lock = threading.Lock()
+
+
+def set_default_provider(provider: SandboxProvider | None) -> None:
+    """Make ``provider`` the one ``create()`` uses when given none (None: back to subprocess)."""
+    global _default
+    if provider is not None and not isinstance(provider, SandboxProvider):
+        raise TypeError(f"{provider!r} is not a SandboxProvider")
+    with _default_lock:
+        _default = provider
+
+
+def get_default_provider() -> SandboxProvider:
+    """Return the default provider: the one set with ``set_default_provider``, else subprocess."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = SubprocessProvider()
+        return _default
+
+
+def create(
+    spec: SandboxSpec | None = None,
+    *,
+    provider: SandboxProvider | None = None,
+    listeners: Sequence[EventListener] = (),
+    timeout: float | None = UNSET,
+    network: Literal["none", "allow"] = UNSET,
+    memory_limit_mb: int | None = UNSET,
+    env: Mapping[str, str] = UNSET,
+    inherit_env: Sequence[str] = UNSET,
+    workdir: str | Path | None = UNSET,
+    output_limit_bytes: int = UNSET,
+    startup_timeout: float = UNSET,
+    python: str | None = UNSET,
+) -> Sandbox:
+    """Create a sandbox. Keyword limits override ``spec``'s; anything not given keeps its default.
+
+    ``provider=None`` uses the default provider (see ``set_default_provider``). ``listeners``
+    receive this sandbox's SANDBOX_EXECUTED events. Invalid values raise ``ValueError``
+    (a pydantic ``ValidationError``) that says what is allowed.
+    """
+    given: dict[str, Any] = {
+        key: value
+        for key, value in {
+            "timeout": timeout,
+            "network": network,
+            "memory_limit_mb": memory_limit_mb,
+            "env": env,
+            "inherit_env": inherit_env,
+            "workdir": workdir,
+            "output_limit_bytes": output_limit_bytes,
+            "startup_timeout": startup_timeout,
+            "python": python,
+        }.items()
+        if value is not UNSET
+    }
+    base = spec.model_dump(exclude_unset=True) if spec is not None else {}
+    full = SandboxSpec.model_validate({**base, **given})
+    return (provider or get_default_provider()).create(full, listeners=listeners)
+
+
+async def acreate(
+    spec: SandboxSpec | None = None,
+    *,
+    provider: SandboxProvider | None = None,
+    listeners: Sequence[EventListener] = (),
+    timeout: float | None = UNSET,
+    network: Literal["none", "allow"] = UNSET,
+    memory_limit_mb: int | None = UNSET,
+    env: Mapping[str, str] = UNSET,
+    inherit_env: Sequence[str] = UNSET,
+    workdir: str | Path | None = UNSET,
+    output_limit_bytes: int = UNSET,
+    startup_timeout: float = UNSET,
+    python: str | None = UNSET,
+) -> Sandbox:
+    """``create()`` without blocking the event loop while the first worker starts."""
+    return await asyncio.to_thread(
+        create,
+        spec,
+        provider=provider,
+        listeners=listeners,
+        timeout=timeout,
+        network=network,
+        memory_limit_mb=memory_limit_mb,
+        env=env,
+        inherit_env=inherit_env,
+        workdir=workdir,
+        output_limit_bytes=output_limit_bytes,
+        startup_timeout=startup_timeout,
+        python=python,
+    )

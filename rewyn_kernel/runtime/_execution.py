@@ -1,0 +1,240 @@
+"""One execution's bookkeeping: bounded output, rich outputs, and the result and event it ends in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from rewyn_kernel.runtime._capture import StreamCapture, excerpt
+from rewyn_kernel.runtime._protocol import DisplayFrame, ErrorFrame, ResultFrame
+from rewyn_kernel.runtime._result import (
+    EXIT_TIMEOUT,
+    Ending,
+    ErrorInfo,
+    Isolation,
+    RichOutput,
+    SandboxResult,
+)
+from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.events import OutputSummary, SandboxEvent
+
+StreamCallback = Callable[[str, str], None]
+"""Called with (stream name, text) as output arrives: "stdout" or "stderr"."""
+OutputCallback = Callable[[RichOutput], None]
+"""Called with each rich output (display data, the last expression's value) as it arrives."""
+InputCallback = Callable[[str, bool], str]
+"""Called with (prompt, password) when the code calls input(); returns the line typed."""
+
+MAX_OUTPUTS = 1000
+MAX_OUTPUT_CHARS = 64 * 1024 * 1024
+EVENT_EXCERPT_CHARS = 8 * 1024
+EVENT_CODE_CHARS = 256 * 1024
+
+_ENDINGS: dict[str, Ending] = {
+    "ok": "completed",
+    "error": "exception",
+    "exit": "exit",
+    "interrupted": "interrupted",
+}
+
+
+@dataclass
+class Callbacks:
+    on_stream: StreamCallback | None = None
+    on_output: OutputCallback | None = None
+    on_input: InputCallback | None = None
+
+
+@dataclass
+class Execution:
+    """Everything one execution collects on its way to a SandboxResult."""
+
+    code: str
+    spec: SandboxSpec
+    callbacks: Callbacks
+    count: int
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    error: ErrorInfo | None = None
+    outputs: list[RichOutput] = field(default_factory=list)
+    dropped_outputs: int = 0
+    output_chars: int = 0
+    exit_code: int = 0
+    ending: Ending = "completed"
+    message: str = ""
+    timed_out: bool = False
+    memory_exceeded: bool = False
+    state_lost: bool = False
+    sandbox_restarted: bool = False
+
+    def __post_init__(self) -> None:
+        limit = self.spec.output_limit_bytes
+        self.streams = {
+            "stdout": StreamCapture("stdout", limit),
+            "stderr": StreamCapture("stderr", limit),
+        }
+
+    # -- what arrives ----------------------------------------------------------------------
+
+    def on_stream(self, name: str, data: bytes) -> None:
+        text = self.streams[name].feed(data)
+        if text and self.callbacks.on_stream:
+            self.callbacks.on_stream(name, text)
+
+    def on_rich(self, frame: DisplayFrame | ResultFrame) -> None:
+        size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in frame.data.values())
+        if len(self.outputs) >= MAX_OUTPUTS or self.output_chars + size > MAX_OUTPUT_CHARS:
+            self.dropped_outputs += 1
+            return
+        self.output_chars += size
+        if isinstance(frame, ResultFrame):
+            output = RichOutput(
+                output_type="execute_result",
+                data=frame.data,
+                metadata=frame.metadata,
+                execution_count=self.count,
+            )
+        else:
+            output = RichOutput(output_type="display_data", data=frame.data, metadata=frame.metadata)
+        self.outputs.append(output)
+        if self.callbacks.on_output:
+            self.callbacks.on_output(output)
+
+    def on_error(self, frame: ErrorFrame) -> None:
+        self.error = ErrorInfo(
+            ename=frame.ename, evalue=frame.evalue, traceback=tuple(frame.traceback)
+        )
+
+    def note(self, text: str) -> None:
+        """Add a line from the host (or the sandbox's diagnostics) to stderr."""
+        self.on_stream("stderr", text.encode("utf-8", "replace"))
+
+    # -- how it ended ----------------------------------------------------------------------
+
+    def finish(self, exit_code: int, status: str) -> None:
+        self.exit_code = exit_code
+        self.ending = _ENDINGS.get(status, "exception")
+        if self.ending == "exception" and self.error is not None:
+            first = self.error.evalue.splitlines()[0] if self.error.evalue else ""
+            self.message = excerpt(f"{self.error.ename}: {first}".rstrip(": "), 500)
+            if self.error.ename == "MemoryError" and self.spec.memory_limit_mb:
+                self.memory_exceeded = True
+                self.message = (
+                    f"the code hit the memory limit of {self.spec.memory_limit_mb} MiB "
+                    "(MemoryError)"
+                )
+        elif self.ending == "exit":
+            self.message = f"the code called sys.exit({exit_code})"
+        elif self.ending == "interrupted":
+            self.message = "interrupted: KeyboardInterrupt was raised in the code"
+
+    def fail(self, ending: Ending, exit_code: int, message: str) -> None:
+        self.ending, self.exit_code, self.message = ending, exit_code, message
+        if ending == "timeout":
+            self.timed_out = True
+            self.exit_code = EXIT_TIMEOUT
+        if ending == "oom":
+            self.memory_exceeded = True
+
+    def result(self, duration_ms: float, provider: str, isolation: Isolation | None) -> SandboxResult:
+        for name, capture in self.streams.items():
+            text = capture.finish()
+            if text and self.callbacks.on_stream:
+                self.callbacks.on_stream(name, text)
+        if self.dropped_outputs:
+            extra = (
+                f"[rewyn: {self.dropped_outputs} rich outputs dropped, over the limit of "
+                f"{MAX_OUTPUTS} outputs or {MAX_OUTPUT_CHARS:,} characters per execution]\n"
+            )
+            self.streams["stderr"].append(extra)
+            if self.callbacks.on_stream:
+                self.callbacks.on_stream("stderr", extra)
+        message = self.message
+        if self.state_lost:
+            lost = "the previous sandbox was lost, so this ran in a fresh one without earlier state"
+            message = f"{lost}; {message}" if message else lost
+        out, err = self.streams["stdout"], self.streams["stderr"]
+        return SandboxResult(
+            exit_code=self.exit_code,
+            stdout=out.text,
+            stderr=err.text,
+            timed_out=self.timed_out,
+            interrupted=self.ending == "interrupted",
+            duration_ms=duration_ms,
+            code_hash=code_hash(self.code),
+            stdout_bytes=out.total,
+            stderr_bytes=err.total,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
+            error=self.error,
+            outputs=tuple(self.outputs),
+            ending=self.ending,
+            message=message,
+            state_lost=self.state_lost,
+            sandbox_restarted=self.sandbox_restarted,
+            memory_exceeded=self.memory_exceeded,
+            execution_id=self.id,
+            provider=provider,
+            isolation=isolation,
+        )
+
+    def event(self, result: SandboxResult, sandbox_id: str, session_id: str) -> SandboxEvent:
+        code_bytes = len(self.code.encode("utf-8", "surrogatepass"))
+        error = result.error
+        if error is not None:
+            error = ErrorInfo(
+                ename=error.ename,
+                evalue=excerpt(error.evalue, EVENT_EXCERPT_CHARS),
+                traceback=tuple(excerpt(line, EVENT_EXCERPT_CHARS) for line in error.traceback[-50:]),
+            )
+        return SandboxEvent(
+            id=result.execution_id,
+            sandbox_id=sandbox_id,
+            session_id=session_id,
+            execution_count=self.count,
+            started_at=self.started_at,
+            finished_at=datetime.now(timezone.utc),
+            duration_ms=result.duration_ms,
+            provider=result.provider,
+            isolation=result.isolation,
+            spec=self.spec.summary(),
+            code=excerpt(self.code, EVENT_CODE_CHARS),
+            code_hash=result.code_hash,
+            code_bytes=code_bytes,
+            code_truncated=len(self.code) > EVENT_CODE_CHARS,
+            exit_code=result.exit_code,
+            ending=result.ending,
+            ok=result.ok,
+            timed_out=result.timed_out,
+            interrupted=result.interrupted,
+            memory_exceeded=result.memory_exceeded,
+            state_lost=result.state_lost,
+            sandbox_restarted=result.sandbox_restarted,
+            message=result.message,
+            stdout=excerpt(result.stdout, EVENT_EXCERPT_CHARS),
+            stderr=excerpt(result.stderr, EVENT_EXCERPT_CHARS),
+            stdout_bytes=result.stdout_bytes,
+            stderr_bytes=result.stderr_bytes,
+            stdout_truncated=result.stdout_truncated,
+            stderr_truncated=result.stderr_truncated,
+            error=error,
+            outputs=tuple(_summarise(output) for output in result.outputs),
+        )
+
+
+def _summarise(output: RichOutput) -> OutputSummary:
+    text = output.data.get("text/plain", "")
+    return OutputSummary(
+        output_type=output.output_type,
+        mime_types=tuple(sorted(output.data)),
+        text=excerpt(text if isinstance(text, str) else str(text), 2000),
+    )
+
+
+def code_hash(code: str) -> str:
+    """Return the sha256 hex digest of ``code``'s UTF-8 bytes."""
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+

@@ -1,0 +1,95 @@
+"""A worker process started with Popen: the common part of every shell-out provider."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from rewyn_kernel.runtime._provider import ExitInfo
+
+
+class PopenWorker:
+    """A worker started with ``subprocess.Popen`` in its own session (process group).
+
+    Subclasses override ``kill`` when a signal to the process group does not reach everything
+    the launch started (a container, say).
+    """
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
+        self.argv = list(argv)
+        # start_new_session: the kernel's interrupts (SIGINT to its process group) must not hit
+        # the sandbox directly; the session forwards them once, on purpose.
+        self._popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            close_fds=True,
+            bufsize=0,
+        )
+        assert self._popen.stdin and self._popen.stdout and self._popen.stderr
+        self._fds = (
+            self._popen.stdin.fileno(),
+            self._popen.stdout.fileno(),
+            self._popen.stderr.fileno(),
+        )
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def stdin(self) -> int:
+        return self._fds[0]
+
+    @property
+    def stdout(self) -> int:
+        return self._fds[1]
+
+    @property
+    def stderr(self) -> int:
+        return self._fds[2]
+
+    def poll(self) -> int | None:
+        return self._popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the worker's process group; a group already gone is fine."""
+        for target in (lambda: os.killpg(self._popen.pid, signum), lambda: self._popen.send_signal(signum)):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def kill(self) -> None:
+        if self._popen.returncode is None:
+            self.signal_group(signal.SIGKILL)
+        self.wait(10)
+
+    def exit_info(self) -> ExitInfo:
+        code = self._popen.returncode
+        if code is None:
+            return ExitInfo(exit_code=-1)
+        if code < 0:
+            return ExitInfo(exit_code=128 - code, signal=-code)
+        return ExitInfo(exit_code=code)
+
+    def close(self) -> None:
+        for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass

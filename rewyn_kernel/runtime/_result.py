@@ -1,0 +1,114 @@
+"""SandboxResult and the small models it is made of."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+Ending = Literal[
+    "completed",
+    "exception",
+    "exit",
+    "interrupted",
+    "timeout",
+    "crashed",
+    "oom",
+    "start_failed",
+    "protocol_error",
+]
+"""How an execution ended; ``SandboxResult.message`` says it in words.
+
+completed: ran to the end. exception: an uncaught exception (exit code 1). exit: ``sys.exit``
+was called. interrupted: ``interrupt()`` raised KeyboardInterrupt in the code (exit code 130).
+timeout: past the spec's timeout; the sandbox was killed (exit code 124). crashed: the sandbox
+process died (``os._exit``, a signal: exit code 128 + signal number). oom: killed for exceeding
+the memory limit. start_failed: the sandbox never started (the provider's message is in stderr).
+protocol_error: the sandbox sent something that is not a valid frame and was killed.
+"""
+
+EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+EXIT_KILLED = 128 + 9
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ErrorInfo(_Model):
+    """An uncaught exception in the sandboxed code."""
+
+    ename: str = Field(description="Exception class name, e.g. 'ZeroDivisionError'.")
+    evalue: str = Field(description="str() of the exception.")
+    traceback: tuple[str, ...] = Field(
+        default=(), description="Formatted traceback lines, as traceback.format_exception."
+    )
+
+
+class RichOutput(_Model):
+    """A rich output: what ``display()`` showed or the last expression's value."""
+
+    output_type: Literal["display_data", "execute_result"]
+    data: dict[str, Any] = Field(description="MIME type -> content, as in a Jupyter output.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    execution_count: int | None = None
+
+
+class Isolation(_Model):
+    """What a provider actually applied to a sandbox (never what was merely requested)."""
+
+    provider: str
+    network: Literal["isolated", "allowed", "not_isolated"] = Field(
+        description="isolated: no network at all; allowed: network='allow'; not_isolated: "
+        "network='none' was asked for but could not be enforced here."
+    )
+    pid_namespace: bool = Field(description="The sandbox has its own process tree.")
+    user_namespace: bool = Field(description="The sandbox runs in its own user namespace.")
+    memory: str | None = Field(description="How the memory cap is enforced; None: no cap.")
+    filesystem: str = Field(description="What of the host's filesystem the code can reach.")
+    environment: str = "allow-list"
+    notes: tuple[str, ...] = Field(default=(), description="Protections that were not applied.")
+
+
+class SandboxResult(_Model):
+    """The outcome of one execution. Failures are reported here, never raised."""
+
+    exit_code: int = Field(
+        description="0 on success, 1 for an uncaught exception, n for sys.exit(n), 124 on "
+        "timeout, 130 when interrupted, 128 + N when killed by signal N."
+    )
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    interrupted: bool = False
+    duration_ms: float
+    code_hash: str = Field(description="sha256 hex digest of the code's UTF-8 bytes.")
+    stdout_bytes: int = Field(default=0, description="Bytes the code wrote to stdout in all.")
+    stderr_bytes: int = 0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    error: ErrorInfo | None = None
+    outputs: tuple[RichOutput, ...] = ()
+    ending: Ending = "completed"
+    message: str = Field(default="", description="What happened, in words; '' when completed.")
+    state_lost: bool = Field(
+        default=False,
+        description="In a session: this execution ran in a fresh worker because the previous "
+        "one was killed or died, so earlier variables are gone.",
+    )
+    sandbox_restarted: bool = Field(
+        default=False,
+        description="The sandbox was killed at the end of this execution; a session starts a "
+        "fresh one and its state is lost.",
+    )
+    memory_exceeded: bool = False
+    execution_id: str = ""
+    provider: str = ""
+    isolation: Isolation | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ok(self) -> bool:
+        """True when the code ran to the end: exit code 0, no timeout, no exception."""
+        return self.exit_code == 0 and not self.timed_out and self.error is None

@@ -1,0 +1,462 @@
+"""Session: executions on a live worker, with deadlines, interrupts, restarts and events.
+
+A session that keeps state runs every execution on the same worker until it dies or times out;
+then the next execution starts a fresh one and its result says ``state_lost``. The one-shot
+``Sandbox.execute`` is a session that does not keep state: each execution takes a fresh worker
+(started ahead of time, so it costs a pipe round trip, not an interpreter start) and retires it
+afterwards. Both are this one class.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from rewyn_kernel.errors import SandboxClosedError
+from rewyn_kernel.runtime._channel import ChannelEnded, LiveWorker
+from rewyn_kernel.runtime._execution import (
+    Callbacks,
+    Execution,
+    InputCallback,
+    OutputCallback,
+    StreamCallback,
+)
+from rewyn_kernel.runtime._protocol import (
+    CompleteReplyFrame,
+    DisplayFrame,
+    DoneFrame,
+    ErrorFrame,
+    InputRequestFrame,
+    InspectReplyFrame,
+    OutFrame,
+    ReadyFrame,
+    ResultFrame,
+)
+from rewyn_kernel.runtime._provider import ExitInfo
+from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo, SandboxResult
+from rewyn_kernel.runtime._sync import ask_on_loop, on_loop, run_in_thread
+from rewyn_kernel.runtime.events import emit
+
+if TYPE_CHECKING:
+    from rewyn_kernel.runtime._base import BaseSandbox
+
+GRACE_SECONDS = 0.5
+"""After a timeout the code gets an interrupt and this long to report where it was stuck."""
+DEATH_WAIT_SECONDS = 2.0
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+class _StartFailure:
+    def __init__(self, message: str, exit_code: int = 1, diagnostics: str = "") -> None:
+        self.message = message
+        self.exit_code = exit_code
+        self.diagnostics = diagnostics
+
+
+class Session:
+    """A live worker in a sandbox: run code many times, interrupt it, restart it.
+
+    Get one with ``sandbox.session()``; with ``keep_state=True`` (the default there) variables
+    survive between executions. Use it as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, sandbox: BaseSandbox, *, keep_state: bool = True) -> None:
+        self.id = uuid.uuid4().hex[:12]
+        self.keep_state = keep_state
+        self._sandbox = sandbox
+        self._exec_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._next: LiveWorker | _StartFailure | None = None
+        self._filling: threading.Thread | None = None
+        self._retiring: list[threading.Thread] = []
+        self._current: tuple[Execution, LiveWorker] | None = None
+        self._count = 0
+        self._used = False
+        self._state_lost = False
+        self._closed = False
+        self._ending_reason = ""
+        self.ready: ReadyFrame | None = None
+        self._fill(background=False)
+
+    # -- public ------------------------------------------------------------------------------
+
+    @property
+    def execution_count(self) -> int:
+        return self._count
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def execute(
+        self,
+        code: str,
+        *,
+        timeout: float | None = UNSET,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+        on_input: InputCallback | None = None,
+    ) -> SandboxResult:
+        """Run ``code`` and return its result; never raises for anything the code does.
+
+        ``on_stream(name, text)`` receives stdout and stderr as they arrive, ``on_output`` each
+        rich output, ``on_input(prompt, password)`` answers ``input()`` (without it, input()
+        raises EOFError in the code). ``timeout`` overrides the spec's for this execution.
+        """
+        with self._exec_lock:
+            if self._closed:
+                raise SandboxClosedError("this session is closed; open a new one with session()")
+            self._count += 1
+            spec = self._sandbox.spec
+            execution = Execution(
+                code=code,
+                spec=spec,
+                callbacks=Callbacks(on_stream, on_output, on_input),
+                count=self._count,
+            )
+            started = time.monotonic()
+            execution.state_lost, self._state_lost = self._state_lost, False
+            worker = self._take(execution)
+            if worker is not None:
+                with self._lock:
+                    self._current = (execution, worker)
+                try:
+                    self._drive(worker, execution, spec.timeout if timeout is UNSET else timeout)
+                finally:
+                    with self._lock:
+                        self._current = None
+                self._after(worker, execution)
+            result = execution.result(
+                (time.monotonic() - started) * 1000,
+                self._sandbox.provider.name,
+                self._sandbox.isolation,
+            )
+        emit(execution.event(result, self._sandbox.id, self.id), self._sandbox.listeners)
+        return result
+
+    async def aexecute(
+        self,
+        code: str,
+        *,
+        timeout: float | None = UNSET,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+        on_input: Callable[[str, bool], str | Awaitable[str]] | None = None,
+    ) -> SandboxResult:
+        """Run ``code`` without blocking the event loop; callbacks run on the loop, in order.
+
+        Cancelling the awaiting task interrupts the code (and kills the sandbox if it does not
+        stop within two seconds); the execution still ends in a result and an event.
+        """
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        return await run_in_thread(
+            lambda: self.execute(
+                code,
+                timeout=timeout,
+                on_stream=on_loop(loop, on_stream),
+                on_output=on_loop(loop, on_output),
+                on_input=ask_on_loop(loop, on_input),
+            ),
+            self._cancel_current,
+        )
+
+    def interrupt(self) -> bool:
+        """Raise KeyboardInterrupt in the running code; False if nothing is running."""
+        with self._lock:
+            current = self._current
+        if current is None:
+            return False
+        execution, worker = current
+        return worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
+
+    def restart(self) -> None:
+        """Kill the worker (and anything running on it) and start a fresh one; state is gone."""
+        with self._lock:
+            if self._closed:
+                raise SandboxClosedError("this session is closed; open a new one with session()")
+            current = self._current
+            self._ending_reason = "the session was restarted while the code ran"
+        if current is not None:
+            current[1].kill()
+        with self._exec_lock:
+            self._wait_fill()
+            if isinstance(self._next, LiveWorker):
+                self._next.kill()
+            self._next = None
+            self._used = False
+            self._state_lost = False
+            self._fill(background=False)
+
+    def complete(self, code: str, cursor_pos: int, timeout: float = 2.0) -> CompleteReplyFrame | None:
+        """Ask the worker for completions; None while code runs or if it does not answer."""
+        return self._ask({"t": "complete", "code": code, "cursor_pos": cursor_pos}, timeout)
+
+    def inspect(self, code: str, cursor_pos: int, timeout: float = 2.0) -> InspectReplyFrame | None:
+        """Ask the worker to describe the name at ``cursor_pos``; None when it cannot."""
+        return self._ask({"t": "inspect", "code": code, "cursor_pos": cursor_pos}, timeout)
+
+    def close(self) -> None:
+        """Kill the worker and everything it started; wait until it is gone. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            current = self._current
+            self._ending_reason = "the sandbox was closed while the code ran"
+        if current is not None:
+            current[1].kill()
+        with self._exec_lock:
+            self._wait_fill()
+            if isinstance(self._next, LiveWorker):
+                self._next.kill()
+            self._next = None
+            for thread in self._retiring:
+                thread.join(15)
+            self._retiring.clear()
+
+    async def aclose(self) -> None:
+        import asyncio
+
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def _launch(self) -> LiveWorker | _StartFailure:
+        try:
+            return self._sandbox.launch_worker()
+        except Exception as exc:
+            return _StartFailure(f"the provider could not start the sandbox: {exc}")
+
+    def _fill(self, *, background: bool) -> None:
+        """Start the next worker now, or in a thread so the caller does not wait for it."""
+        if self._closed:
+            return
+
+        def fill() -> None:
+            worker = self._launch()
+            with self._lock:
+                if self._closed:
+                    if isinstance(worker, LiveWorker):
+                        worker.kill()
+                    return
+                self._next = worker
+
+        if background:
+            self._filling = threading.Thread(target=fill, daemon=True, name="rewyn-prestart")
+            self._filling.start()
+        else:
+            fill()
+
+    def _wait_fill(self) -> None:
+        if self._filling is not None:
+            self._filling.join()
+            self._filling = None
+
+    def _retire(self, worker: LiveWorker, *, background: bool) -> None:
+        if not background:
+            worker.kill()
+            return
+        self._retiring = [t for t in self._retiring if t.is_alive()]
+        thread = threading.Thread(target=worker.kill, daemon=True, name="rewyn-retire")
+        thread.start()
+        self._retiring.append(thread)
+
+    def _take(self, execution: Execution) -> LiveWorker | None:
+        """Return a ready worker for ``execution``, or record why there is none."""
+        self._wait_fill()
+        worker = self._next
+        if isinstance(worker, LiveWorker) and worker.ended and worker.ready is not None:
+            # It died while idle (a background thread called os._exit, say): start afresh.
+            execution.state_lost = execution.state_lost or (self.keep_state and self._used)
+            self._retire(worker, background=False)
+            worker = None
+        if worker is None:
+            worker = self._launch()
+        self._next = worker
+        if isinstance(worker, _StartFailure):
+            self._next = None
+            execution.fail("start_failed", worker.exit_code, worker.message)
+            return None
+        if worker.wait_ready(self._sandbox.spec.startup_timeout):
+            self.ready = worker.ready
+            self._used = True
+            return worker
+        self._next = None
+        if worker.ended:
+            worker.process.wait(DEATH_WAIT_SECONDS)
+            worker.kill()
+            info = worker.process.exit_info()
+            why = f"it {describe_exit(info)} before it was ready"
+        else:
+            worker.kill()
+            info = ExitInfo(exit_code=EXIT_KILLED, signal=signal.SIGKILL)
+            why = f"it was not ready within {self._sandbox.spec.startup_timeout:g} s"
+        diagnostics = worker.diagnostics(wait=1.0)
+        if diagnostics:
+            execution.note(diagnostics)
+        execution.fail("start_failed", info.exit_code, f"the sandbox did not start: {why}")
+        return None
+
+    def _after(self, worker: LiveWorker, execution: Execution) -> None:
+        """Keep, retire or replace the worker once an execution is over."""
+        dead = execution.ending in ("timeout", "crashed", "oom", "protocol_error")
+        if dead:
+            self._retire(worker, background=False)
+            execution.sandbox_restarted = True
+            self._state_lost = self.keep_state
+            self._next = None
+            self._fill(background=True)
+        elif not self.keep_state:
+            self._retire(worker, background=True)
+            self._next = None
+            self._fill(background=True)
+
+    # -- one execution ---------------------------------------------------------------------
+
+    def _drive(self, worker: LiveWorker, execution: Execution, timeout: float | None) -> None:
+        payload = execution.code.encode("utf-8", "surrogatepass")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not worker.send({"t": "exec", "id": execution.id}, payload, timeout=timeout or 60.0):
+            self._ended(worker, execution, ChannelEnded())
+            return
+        grace_until: float | None = None
+        while True:
+            limit = grace_until if grace_until is not None else deadline
+            item = worker.next_frame(None if limit is None else max(0.0, limit - time.monotonic()))
+            if item is None:
+                if grace_until is not None:
+                    break
+                worker.send({"t": "interrupt", "id": execution.id}, timeout=GRACE_SECONDS)
+                grace_until = time.monotonic() + GRACE_SECONDS
+                continue
+            if isinstance(item, ChannelEnded):
+                if grace_until is None:
+                    self._ended(worker, execution, item)
+                    return
+                break
+            frame, data = item
+            if isinstance(frame, OutFrame):
+                execution.on_stream(frame.s, data)
+            elif isinstance(frame, DisplayFrame | ResultFrame):
+                execution.on_rich(frame)
+            elif isinstance(frame, ErrorFrame):
+                execution.on_error(frame)
+            elif isinstance(frame, InputRequestFrame):
+                asked = time.monotonic()
+                worker.send(self._answer(execution, frame), timeout=5.0)
+                if deadline is not None:
+                    deadline += time.monotonic() - asked  # a person typing is not the code running
+            elif isinstance(frame, DoneFrame) and frame.id == execution.id:
+                if grace_until is None:
+                    execution.finish(frame.exit_code, frame.status)
+                    return
+                break
+        assert timeout is not None
+        where = execution.error.traceback if execution.error else ()
+        restarted = " and its state lost" if self.keep_state else ""
+        message = f"timed out after {timeout:g} s; the sandbox was killed{restarted}"
+        execution.fail("timeout", 0, message)
+        execution.error = ErrorInfo(ename="TimeoutError", evalue=message, traceback=where)
+
+    @staticmethod
+    def _answer(execution: Execution, frame: InputRequestFrame) -> dict[str, Any]:
+        ask = execution.callbacks.on_input
+        if ask is None:
+            return {"t": "input_reply", "error": "input() is not available in this sandbox"}
+        try:
+            return {"t": "input_reply", "value": str(ask(frame.prompt, frame.password))}
+        except Exception as exc:
+            return {"t": "input_reply", "error": f"input() failed: {exc}"}
+
+    def _ended(self, worker: LiveWorker, execution: Execution, end: ChannelEnded) -> None:
+        """The channel ended mid-execution: say why, as precisely as the provider can."""
+        if end.error is not None:
+            worker.kill()
+            execution.fail(
+                "protocol_error", EXIT_KILLED, f"{end.error}; the sandbox was killed"
+            )
+            return
+        if worker.process.wait(DEATH_WAIT_SECONDS) is None:
+            worker.kill()  # it closed its channel but lives on: it cannot be trusted further
+        worker.kill()
+        info = worker.process.exit_info()
+        diagnostics = worker.diagnostics(wait=1.0)
+        if diagnostics:
+            execution.note(diagnostics)
+        if self._ending_reason:
+            execution.fail("crashed", info.exit_code, self._ending_reason)
+        elif info.oom_killed:
+            limit = self._sandbox.spec.memory_limit_mb
+            execution.fail(
+                "oom", info.exit_code, f"the sandbox was killed for exceeding its memory limit of {limit} MiB"
+            )
+        else:
+            execution.fail("crashed", info.exit_code, f"the sandbox process {describe_exit(info)} while running the code")
+
+    def _cancel_current(self) -> None:
+        """The awaiting task was cancelled: interrupt, then kill if the code does not stop."""
+        with self._lock:
+            current = self._current
+        if current is None:
+            return
+        execution, worker = current
+        self.interrupt()
+
+        def escalate() -> None:
+            with self._lock:
+                still = self._current
+            if still is not None and still[0] is execution:
+                self._ending_reason = "the awaiting task was cancelled and the code did not stop"
+                worker.kill()
+
+        timer = threading.Timer(2.0, escalate)
+        timer.daemon = True
+        timer.start()
+
+    def _ask(self, header: dict[str, Any], timeout: float) -> Any:
+        if not self._exec_lock.acquire(blocking=False):
+            return None
+        try:
+            self._wait_fill()
+            worker = self._next
+            if not isinstance(worker, LiveWorker) or not worker.wait_ready(timeout):
+                return None
+            return worker.request({**header, "id": uuid.uuid4().hex}, f"{header['t']}_reply", timeout)
+        finally:
+            self._exec_lock.release()
+
+
+def describe_exit(info: ExitInfo) -> str:
+    """Say how a process ended: 'exited with code 3', 'was killed by signal 11 (SIGSEGV)'."""
+    if info.signal is not None:
+        try:
+            name = signal.Signals(info.signal).name
+        except ValueError:
+            name = "unknown"
+        return f"was killed by signal {info.signal} ({name}; exit code {info.exit_code})"
+    return f"exited with code {info.exit_code}"

@@ -1,0 +1,133 @@
+"""SandboxSpec: what a sandbox may do, as data."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_INHERIT_ENV: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+"""Parent variables a sandbox inherits unless told otherwise: locale, time zone and PATH only.
+
+Nothing here holds a secret. API keys, cloud credentials, proxies and ``HOME`` stay outside;
+pass what the code needs with ``env=`` or name it in ``inherit_env``.
+"""
+
+DEFAULT_OUTPUT_LIMIT = 1024 * 1024
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+
+class SandboxSpec(BaseModel):
+    """Limits and environment of a sandbox. Invalid values fail here, at construction."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] | None = Field(
+        default=30.0,
+        description="Seconds one execution may run before the sandbox is killed; None: no limit.",
+    )
+    network: Literal["none", "allow"] = Field(
+        default="none",
+        description='"none" cuts the sandbox off every network, loopback included; "allow" '
+        "removes that containment.",
+    )
+    memory_limit_mb: Annotated[int, Field(ge=32, le=1024 * 1024)] | None = Field(
+        default=None, description="Memory cap in MiB (at least 32); None: no cap."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variables set in the sandbox. Values never appear in any argv or event.",
+    )
+    inherit_env: tuple[str, ...] = Field(
+        default=DEFAULT_INHERIT_ENV,
+        description="Parent variables passed through: exact names, or a prefix ending in '*' "
+        "such as 'LC_*'. [] passes nothing.",
+    )
+    workdir: Path | None = Field(
+        default=None,
+        description="Scratch directory, the code's working directory and HOME; it must exist. "
+        "None: a fresh directory, removed when the sandbox closes.",
+    )
+    output_limit_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = Field(
+        default=DEFAULT_OUTPUT_LIMIT,
+        description="Bytes kept per stream per execution (half head, half tail); the rest is "
+        "counted and dropped.",
+    )
+    startup_timeout: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=30.0, description="Seconds a sandbox may take to start before it counts as failed."
+    )
+    python: str | None = Field(
+        default=None,
+        description="Interpreter inside the sandbox; None: the provider's default "
+        "(sys.executable for subprocess, python3 in a container).",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, value: Mapping[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not _ENV_NAME.match(name):
+                raise ValueError(
+                    f"env name {name!r} is not allowed: use letters, digits and '_', "
+                    "not starting with a digit"
+                )
+            if "\0" in item:
+                raise ValueError(f"env value of {name!r} contains a NUL byte")
+        return dict(value)
+
+    @field_validator("inherit_env", mode="before")
+    @classmethod
+    def _check_inherit(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError("inherit_env is a list of names, not a single string")
+        return value
+
+    @field_validator("inherit_env")
+    @classmethod
+    def _check_inherit_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _ENV_PATTERN.match(name):
+                raise ValueError(
+                    f"inherit_env entry {name!r} is not a variable name or a 'PREFIX*' pattern"
+                )
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _check_workdir(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        if not value.is_dir():
+            raise ValueError(f"workdir {str(value)!r} is not an existing directory")
+        return value.resolve()
+
+    def build_env(self, parent: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Return the inherited part of the environment: allow-listed parent variables."""
+        source = os.environ if parent is None else parent
+        inherited: dict[str, str] = {}
+        for pattern in self.inherit_env:
+            if pattern.endswith("*"):
+                inherited.update(
+                    (k, v) for k, v in source.items() if fnmatch.fnmatchcase(k, pattern)
+                )
+            elif pattern in source:
+                inherited[pattern] = source[pattern]
+        return inherited
+
+    def summary(self) -> dict[str, Any]:
+        """Return a description safe to log: env names only, never values."""
+        return {
+            "timeout": self.timeout,
+            "network": self.network,
+            "memory_limit_mb": self.memory_limit_mb,
+            "env_names": sorted(self.env),
+            "inherit_env": list(self.inherit_env),
+            "workdir": str(self.workdir) if self.workdir else None,
+            "output_limit_bytes": self.output_limit_bytes,
+        }

@@ -1,0 +1,159 @@
+"""The subprocess provider: a local worker process, for accidents rather than attacks.
+
+On Linux the worker runs under ``unshare`` in new user, PID, mount and (with network="none")
+network namespaces, so the network cut is enforced, ``/proc`` shows only the sandbox's own
+processes, and killing the namespace's first process takes every descendant with it, including
+one that called ``setsid()``. Where namespaces are unavailable it falls back to a plain process
+group and says so in ``Isolation.notes``; it never claims a protection it did not apply.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rewyn_kernel.runtime._base import BaseSandbox
+from rewyn_kernel.runtime._process import PopenWorker
+from rewyn_kernel.runtime._protocol import BOOTSTRAP
+from rewyn_kernel.runtime._provider import CheckItem
+from rewyn_kernel.runtime._result import Isolation
+from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.events import EventListener
+
+_FILESYSTEM = "the host's, with the rights of the user running the host; cwd, HOME and TMPDIR in the scratch dir"
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    """What ``unshare`` can do on this machine, found by trying it once."""
+
+    prefix: tuple[str, ...]
+    """The unshare argv for network="none" (empty: no namespaces)."""
+    user: bool
+    detail: str
+
+    def argv(self, network: str) -> list[str]:
+        if network == "allow":
+            return [arg for arg in self.prefix if arg != "--net"]
+        return list(self.prefix)
+
+
+@functools.cache
+def probe_namespaces(python: str) -> Namespaces:
+    """Find the strongest ``unshare`` invocation that works here (cached per interpreter)."""
+    if not sys.platform.startswith("linux"):
+        return Namespaces((), False, f"namespaces are Linux-only (this is {sys.platform})")
+    unshare = shutil.which("unshare") or ("/usr/bin/unshare" if os.path.exists("/usr/bin/unshare") else None)
+    if unshare is None:
+        return Namespaces((), False, "the 'unshare' command (util-linux) is not installed")
+    common = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+    attempts = [([unshare, "--user", "--map-root-user", *common], True), ([unshare, *common], False)]
+    errors = []
+    for prefix, user in attempts:
+        try:
+            done = subprocess.run(
+                [*prefix, python, "-I", "-S", "-c", ""],
+                capture_output=True,
+                timeout=10,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            errors.append(str(exc))
+            continue
+        if done.returncode == 0:
+            return Namespaces(tuple(prefix), user, "user, PID, mount and network namespaces" if user else "PID, mount and network namespaces (as root)")
+        errors.append(done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}")
+    return Namespaces((), False, "unshare failed here: " + " | ".join(errors))
+
+
+class SubprocessProvider:
+    """Run each sandbox as a local process. The default provider: bounds accidents well,
+    determined escapes poorly (it shares the host's filesystem and kernel)."""
+
+    name = "subprocess"
+
+    def __init__(self, python: str | None = None, *, namespaces: bool = True) -> None:
+        """``python``: interpreter for the worker (default ``sys.executable``).
+        ``namespaces=False`` turns off Linux namespaces (the isolation report says so)."""
+        self.python = python or sys.executable
+        self.use_namespaces = namespaces
+
+    @property
+    def available(self) -> bool:
+        return os.name == "posix" and os.access(self.python, os.X_OK)
+
+    def _namespaces(self, spec: SandboxSpec) -> Namespaces:
+        if not self.use_namespaces:
+            return Namespaces((), False, "namespaces were turned off (namespaces=False)")
+        return probe_namespaces(self._python(spec))
+
+    def _python(self, spec: SandboxSpec) -> str:
+        return spec.python or self.python
+
+    def isolation(self, spec: SandboxSpec) -> Isolation:
+        ns = self._namespaces(spec)
+        notes = []
+        if not ns.prefix:
+            notes.append(f"no namespaces: {ns.detail}")
+            if spec.network == "none":
+                notes.append("network='none' is NOT enforced: the code can reach the network")
+            notes.append("a process that calls setsid() can outlive the sandbox")
+        notes.append("the filesystem is not isolated: use ContainerProvider for untrusted code")
+        if ns.prefix:
+            network = "allowed" if spec.network == "allow" else "isolated"
+        else:
+            network = "allowed" if spec.network == "allow" else "not_isolated"
+        return Isolation(
+            provider=self.name,
+            network=network,
+            pid_namespace=bool(ns.prefix),
+            user_namespace=ns.user,
+            memory=f"RLIMIT_AS {spec.memory_limit_mb} MiB" if spec.memory_limit_mb else None,
+            filesystem=_FILESYSTEM,
+            notes=tuple(notes),
+        )
+
+    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
+        limit = spec.memory_limit_mb
+        return {"memory_limit_bytes": limit * 1024 * 1024 if limit else None, "cwd": str(workdir)}
+
+    def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
+        tmp = workdir / ".tmp"
+        tmp.mkdir(exist_ok=True)
+        env = spec.build_env()
+        env.update(HOME=str(workdir), TMPDIR=str(tmp), REWYN_SANDBOX=name)
+        env.update(spec.env)
+        argv = [*self._namespaces(spec).argv(spec.network), self._python(spec), "-c", BOOTSTRAP]
+        # PopenWorker.kill signals the process group: unshare and the namespace's first
+        # process. When that one dies the kernel kills the rest of the PID namespace.
+        return PopenWorker(argv, env, workdir)
+
+    def check(self) -> Sequence[CheckItem]:
+        ns = probe_namespaces(self.python) if self.use_namespaces else None
+        return [
+            CheckItem("python", self.available, self.python),
+            CheckItem(
+                "namespaces",
+                bool(ns and ns.prefix),
+                ns.detail if ns else "turned off (namespaces=False)",
+            ),
+        ]
+
+    def create(
+        self, spec: SandboxSpec | None = None, *, listeners: Sequence[EventListener] = ()
+    ) -> SubprocessSandbox:
+        return SubprocessSandbox(self, spec or SandboxSpec(), listeners)
+
+    def __repr__(self) -> str:
+        return f"SubprocessProvider(python={self.python!r})"
+
+
+class SubprocessSandbox(BaseSandbox):
+    """A sandbox whose workers are local processes (see SubprocessProvider)."""

@@ -1,0 +1,83 @@
+"""Bridging the blocking core to asyncio: one thread per call, callbacks back on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def run_in_thread(fn: Callable[[], T], on_cancel: Callable[[], None]) -> T:
+    """Run ``fn`` in a new thread and await its result.
+
+    A dedicated thread, not the loop's default executor: that one has a handful of workers, and
+    twenty sandboxes executing at once must not queue behind each other. If the awaiting task is
+    cancelled, ``on_cancel`` is called and the call still waits for ``fn`` to return, so nothing
+    runs on behind the caller's back; then the cancellation propagates.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def target() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = fn()
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=target, daemon=True, name="rewyn-execute").start()
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        on_cancel()
+        while not future.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(future)
+        raise
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any] | None) -> Any:
+    """Wrap a fire-and-forget callback so it runs on ``loop``, in order."""
+    if fn is None:
+        return None
+
+    def relay(*args: Any) -> None:
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(fn, *args)
+
+    return relay
+
+
+def ask_on_loop(
+    loop: asyncio.AbstractEventLoop, fn: Callable[..., str | Awaitable[str]] | None
+) -> Callable[..., str] | None:
+    """Wrap a question callback (sync or async) so the worker thread can block on its answer."""
+    if fn is None:
+        return None
+
+    async def call(*args: Any) -> str:
+        answer = fn(*args)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return str(answer)
+
+    def ask(*args: Any) -> str:
+        return asyncio.run_coroutine_threadsafe(call(*args), loop).result()
+
+    return ask

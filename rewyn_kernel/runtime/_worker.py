@@ -1,0 +1,597 @@
+"""The worker: the one program that runs inside every sandbox.
+
+It is never imported by the host. The host reads this file as text, appends a call to
+``main(<config>)`` and sends it over the sandbox's stdin after a one-line bootstrap (see
+``_protocol.BOOTSTRAP``), so an image needs nothing but ``python3`` (3.8 or newer, stdlib only).
+
+Wire format, both directions: ``>II`` (header length, payload length), a JSON header, raw payload.
+
+On start the worker moves the channel off fds 0 and 1 to private, close-on-exec descriptors, puts
+``/dev/null`` on fd 0 and pipes on fds 1 and 2, and relays whatever arrives on those pipes as
+``out`` frames. So ``print``, ``os.write(1, ...)`` and child processes all arrive as output, and
+nothing user code writes to fd 1 or 2 can forge a frame. The original fd 2 stays the diagnostic
+stream (start-up failures, faulthandler dumps) that the host reads separately.
+"""
+
+import ast
+import builtins
+import json
+import linecache
+import os
+import queue
+import re
+import select
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+import types
+
+HEADER = struct.Struct(">II")
+CHUNK = 65536
+WORKER_FILE = "<rewyn-worker>"
+CO_COROUTINE = 0x80
+TEXT_LIMIT = 1 << 20  # a single repr or docstring the worker bothers to send
+TRACEBACK_LINE_LIMIT = 8192
+TRACEBACK_LINES = 400
+FLUSH_INTERVAL = 0.05
+
+REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"),
+    ("application/javascript", "_repr_javascript_"),
+)
+BINARY_MIMES = ("image/png", "image/jpeg")
+
+
+def _read_exact(fd, n):
+    parts = []
+    while n > 0:
+        try:
+            chunk = os.read(fd, min(n, 1 << 20))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except InterruptedError:
+            continue
+        view = view[written:]
+
+
+class Channel:
+    """Framed messages over the two private descriptors."""
+
+    def __init__(self, rfd, wfd):
+        self.rfd = rfd
+        self.wfd = wfd
+        self.lock = threading.Lock()
+        self.owner = os.getpid()
+
+    def send(self, header, payload=b""):
+        if os.getpid() != self.owner:
+            return  # a forked child of user code never speaks on the channel
+        body = json.dumps(header, ensure_ascii=True, default=repr).encode("ascii")
+        with self.lock:
+            _write_all(self.wfd, HEADER.pack(len(body), len(payload)) + body)
+            if payload:
+                _write_all(self.wfd, payload)
+
+    def recv(self):
+        head = _read_exact(self.rfd, HEADER.size)
+        if head is None:
+            return None
+        body_len, payload_len = HEADER.unpack(head)
+        body = _read_exact(self.rfd, body_len)
+        payload = _read_exact(self.rfd, payload_len) if payload_len else b""
+        if body is None or payload is None:
+            return None
+        return json.loads(body.decode("utf-8")), payload
+
+
+class Pump(threading.Thread):
+    """Relays the user's fd 1 and fd 2 pipes to the channel as ``out`` frames."""
+
+    def __init__(self, channel, sources):
+        threading.Thread.__init__(self, name="rewyn-pump", daemon=True)
+        self.channel = channel
+        self.sources = dict(sources)  # read fd -> stream name
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in list(self.sources) + [self.wake_r]:
+            os.set_blocking(fd, False)
+        self.synced = threading.Event()
+
+    def sync(self, timeout=10.0):
+        """Return once everything written to fds 1 and 2 so far has been sent."""
+        self.synced.clear()
+        _write_all(self.wake_w, b"s")
+        self.synced.wait(timeout)
+
+    def _read(self, fd):
+        try:
+            data = os.read(fd, CHUNK)
+        except (BlockingIOError, InterruptedError):
+            return False
+        if not data:
+            del self.sources[fd]  # every writer closed: nothing more will come
+            return False
+        self.channel.send({"t": "out", "s": self.sources[fd]}, data)
+        return True
+
+    def run(self):
+        while True:
+            try:
+                ready = select.select(list(self.sources) + [self.wake_r], [], [])[0]
+            except InterruptedError:
+                continue
+            for fd in ready:
+                if fd != self.wake_r and fd in self.sources:
+                    self._read(fd)
+            if self.wake_r in ready:
+                try:
+                    os.read(self.wake_r, 4096)
+                except BlockingIOError:
+                    pass
+                # Drain what is in the pipes now; a child that keeps writing cannot hold us here.
+                for fd in list(self.sources):
+                    for _ in range(64):
+                        if fd not in self.sources or not self._read(fd):
+                            break
+                self.synced.set()
+
+
+class Worker:
+    def __init__(self, config):
+        self.config = config
+        self.execution_count = 0
+        self.executing = None
+        self.in_user_code = False
+        self.requests = queue.Queue()
+        self.replies = queue.Queue()
+        self.main_ident = threading.get_ident()
+        self.module = types.ModuleType("__main__")
+        self.namespace = self.module.__dict__
+        self.namespace["__builtins__"] = builtins
+        self.loop = None
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def setup_fds(self):
+        chan_in = os.dup(0)  # os.dup returns non-inheritable descriptors
+        chan_out = os.dup(1)
+        self.diag = os.dup(2)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        # Keep private write ends so the pipes never reach EOF, and fds 1 and 2 can be put back
+        # after user code closes them.
+        self.keep = {1: out_w, 2: err_w}
+        self.pipe_ino = {1: os.fstat(out_w).st_ino, 2: os.fstat(err_w).st_ino}
+        self.channel = Channel(chan_in, chan_out)
+        self.pump = Pump(self.channel, {out_r: "stdout", err_r: "stderr"})
+        self.stdout_raw = None
+        self.reset_stdio(force=True)
+
+        def in_child():
+            self.channel.owner = -1
+            try:
+                import faulthandler
+
+                faulthandler.disable()
+            except Exception:
+                pass
+            for fd in (chan_in, chan_out, self.diag):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+        os.register_at_fork(after_in_child=in_child)
+
+    def reset_stdio(self, force=False):
+        for fd in (1, 2):
+            try:
+                intact = os.fstat(fd).st_ino == self.pipe_ino[fd]
+            except OSError:
+                intact = False
+            if not intact:
+                os.dup2(self.keep[fd], fd)
+        import io
+
+        def stream(fd, current):
+            if not force and current is not None and not getattr(current, "closed", True):
+                return current
+            raw = io.FileIO(fd, "w", closefd=False)
+            buffered = io.BufferedWriter(raw, buffer_size=CHUNK)
+            return io.TextIOWrapper(
+                buffered, encoding="utf-8", errors="backslashreplace", write_through=True
+            )
+
+        sys.stdout = sys.__stdout__ = stream(1, sys.stdout)
+        sys.stderr = sys.__stderr__ = stream(2, sys.stderr)
+        if force or sys.stdin is None or getattr(sys.stdin, "closed", True):
+            sys.stdin = sys.__stdin__ = open(os.devnull, encoding="utf-8")
+
+    def setup_limits(self):
+        limit = self.config.get("memory_limit_bytes")
+        if not limit:
+            return
+        try:
+            import ctypes
+
+            # One malloc arena: otherwise every thread may reserve 64 MiB of address space.
+            ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX
+        except Exception:
+            pass
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    def setup_signals(self):
+        def on_sigint(signum, frame):
+            if self.in_user_code:
+                raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_sigint)
+
+    def start(self):
+        import faulthandler
+
+        self.setup_fds()
+        faulthandler.enable(file=self.diag)
+        self.setup_signals()
+        threading.stack_size(256 * 1024)
+        self.pump.start()
+        threading.Thread(target=self.read_requests, name="rewyn-reader", daemon=True).start()
+        threading.Thread(target=self.flush_loop, name="rewyn-flusher", daemon=True).start()
+        threading.stack_size(0)
+        self.setup_limits()
+        sys.modules["__main__"] = self.module
+        builtins.display = self.display
+        builtins.input = self.input
+        try:
+            import getpass
+
+            getpass.getpass = self.getpass
+        except Exception:
+            pass
+        os.chdir(self.config.get("cwd") or os.getcwd())
+        self.channel.send(
+            {
+                "t": "ready",
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "implementation": sys.implementation.name,
+                "executable": sys.executable,
+                "platform": sys.platform,
+            }
+        )
+
+    # -- the request loop ----------------------------------------------------------------------
+
+    def read_requests(self):
+        while True:
+            try:
+                message = self.channel.recv()
+            except Exception:
+                message = None
+            if message is None:
+                os._exit(0)  # the host is gone or closed the channel: leave nothing behind
+            header, payload = message
+            kind = header.get("t")
+            if kind == "interrupt":
+                if self.executing is not None and self.executing == header.get("id"):
+                    signal.pthread_kill(self.main_ident, signal.SIGINT)
+            elif kind == "input_reply":
+                self.replies.put(header)
+            else:
+                self.requests.put((header, payload))
+
+    def flush_loop(self):
+        while True:
+            time.sleep(FLUSH_INTERVAL)
+            if self.executing is None:
+                continue
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.buffer.flush()
+                except Exception:
+                    pass
+
+    def serve(self):
+        while True:
+            try:
+                header, payload = self.requests.get()
+                kind = header.get("t")
+                if kind == "exec":
+                    self.run(header, payload.decode("utf-8", "surrogatepass"))
+                elif kind == "complete":
+                    self.channel.send(self.complete(header))
+                elif kind == "inspect":
+                    self.channel.send(self.inspect(header))
+                elif kind == "shutdown":
+                    os._exit(0)
+            except KeyboardInterrupt:
+                continue  # an interrupt that arrived just as code finished
+
+    # -- execution -------------------------------------------------------------------------------
+
+    def run(self, header, code):
+        exec_id = header["id"]
+        self.execution_count += 1
+        count = self.execution_count
+        filename = "<cell-%d>" % count
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        self.reset_stdio()
+        exit_code = 0
+        status = "ok"
+        self.executing = exec_id
+        try:
+            try:
+                body, last = self.compile(code, filename)
+                self.in_user_code = True
+                try:
+                    self.eval_code(body)
+                    value = self.eval_code(last) if last is not None else None
+                finally:
+                    self.in_user_code = False
+                if value is not None:
+                    self.namespace["_"] = value
+                    data, metadata = self.mimebundle(value)
+                    self.channel.send(
+                        {"t": "result", "data": data, "metadata": metadata, "count": count}
+                    )
+            except SystemExit as exc:
+                self.in_user_code = False
+                exit_code, status = self.exit_status(exc), "exit"
+            except KeyboardInterrupt as exc:
+                self.in_user_code = False
+                self.send_error(exc)
+                exit_code, status = 130, "interrupted"
+            except BaseException as exc:
+                self.in_user_code = False
+                self.send_error(exc)
+                exit_code, status = 1, "error"
+        except KeyboardInterrupt:
+            exit_code, status = 130, "interrupted"
+        if os.getpid() != self.channel.owner:
+            os._exit(exit_code & 0xFF)  # a fork() of user code fell off the end of the cell
+        self.executing = None
+        self.finish_output()
+        self.channel.send({"t": "done", "id": exec_id, "exit_code": exit_code, "status": status})
+
+    def finish_output(self):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        self.pump.sync()
+
+    def compile(self, code, filename):
+        flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+        tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            expr = ast.Expression(tree.body.pop().value)
+            last = compile(expr, filename, "eval", flags, dont_inherit=True)
+        body = compile(tree, filename, "exec", flags, dont_inherit=True)
+        return body, last
+
+    def eval_code(self, code):
+        value = eval(code, self.namespace)
+        if code.co_flags & CO_COROUTINE:
+            import asyncio
+
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
+            value = self.loop.run_until_complete(value)
+        return value
+
+    @staticmethod
+    def exit_status(exc):
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, bool):
+            return int(code)
+        if isinstance(code, int):
+            return code if -(2**31) <= code < 2**31 else 1
+        try:
+            sys.stderr.write(str(code) + "\n")
+        except Exception:
+            pass
+        return 1
+
+    def send_error(self, exc):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == WORKER_FILE:
+            tb = tb.tb_next
+        try:
+            lines = traceback.format_exception(type(exc), exc, tb)
+        except Exception:
+            lines = ["%s: <the exception could not be formatted>\n" % type(exc).__name__]
+        if len(lines) > TRACEBACK_LINES:
+            half = TRACEBACK_LINES // 2
+            dropped = len(lines) - 2 * half
+            lines = lines[:half] + ["... %d lines omitted ...\n" % dropped] + lines[-half:]
+        lines = [line[:TRACEBACK_LINE_LIMIT] for line in lines]
+        try:
+            value = str(exc)[:TEXT_LIMIT]
+        except Exception:
+            value = "<str() of the exception failed>"
+        self.channel.send(
+            {"t": "error", "ename": type(exc).__name__, "evalue": value, "traceback": lines}
+        )
+
+    # -- rich output --------------------------------------------------------------------------
+
+    def mimebundle(self, obj):
+        data, metadata = {}, {}
+        if not isinstance(obj, type):
+            method = getattr(obj, "_repr_mimebundle_", None)
+            if callable(method):
+                try:
+                    bundle = method(include=None, exclude=None)
+                    if isinstance(bundle, tuple):
+                        bundle, extra = bundle
+                        metadata.update(extra or {})
+                    data.update(bundle or {})
+                except Exception:
+                    pass
+            for mime, name in REPR_METHODS:
+                method = getattr(obj, name, None)
+                if mime in data or not callable(method):
+                    continue
+                try:
+                    value = method()
+                except Exception:
+                    continue
+                if isinstance(value, tuple) and len(value) == 2:
+                    value, extra = value
+                    metadata[mime] = extra
+                if value is None:
+                    continue
+                if mime in BINARY_MIMES and isinstance(value, bytes):
+                    import base64
+
+                    value = base64.b64encode(value).decode("ascii")
+                data[mime] = value
+        if "text/plain" not in data:
+            try:
+                data["text/plain"] = repr(obj)[:TEXT_LIMIT]
+            except Exception as exc:
+                data["text/plain"] = "<repr() failed: %s>" % type(exc).__name__
+        return data, metadata
+
+    def display(self, *objs, raw=False, metadata=None):
+        """Show rich representations of objects, as IPython's display() does."""
+        self.finish_output()  # text printed before the display stays before it
+        for obj in objs:
+            if raw:
+                data, meta = obj, dict(metadata or {})
+            else:
+                data, meta = self.mimebundle(obj)
+                meta.update(metadata or {})
+            self.channel.send({"t": "display", "data": data, "metadata": meta})
+
+    def input(self, prompt=""):
+        return self.ask(str(prompt), False)
+
+    def getpass(self, prompt="Password: ", stream=None):
+        return self.ask(str(prompt), True)
+
+    def ask(self, prompt, password):
+        self.finish_output()
+        self.channel.send({"t": "input_request", "prompt": prompt, "password": password})
+        reply = self.replies.get()
+        if reply.get("error"):
+            raise EOFError(reply["error"])
+        return reply.get("value", "")
+
+    # -- introspection -----------------------------------------------------------------------
+
+    NAME_AT_END = re.compile(r"[A-Za-z_][\w.]*$")
+    NAME_AROUND = re.compile(r"[A-Za-z_][\w.]*")
+
+    def complete(self, header):
+        import rlcompleter
+
+        code, pos = header.get("code", ""), int(header.get("cursor_pos", 0))
+        match = self.NAME_AT_END.search(code[:pos])
+        text = match.group(0) if match else ""
+        matches = []
+        if text:
+            completer = rlcompleter.Completer(self.namespace)
+            for state in range(1000):
+                try:
+                    item = completer.complete(text, state)
+                except Exception:
+                    break
+                if item is None:
+                    break
+                if item not in matches:
+                    matches.append(item)
+        return {
+            "t": "complete_reply",
+            "id": header.get("id"),
+            "matches": matches,
+            "cursor_start": pos - len(text),
+            "cursor_end": pos,
+        }
+
+    def inspect(self, header):
+        code, pos = header.get("code", ""), int(header.get("cursor_pos", 0))
+        name = ""
+        for match in self.NAME_AROUND.finditer(code):
+            if match.start() <= pos <= match.end():
+                name = match.group(0)
+        reply = {"t": "inspect_reply", "id": header.get("id"), "found": False, "data": {}}
+        if not name:
+            return reply
+        obj, found = self.lookup(name)
+        if not found:
+            return reply
+        import inspect as inspect_module
+
+        lines = ["Type:      %s" % type(obj).__name__]
+        try:
+            lines.append("Signature: %s%s" % (name, inspect_module.signature(obj)))
+        except Exception:
+            pass
+        try:
+            text = repr(obj)
+            lines.append("Value:     %s" % (text[:2000] + ("..." if len(text) > 2000 else "")))
+        except Exception:
+            pass
+        doc = inspect_module.getdoc(obj)
+        if doc:
+            lines.append("Docstring:\n%s" % doc[:TEXT_LIMIT])
+        reply.update(found=True, data={"text/plain": "\n".join(lines)})
+        return reply
+
+    def lookup(self, dotted):
+        parts = dotted.rstrip(".").split(".")
+        if parts[0] in self.namespace:
+            obj = self.namespace[parts[0]]
+        elif hasattr(builtins, parts[0]):
+            obj = getattr(builtins, parts[0])
+        else:
+            return None, False
+        for part in parts[1:]:
+            try:
+                obj = getattr(obj, part)
+            except Exception:
+                return None, False
+        return obj, True
+
+
+def main(config):
+    worker = Worker(config)
+    try:
+        worker.start()
+    except BaseException:
+        diag = getattr(worker, "diag", 2)
+        _write_all(diag, ("rewyn worker failed to start:\n" + traceback.format_exc()).encode())
+        os._exit(70)
+    worker.serve()

@@ -1,0 +1,49 @@
+"""The Sandbox API: specs, results, providers, and create()/acreate().
+
+>>> from rewyn_kernel.runtime.sandbox import create
+>>> result = create().execute("print(sum(range(10)))")
+>>> result.stdout, result.exit_code
+('45\\n', 0)
+"""
+
+from rewyn_kernel.runtime._base import BaseSandbox
+from rewyn_kernel.runtime._create import (
+    acreate,
+    create,
+    get_default_provider,
+    set_default_provider,
+)
+from rewyn_kernel.runtime._provider import (
+    CheckItem,
+    ExitInfo,
+    Sandbox,
+    SandboxProvider,
+    WorkerProcess,
+)
+from rewyn_kernel.runtime._result import Ending, ErrorInfo, Isolation, RichOutput, SandboxResult
+from rewyn_kernel.runtime._session import Session
+from rewyn_kernel.runtime._spec import DEFAULT_INHERIT_ENV, SandboxSpec
+from rewyn_kernel.runtime._subprocess import SubprocessProvider, SubprocessSandbox
+
+__all__ = [
+    "DEFAULT_INHERIT_ENV",
+    "BaseSandbox",
+    "CheckItem",
+    "Ending",
+    "ErrorInfo",
+    "ExitInfo",
+    "Isolation",
+    "RichOutput",
+    "Sandbox",
+    "SandboxProvider",
+    "SandboxResult",
+    "SandboxSpec",
+    "Session",
+    "SubprocessProvider",
+    "SubprocessSandbox",
+    "WorkerProcess",
+    "acreate",
+    "create",
+    "get_default_provider",
+    "set_default_provider",
+]
