@@ -24,11 +24,13 @@ if TYPE_CHECKING:
     from rewyn_kernel.runtime._provider import SandboxProvider
     from rewyn_kernel.runtime.events import EventListener
 
+
 def _cleanup(sessions: list[Session], workdir: Path | None) -> None:
     for session in list(sessions):
         session.close()
     if workdir is not None:
         shutil.rmtree(workdir, ignore_errors=True)
+
 
 class BaseSandbox:
     """A sandbox: a spec, a provider, a scratch directory and the sessions running in it.
@@ -52,8 +54,9 @@ class BaseSandbox:
         owned = None
         if spec.workdir is None:
             owned = Path(tempfile.mkdtemp(prefix=f"rewyn-{self.id}-"))
-        self._workdir = spec.workdir or owned
-        assert self._workdir is not None
+        workdir = spec.workdir or owned
+        assert workdir is not None
+        self._workdir: Path = workdir
         self.isolation: Isolation = provider.isolation(spec)
         self._names = itertools.count(1)
         self._lock = threading.Lock()
@@ -103,6 +106,7 @@ class BaseSandbox:
 
         Safe to call inside a running event loop (it blocks the caller, as a sync call does).
         """
+        self._check_open()
         return self._oneshot.execute(
             code, timeout=timeout, on_stream=on_stream, on_output=on_output
         )
@@ -116,6 +120,7 @@ class BaseSandbox:
         on_output: OutputCallback | None = None,
     ) -> SandboxResult:
         """Run ``code`` in a fresh worker without blocking the event loop."""
+        self._check_open()
         return await self._oneshot.aexecute(
             code, timeout=timeout, on_stream=on_stream, on_output=on_output
         )
@@ -124,10 +129,13 @@ class BaseSandbox:
         """Open a session: a live worker on which variables survive between executions."""
         return self._open(keep_state=keep_state)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosedError("this sandbox is closed; create a new one")
+
     def _open(self, *, keep_state: bool) -> Session:
         with self._lock:
-            if self._closed:
-                raise SandboxClosedError("this sandbox is closed; create a new one")
+            self._check_open()
             session = Session(self, keep_state=keep_state)
             self._sessions.append(session)
             return session

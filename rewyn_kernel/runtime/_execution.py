@@ -1,4 +1,4 @@
-"""One execution's bookkeeping: bounded output, rich outputs, and the result and event it ends in."""
+"""One execution's bookkeeping: bounded output, rich outputs, its result and its event."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+
 from rewyn_kernel.runtime._capture import StreamCapture, excerpt
 from rewyn_kernel.runtime._protocol import DisplayFrame, ErrorFrame, ResultFrame
 from rewyn_kernel.runtime._result import (
@@ -85,7 +86,9 @@ class Execution:
             self.callbacks.on_stream(name, text)
 
     def on_rich(self, frame: DisplayFrame | ResultFrame) -> None:
-        size = sum(len(v) if isinstance(v, str) else len(json.dumps(v)) for v in frame.data.values())
+        size = sum(
+            len(v) if isinstance(v, str) else len(json.dumps(v)) for v in frame.data.values()
+        )
         if len(self.outputs) >= MAX_OUTPUTS or self.output_chars + size > MAX_OUTPUT_CHARS:
             self.dropped_outputs += 1
             return
@@ -98,7 +101,9 @@ class Execution:
                 execution_count=self.count,
             )
         else:
-            output = RichOutput(output_type="display_data", data=frame.data, metadata=frame.metadata)
+            output = RichOutput(
+                output_type="display_data", data=frame.data, metadata=frame.metadata
+            )
         self.outputs.append(output)
         if self.callbacks.on_output:
             self.callbacks.on_output(output)
@@ -139,7 +144,9 @@ class Execution:
         if ending == "oom":
             self.memory_exceeded = True
 
-    def result(self, duration_ms: float, provider: str, isolation: Isolation | None) -> SandboxResult:
+    def result(
+        self, duration_ms: float, provider: str, isolation: Isolation | None
+    ) -> SandboxResult:
         for name, capture in self.streams.items():
             text = capture.finish()
             if text and self.callbacks.on_stream:
@@ -188,7 +195,9 @@ class Execution:
             error = ErrorInfo(
                 ename=error.ename,
                 evalue=excerpt(error.evalue, EVENT_EXCERPT_CHARS),
-                traceback=tuple(excerpt(line, EVENT_EXCERPT_CHARS) for line in error.traceback[-50:]),
+                traceback=tuple(
+                    excerpt(line, EVENT_EXCERPT_CHARS) for line in error.traceback[-50:]
+                ),
             )
         return SandboxEvent(
             id=result.execution_id,
@@ -237,4 +246,3 @@ def _summarise(output: RichOutput) -> OutputSummary:
 def code_hash(code: str) -> str:
     """Return the sha256 hex digest of ``code``'s UTF-8 bytes."""
     return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
-

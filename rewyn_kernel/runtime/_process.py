@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -33,7 +34,9 @@ class PopenWorker:
             close_fds=True,
             bufsize=0,
         )
-        assert self._popen.stdin and self._popen.stdout and self._popen.stderr
+        assert self._popen.stdin is not None
+        assert self._popen.stdout is not None
+        assert self._popen.stderr is not None
         self._fds = (
             self._popen.stdin.fileno(),
             self._popen.stdout.fileno(),
@@ -67,11 +70,10 @@ class PopenWorker:
 
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to the worker's process group; a group already gone is fine."""
-        for target in (lambda: os.killpg(self._popen.pid, signum), lambda: self._popen.send_signal(signum)):
-            try:
-                target()
-            except (ProcessLookupError, PermissionError):
-                pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._popen.pid, signum)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            self._popen.send_signal(signum)
 
     def kill(self) -> None:
         if self._popen.returncode is None:
@@ -89,7 +91,5 @@ class PopenWorker:
     def close(self) -> None:
         for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
             if stream is not None:
-                try:
+                with contextlib.suppress(OSError):
                     stream.close()
-                except OSError:
-                    pass

@@ -200,13 +200,17 @@ class Session:
             self._state_lost = False
             self._fill(background=False)
 
-    def complete(self, code: str, cursor_pos: int, timeout: float = 2.0) -> CompleteReplyFrame | None:
+    def complete(
+        self, code: str, cursor_pos: int, timeout: float = 2.0
+    ) -> CompleteReplyFrame | None:
         """Ask the worker for completions; None while code runs or if it does not answer."""
-        return self._ask({"t": "complete", "code": code, "cursor_pos": cursor_pos}, timeout)
+        reply = self._ask({"t": "complete", "code": code, "cursor_pos": cursor_pos}, timeout)
+        return reply if isinstance(reply, CompleteReplyFrame) else None
 
     def inspect(self, code: str, cursor_pos: int, timeout: float = 2.0) -> InspectReplyFrame | None:
         """Ask the worker to describe the name at ``cursor_pos``; None when it cannot."""
-        return self._ask({"t": "inspect", "code": code, "cursor_pos": cursor_pos}, timeout)
+        reply = self._ask({"t": "inspect", "code": code, "cursor_pos": cursor_pos}, timeout)
+        return reply if isinstance(reply, InspectReplyFrame) else None
 
     def close(self) -> None:
         """Kill the worker and everything it started; wait until it is gone. Idempotent."""
@@ -250,7 +254,7 @@ class Session:
         try:
             return self._sandbox.launch_worker()
         except Exception as exc:
-            return _StartFailure(f"the provider could not start the sandbox: {exc}")
+            return _StartFailure(f"the sandbox did not start: the provider failed to launch it: {exc}")
 
     def _fill(self, *, background: bool) -> None:
         """Start the next worker now, or in a thread so the caller does not wait for it."""
@@ -397,9 +401,7 @@ class Session:
         """The channel ended mid-execution: say why, as precisely as the provider can."""
         if end.error is not None:
             worker.kill()
-            execution.fail(
-                "protocol_error", EXIT_KILLED, f"{end.error}; the sandbox was killed"
-            )
+            execution.fail("protocol_error", EXIT_KILLED, f"{end.error}; the sandbox was killed")
             return
         if worker.process.wait(DEATH_WAIT_SECONDS) is None:
             worker.kill()  # it closed its channel but lives on: it cannot be trusted further
@@ -413,10 +415,16 @@ class Session:
         elif info.oom_killed:
             limit = self._sandbox.spec.memory_limit_mb
             execution.fail(
-                "oom", info.exit_code, f"the sandbox was killed for exceeding its memory limit of {limit} MiB"
+                "oom",
+                info.exit_code,
+                f"the sandbox was killed for exceeding its memory limit of {limit} MiB",
             )
         else:
-            execution.fail("crashed", info.exit_code, f"the sandbox process {describe_exit(info)} while running the code")
+            execution.fail(
+                "crashed",
+                info.exit_code,
+                f"the sandbox process {describe_exit(info)} while running the code",
+            )
 
     def _cancel_current(self) -> None:
         """The awaiting task was cancelled: interrupt, then kill if the code does not stop."""
@@ -438,7 +446,7 @@ class Session:
         timer.daemon = True
         timer.start()
 
-    def _ask(self, header: dict[str, Any], timeout: float) -> Any:
+    def _ask(self, header: dict[str, Any], timeout: float) -> object:
         if not self._exec_lock.acquire(blocking=False):
             return None
         try:
@@ -446,7 +454,9 @@ class Session:
             worker = self._next
             if not isinstance(worker, LiveWorker) or not worker.wait_ready(timeout):
                 return None
-            return worker.request({**header, "id": uuid.uuid4().hex}, f"{header['t']}_reply", timeout)
+            return worker.request(
+                {**header, "id": uuid.uuid4().hex}, f"{header['t']}_reply", timeout
+            )
         finally:
             self._exec_lock.release()
 

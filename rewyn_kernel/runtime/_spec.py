@@ -85,7 +85,7 @@ class SandboxSpec(BaseModel):
     @classmethod
     def _check_inherit(cls, value: Any) -> Any:
         if isinstance(value, str):
-            raise ValueError("inherit_env is a list of names, not a single string")
+            raise ValueError("inherit_env is a list of names, not a single string")  # noqa: TRY004
         return value
 
     @field_validator("inherit_env")

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rewyn_kernel.runtime._base import BaseSandbox
 from rewyn_kernel.runtime._process import PopenWorker
@@ -27,7 +27,10 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 
-_FILESYSTEM = "the host's, with the rights of the user running the host; cwd, HOME and TMPDIR in the scratch dir"
+_FILESYSTEM = (
+    "the host's, with the rights of the user running the host; cwd, HOME and TMPDIR in the "
+    "scratch dir"
+)
 
 
 @dataclass(frozen=True)
@@ -46,20 +49,25 @@ class Namespaces:
 
 
 @functools.cache
-def probe_namespaces(python: str) -> Namespaces:
-    """Find the strongest ``unshare`` invocation that works here (cached per interpreter)."""
+def probe_namespaces() -> Namespaces:
+    """Find the strongest ``unshare`` invocation that works here (tried once per process)."""
     if not sys.platform.startswith("linux"):
         return Namespaces((), False, f"namespaces are Linux-only (this is {sys.platform})")
-    unshare = shutil.which("unshare") or ("/usr/bin/unshare" if os.path.exists("/usr/bin/unshare") else None)
+    unshare = shutil.which("unshare") or (
+        "/usr/bin/unshare" if os.path.exists("/usr/bin/unshare") else None
+    )
     if unshare is None:
         return Namespaces((), False, "the 'unshare' command (util-linux) is not installed")
     common = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
-    attempts = [([unshare, "--user", "--map-root-user", *common], True), ([unshare, *common], False)]
+    attempts = [
+        ([unshare, "--user", "--map-root-user", *common], True),
+        ([unshare, *common], False),
+    ]
     errors = []
     for prefix, user in attempts:
         try:
             done = subprocess.run(
-                [*prefix, python, "-I", "-S", "-c", ""],
+                [*prefix, sys.executable, "-I", "-S", "-c", ""],
                 capture_output=True,
                 timeout=10,
                 check=False,
@@ -68,7 +76,13 @@ def probe_namespaces(python: str) -> Namespaces:
             errors.append(str(exc))
             continue
         if done.returncode == 0:
-            return Namespaces(tuple(prefix), user, "user, PID, mount and network namespaces" if user else "PID, mount and network namespaces (as root)")
+            return Namespaces(
+                tuple(prefix),
+                user,
+                "user, PID, mount and network namespaces"
+                if user
+                else "PID, mount and network namespaces (as root)",
+            )
         errors.append(done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}")
     return Namespaces((), False, "unshare failed here: " + " | ".join(errors))
 
@@ -92,7 +106,7 @@ class SubprocessProvider:
     def _namespaces(self, spec: SandboxSpec) -> Namespaces:
         if not self.use_namespaces:
             return Namespaces((), False, "namespaces were turned off (namespaces=False)")
-        return probe_namespaces(self._python(spec))
+        return probe_namespaces()
 
     def _python(self, spec: SandboxSpec) -> str:
         return spec.python or self.python
@@ -105,11 +119,11 @@ class SubprocessProvider:
             if spec.network == "none":
                 notes.append("network='none' is NOT enforced: the code can reach the network")
             notes.append("a process that calls setsid() can outlive the sandbox")
+            notes.append("the worker's parent is the host process, which the code can signal")
         notes.append("the filesystem is not isolated: use ContainerProvider for untrusted code")
-        if ns.prefix:
-            network = "allowed" if spec.network == "allow" else "isolated"
-        else:
-            network = "allowed" if spec.network == "allow" else "not_isolated"
+        network: Literal["isolated", "allowed", "not_isolated"] = "allowed"
+        if spec.network == "none":
+            network = "isolated" if ns.prefix else "not_isolated"
         return Isolation(
             provider=self.name,
             network=network,
@@ -136,7 +150,7 @@ class SubprocessProvider:
         return PopenWorker(argv, env, workdir)
 
     def check(self) -> Sequence[CheckItem]:
-        ns = probe_namespaces(self.python) if self.use_namespaces else None
+        ns = probe_namespaces() if self.use_namespaces else None
         return [
             CheckItem("python", self.available, self.python),
             CheckItem(

@@ -208,7 +208,8 @@ class Worker:
 
         os.register_at_fork(after_in_child=in_child)
 
-    def reset_stdio(self, force=False):
+    def restore_fds(self):
+        """Put the output pipes back on fds 1 and 2 if user code closed or replaced them."""
         for fd in (1, 2):
             try:
                 intact = os.fstat(fd).st_ino == self.pipe_ino[fd]
@@ -216,6 +217,9 @@ class Worker:
                 intact = False
             if not intact:
                 os.dup2(self.keep[fd], fd)
+
+    def reset_stdio(self, force=False):
+        self.restore_fds()
         import io
 
         def stream(fd, current):
@@ -375,8 +379,15 @@ class Worker:
         except KeyboardInterrupt:
             exit_code, status = 130, "interrupted"
         if os.getpid() != self.channel.owner:
-            os._exit(exit_code & 0xFF)  # a fork() of user code fell off the end of the cell
+            # A fork() of user code fell off the end of the cell: keep its output, then leave.
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:
+                    pass
+            os._exit(exit_code & 0xFF)
         self.executing = None
+        self.restore_fds()  # output buffered after user code closed fd 1 or 2 still arrives
         self.finish_output()
         self.channel.send({"t": "done", "id": exec_id, "exit_code": exit_code, "status": status})
 

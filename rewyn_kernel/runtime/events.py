@@ -31,7 +31,7 @@ __all__ = [
     "remove_listener",
 ]
 
-EVENT_TYPE = "SANDBOX_EXECUTED"
+EVENT_TYPE: Literal["SANDBOX_EXECUTED"] = "SANDBOX_EXECUTED"
 logger = logging.getLogger("rewyn_kernel.events")
 
 
@@ -110,7 +110,9 @@ def emit(event: SandboxEvent, listeners: Iterable[EventListener] = ()) -> None:
         try:
             listener(event)
         except Exception:
-            logger.exception("event listener %r failed; the event was not delivered to it", listener)
+            logger.exception(
+                "event listener %r failed; the event was not delivered to it", listener
+            )
     logger.info(
         "%s %s exit=%d ending=%s duration=%.1fms",
         EVENT_TYPE,
@@ -156,5 +158,7 @@ class JsonlRunLog:
                 try:
                     events.append(SandboxEvent.model_validate_json(line))
                 except ValueError as exc:
-                    raise ValueError(f"{path}:{number}: not a SANDBOX_EXECUTED event: {exc}") from exc
+                    raise ValueError(
+                        f"{path}:{number}: not a SANDBOX_EXECUTED event: {exc}"
+                    ) from exc
         return events

@@ -26,9 +26,9 @@ from rewyn_kernel.runtime._spec import DEFAULT_INHERIT_ENV, SandboxSpec
 from rewyn_kernel.runtime._subprocess import SubprocessProvider, SubprocessSandbox
 
 __all__ = [
-    "DEFAULT_INHERIT_ENV",
     "BaseSandbox",
     "CheckItem",
+    "DEFAULT_INHERIT_ENV",
     "Ending",
     "ErrorInfo",
     "ExitInfo",

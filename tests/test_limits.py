@@ -1,0 +1,249 @@
+"""Timeouts, processes, network, environment and memory: what the subprocess sandbox stops."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rewyn_kernel.runtime.sandbox import Sandbox
+
+from .conftest import processes_with, wait_until_gone
+
+GRANDCHILD_THEN_SPIN = """
+import subprocess
+subprocess.Popen(["sleep", "1000"])
+print("started", flush=True)
+while True:
+    pass
+"""
+
+SETSID_DAEMON = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(1000)
+    os._exit(0)
+print("daemon started", flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.mark.parametrize("code", [GRANDCHILD_THEN_SPIN, SETSID_DAEMON], ids=["grandchild", "setsid"])
+def test_timeout_returns_promptly_and_leaves_no_process(
+    make_box: Callable[..., Sandbox], marker: str, code: str
+) -> None:
+    box = make_box(timeout=1.0, env={"MARKER": marker})
+    started = time.monotonic()
+    result = box.execute(code)
+    elapsed = time.monotonic() - started
+    assert result.timed_out
+    assert result.ending == "timeout"
+    assert result.exit_code == 124
+    assert elapsed < 1.0 + 2.0, elapsed
+    assert "started" in result.stdout
+    assert "timed out after 1 s" in result.message
+    assert result.error is not None
+    assert result.error.ename == "TimeoutError"
+    # Closing kills only the fresh spare worker; anything left of the timed-out one would stay.
+    box.close()
+    assert wait_until_gone(marker, timeout=1.0) == []
+
+
+def test_timeout_in_a_session_restarts_and_says_state_was_lost(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    with make_box(timeout=1.0).session() as session:
+        session.execute("x = 1")
+        timed_out = session.execute("while True: pass")
+        assert timed_out.timed_out
+        assert timed_out.sandbox_restarted
+        assert "state lost" in timed_out.message
+        # Where the code was stuck is reported.
+        assert any("<cell-2>" in line for line in timed_out.error.traceback)  # type: ignore[union-attr]
+        after = session.execute("print(x)")
+        assert after.state_lost
+        assert after.error is not None
+        assert after.error.ename == "NameError"
+        assert "fresh one" in after.message
+        again = session.execute("x = 2; print(x)")
+        assert again.ok
+        assert not again.state_lost
+
+
+def test_per_execution_timeout_overrides_the_spec(make_box: Callable[..., Sandbox]) -> None:
+    box = make_box(timeout=30.0)
+    result = box.execute("import time; time.sleep(10)", timeout=0.5)
+    assert result.timed_out
+    assert result.duration_ms < 3000
+
+
+def test_interrupt_raises_keyboard_interrupt_and_keeps_state(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    with make_box(timeout=30.0).session() as session:
+        session.execute("x = 'kept'")
+        threading.Timer(0.5, session.interrupt).start()
+        started = time.monotonic()
+        result = session.execute("import time\ntime.sleep(30)")
+        assert time.monotonic() - started < 5
+        assert result.interrupted
+        assert result.ending == "interrupted"
+        assert result.exit_code == 130
+        assert result.error is not None
+        assert result.error.ename == "KeyboardInterrupt"
+        assert not result.sandbox_restarted
+        assert session.execute("print(x)").stdout == "kept\n"
+        assert session.interrupt() is False  # nothing running
+
+
+def test_restart_clears_state(make_box: Callable[..., Sandbox], marker: str) -> None:
+    box = make_box(env={"MARKER": marker})
+    with box.session() as session:
+        session.execute("x = 1")
+        session.restart()
+        result = session.execute("print(x)")
+        assert result.error is not None
+        assert result.error.ename == "NameError"
+    box.close()
+    assert wait_until_gone(marker) == []
+
+
+def test_the_sandbox_has_its_own_process_tree(make_box: Callable[..., Sandbox]) -> None:
+    box = make_box()
+    assert box.isolation.pid_namespace  # type: ignore[attr-defined]
+    result = box.execute("import os\nprint(os.getpid(), sorted(p for p in os.listdir('/proc') if p.isdigit()))")
+    pid, listing = result.stdout.split(" ", 1)
+    assert pid == "1"
+    assert str(os.getpid()) not in listing or os.getpid() < 5
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[int]:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            conn.sendall(b"hello from the host\n")
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+CONNECT = """
+import socket
+try:
+    with socket.create_connection(("127.0.0.1", {port}), timeout=3) as s:
+        print("CONNECTED", s.recv(100))
+except OSError as exc:
+    print("REFUSED", type(exc).__name__, exc)
+"""
+
+
+def test_network_none_blocks_a_host_loopback_server(
+    make_box: Callable[..., Sandbox], loopback_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    box = make_box(network="none")
+    assert box.isolation.network == "isolated"  # type: ignore[attr-defined]
+    result = box.execute(CONNECT.format(port=loopback_server))
+    assert result.stdout.startswith("REFUSED"), result.stdout
+    # The same code reaches the server when the network is allowed: the test can fail.
+    allowed = make_box(network="allow").execute(CONNECT.format(port=loopback_server))
+    assert allowed.stdout.startswith("CONNECTED"), allowed.stdout + allowed.stderr
+
+
+def test_isolation_is_reported_honestly_without_namespaces(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    from rewyn_kernel.runtime.sandbox import SubprocessProvider
+
+    box = make_box(provider=SubprocessProvider(namespaces=False))
+    isolation = box.isolation  # type: ignore[attr-defined]
+    assert isolation.network == "not_isolated"
+    assert not isolation.pid_namespace
+    assert any("NOT enforced" in note for note in isolation.notes)
+    result = box.execute("print('still runs')")
+    assert result.stdout == "still runs\n"
+    assert result.isolation == isolation
+
+
+def test_inherit_nothing_hides_parent_secrets(
+    make_box: Callable[..., Sandbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SECRET_TOKEN", "do-not-leak")
+    default = make_box().execute("import os; print(os.environ.get('SECRET_TOKEN'))")
+    assert default.stdout == "None\n"
+    box = make_box(inherit_env=[])
+    result = box.execute(
+        "import os; print(sorted(os.environ)); print(os.environ['HOME']); print(os.getcwd())"
+    )
+    names, home, cwd = result.stdout.splitlines()
+    assert "SECRET_TOKEN" not in names
+    assert "PATH" not in names
+    assert home == str(box.workdir)
+    assert cwd == str(box.workdir)
+    chosen = make_box(inherit_env=["SECRET_TOKEN"]).execute(
+        "import os; print(os.environ['SECRET_TOKEN'])"
+    )
+    assert chosen.stdout == "do-not-leak\n"
+
+
+def test_env_values_never_appear_in_any_argv(make_box: Callable[..., Sandbox]) -> None:
+    value = "s3cr3t-value-" + os.urandom(4).hex()
+    box = make_box(env={"API_KEY": value})
+    result = box.execute("import os, time; print(os.environ['API_KEY'])")
+    assert result.stdout == f"{value}\n"
+    with box.session() as session:
+        session.execute("import os")
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    assert value.encode() not in (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue
+
+
+def test_memory_cap_stops_a_large_allocation_and_ordinary_code_runs(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    box = make_box(memory_limit_mb=256)
+    big = box.execute("data = bytearray(1024 ** 3)\nprint('allocated')")
+    assert big.exit_code != 0
+    assert "allocated" not in big.stdout
+    assert big.memory_exceeded
+    assert "memory limit of 256 MiB" in big.message
+    ordinary = box.execute(
+        "import json, threading\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+        "print(sum(range(10**6)), len(json.dumps(list(range(10**5)))))"
+    )
+    assert ordinary.ok, ordinary.stderr
+    assert ordinary.stdout == "499999500000 688890\n"
+
+
+def test_memory_cap_in_a_session_keeps_the_session(make_box: Callable[..., Sandbox]) -> None:
+    with make_box(memory_limit_mb=128).session() as session:
+        session.execute("x = 5")
+        assert session.execute("y = ' ' * (512 * 1024 * 1024)").memory_exceeded
+        assert session.execute("print(x)").stdout == "5\n"
