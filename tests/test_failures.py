@@ -95,7 +95,8 @@ def test_a_fork_that_falls_off_the_cell_never_speaks_on_the_channel(
     make_box: Callable[..., Sandbox],
 ) -> None:
     with make_box().session() as session:
-        result = session.execute("import os\npid = os.fork()\nprint('parent' if pid else 'child')")
+        code = "import os\npid = os.fork()\nprint('parent' if pid else 'child')\nif pid: os.wait()"
+        result = session.execute(code)
         assert sorted(result.stdout.split()) == ["child", "parent"]
         assert session.execute("print(pid > 0)").stdout == "True\n"
 
