@@ -32,9 +32,8 @@ ENDINGS = [
     ("import os; os._exit(4)", "crashed", 4),
     ("import ctypes; ctypes.string_at(0)", "crashed", 139),
     ("import os; os.close(1); os.close(2); print('kept')", "completed", 0),
-    # In its PID namespace the worker's parent is pid 0: this signals its own process group,
-    # which kills the sandbox (unshare first, then the worker with it), never the host.
-    ("import os, signal; os.kill(os.getppid(), signal.SIGKILL); print('parent?')", "crashed", 137),
+    # The parent is the namespace's first process, which ignores signals from inside.
+    ("import os, signal; os.kill(os.getppid(), signal.SIGKILL); print('parent?')", "completed", 0),
     (FORGE.format(frame=b"\x00\x00\x00\x05\x00\x00\x00\x00hello"), "protocol_error", 137),
     (FORGE.format(frame=b"\x7f\xff\xff\xff\x00\x00\x00\x00"), "protocol_error", 137),
     (FORGE.format(frame=b'\x00\x00\x00\x0b\x00\x00\x00\x00{"t":"bad"}'), "protocol_error", 137),
@@ -66,6 +65,16 @@ def test_every_ending_is_a_clear_result_and_one_event(
     assert box.execute("print('next')").stdout == "next\n"
 
 
+def test_killing_the_parent_in_a_session_harms_neither_host_nor_sandbox(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    with make_box().session() as session:
+        session.execute("x = 1")
+        result = session.execute("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+        assert result.ok, result
+        assert session.execute("print(x)").stdout == "1\n"
+
+
 def test_syntax_error_is_structured(make_box: Callable[..., Sandbox]) -> None:
     result = make_box().execute("def broken(:\n  pass")
     assert result.error is not None
@@ -73,7 +82,9 @@ def test_syntax_error_is_structured(make_box: Callable[..., Sandbox]) -> None:
     assert any("<cell-1>" in line for line in result.error.traceback)
 
 
-def test_segfault_reports_the_signal_and_the_fault_location(make_box: Callable[..., Sandbox]) -> None:
+def test_segfault_reports_the_signal_and_the_fault_location(
+    make_box: Callable[..., Sandbox],
+) -> None:
     result = make_box().execute("import ctypes\nctypes.string_at(0)")
     assert "signal 11 (SIGSEGV" in result.message
     assert "Fatal Python error" in result.stderr
@@ -125,7 +136,10 @@ def test_twenty_sandboxes_execute_concurrently() -> None:
         boxes = await asyncio.gather(*(acreate(timeout=30) for _ in range(20)))
         try:
             results = await asyncio.gather(
-                *(box.aexecute(f"import time; time.sleep(0.5); print({i} * {i})") for i, box in enumerate(boxes))
+                *(
+                    box.aexecute(f"import time; time.sleep(0.5); print({i} * {i})")
+                    for i, box in enumerate(boxes)
+                )
             )
         finally:
             await asyncio.gather(*(box.aclose() for box in boxes))

@@ -51,7 +51,9 @@ def test_streaming_callback_sees_output_while_the_code_runs(
     seen: list[tuple[float, str, str]] = []
     box = make_box()
     code = "import time\nprint('first', end='')\ntime.sleep(1.5)\nprint(' second')"
-    result = box.execute(code, on_stream=lambda name, text: seen.append((time.monotonic(), name, text)))
+    result = box.execute(
+        code, on_stream=lambda name, text: seen.append((time.monotonic(), name, text))
+    )
     finished = time.monotonic()
     assert result.stdout == "first second\n"
     assert "".join(text for _, _, text in seen) == result.stdout
@@ -132,7 +134,10 @@ def test_display_and_last_expression_are_rich_outputs(make_box: Callable[..., Sa
     assert list(result.outputs) == seen
     first, image, last = result.outputs
     assert first.output_type == "display_data"
-    assert first.data == {"text/html": "<table><tr><td>1</td></tr></table>", "text/plain": "Table(1)"}
+    assert first.data == {
+        "text/html": "<table><tr><td>1</td></tr></table>",
+        "text/plain": "Table(1)",
+    }
     assert image.data == {"image/png": "iVBORw0KGgo="}
     assert last.output_type == "execute_result"
     assert last.data["text/plain"] == "Table(1)"

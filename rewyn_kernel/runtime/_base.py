@@ -21,6 +21,8 @@ from rewyn_kernel.runtime._session import UNSET, Session
 from rewyn_kernel.runtime._spec import SandboxSpec
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from rewyn_kernel.runtime._provider import SandboxProvider
     from rewyn_kernel.runtime.events import EventListener
 
@@ -82,11 +84,18 @@ class BaseSandbox:
     def closed(self) -> bool:
         return self._closed
 
-    def launch_worker(self) -> LiveWorker:
-        """Start one worker for this sandbox (called from Session)."""
+    def launch_worker(self, *, fork_per_exec: bool) -> LiveWorker:
+        """Start one worker for this sandbox (called from Session).
+
+        ``fork_per_exec``: run each execution in a fresh fork of the worker, so nothing
+        survives between executions (the one-shot ``execute``).
+        """
         name = f"rewyn-{self.id}-{next(self._names)}"
         process = self._provider.launch(self._spec, self._workdir, name)
-        config = self._provider.worker_config(self._spec, self._workdir)
+        config = {
+            **self._provider.worker_config(self._spec, self._workdir),
+            "fork_per_exec": fork_per_exec,
+        }
         try:
             return LiveWorker(process, worker_program(config))
         except BaseException:
@@ -151,13 +160,13 @@ class BaseSandbox:
 
         await asyncio.to_thread(self.close)
 
-    def __enter__(self) -> BaseSandbox:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> BaseSandbox:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

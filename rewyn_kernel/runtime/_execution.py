@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal as signals
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,8 +120,12 @@ class Execution:
 
     # -- how it ended ----------------------------------------------------------------------
 
-    def finish(self, exit_code: int, status: str) -> None:
+    def finish(self, exit_code: int, status: str, signal: int | None = None) -> None:
         self.exit_code = exit_code
+        if status == "crashed":
+            what = describe_exit(exit_code, signal)
+            self.fail("crashed", exit_code, f"the sandbox process {what} while running the code")
+            return
         self.ending = _ENDINGS.get(status, "exception")
         if self.ending == "exception" and self.error is not None:
             first = self.error.evalue.splitlines()[0] if self.error.evalue else ""
@@ -241,6 +246,17 @@ def _summarise(output: RichOutput) -> OutputSummary:
         mime_types=tuple(sorted(output.data)),
         text=excerpt(text if isinstance(text, str) else str(text), 2000),
     )
+
+
+def describe_exit(exit_code: int, signal: int | None) -> str:
+    """Say how a process ended: 'exited with code 3', 'was killed by signal 11 (SIGSEGV; ...)'."""
+    if signal is not None:
+        try:
+            name = signals.Signals(signal).name
+        except ValueError:
+            name = "unknown"
+        return f"was killed by signal {signal} ({name}; exit code {exit_code})"
+    return f"exited with code {exit_code}"
 
 
 def code_hash(code: str) -> str:

@@ -79,7 +79,8 @@ class DoneFrame(_Frame):
     t: Literal["done"]
     id: str
     exit_code: int
-    status: Literal["ok", "error", "exit", "interrupted"]
+    status: Literal["ok", "error", "exit", "interrupted", "crashed"]
+    signal: int | None = None
 
 
 class InputRequestFrame(_Frame):

@@ -11,6 +11,9 @@ from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from rewyn_kernel.runtime._execution import OutputCallback, StreamCallback
     from rewyn_kernel.runtime._session import Session
     from rewyn_kernel.runtime.events import EventListener
 
@@ -110,20 +113,51 @@ class Sandbox(Protocol):
     """A place to run code under a spec. ``execute`` keeps nothing between calls."""
 
     @property
+    def id(self) -> str: ...
+
+    @property
     def spec(self) -> SandboxSpec: ...
 
     @property
     def provider(self) -> SandboxProvider: ...
 
     @property
+    def isolation(self) -> Isolation: ...
+
+    @property
     def workdir(self) -> Path: ...
 
-    def execute(self, code: str) -> SandboxResult: ...
+    @property
+    def closed(self) -> bool: ...
 
-    async def aexecute(self, code: str) -> SandboxResult: ...
+    def execute(
+        self,
+        code: str,
+        *,
+        timeout: float | None = ...,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> SandboxResult: ...
 
-    def session(self) -> Session: ...
+    async def aexecute(
+        self,
+        code: str,
+        *,
+        timeout: float | None = ...,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> SandboxResult: ...
+
+    def session(self, *, keep_state: bool = True) -> Session: ...
 
     def close(self) -> None: ...
 
     async def aclose(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...

@@ -24,6 +24,7 @@ from rewyn_kernel.runtime._execution import (
     InputCallback,
     OutputCallback,
     StreamCallback,
+    describe_exit,
 )
 from rewyn_kernel.runtime._protocol import (
     CompleteReplyFrame,
@@ -79,7 +80,6 @@ class Session:
         self._lock = threading.Lock()
         self._next: LiveWorker | _StartFailure | None = None
         self._filling: threading.Thread | None = None
-        self._retiring: list[threading.Thread] = []
         self._current: tuple[Execution, LiveWorker] | None = None
         self._count = 0
         self._used = False
@@ -188,8 +188,8 @@ class Session:
             if self._closed:
                 raise SandboxClosedError("this session is closed; open a new one with session()")
             current = self._current
-            self._ending_reason = "the session was restarted while the code ran"
         if current is not None:
+            self._ending_reason = "the session was restarted while the code ran"
             current[1].kill()
         with self._exec_lock:
             self._wait_fill()
@@ -219,17 +219,14 @@ class Session:
                 return
             self._closed = True
             current = self._current
-            self._ending_reason = "the sandbox was closed while the code ran"
         if current is not None:
+            self._ending_reason = "the sandbox was closed while the code ran"
             current[1].kill()
         with self._exec_lock:
             self._wait_fill()
             if isinstance(self._next, LiveWorker):
                 self._next.kill()
             self._next = None
-            for thread in self._retiring:
-                thread.join(15)
-            self._retiring.clear()
 
     async def aclose(self) -> None:
         import asyncio
@@ -252,9 +249,11 @@ class Session:
 
     def _launch(self) -> LiveWorker | _StartFailure:
         try:
-            return self._sandbox.launch_worker()
+            return self._sandbox.launch_worker(fork_per_exec=not self.keep_state)
         except Exception as exc:
-            return _StartFailure(f"the sandbox did not start: the provider failed to launch it: {exc}")
+            return _StartFailure(
+                f"the sandbox did not start: the provider failed to launch it: {exc}"
+            )
 
     def _fill(self, *, background: bool) -> None:
         """Start the next worker now, or in a thread so the caller does not wait for it."""
@@ -281,15 +280,6 @@ class Session:
             self._filling.join()
             self._filling = None
 
-    def _retire(self, worker: LiveWorker, *, background: bool) -> None:
-        if not background:
-            worker.kill()
-            return
-        self._retiring = [t for t in self._retiring if t.is_alive()]
-        thread = threading.Thread(target=worker.kill, daemon=True, name="rewyn-retire")
-        thread.start()
-        self._retiring.append(thread)
-
     def _take(self, execution: Execution) -> LiveWorker | None:
         """Return a ready worker for ``execution``, or record why there is none."""
         self._wait_fill()
@@ -297,7 +287,7 @@ class Session:
         if isinstance(worker, LiveWorker) and worker.ended and worker.ready is not None:
             # It died while idle (a background thread called os._exit, say): start afresh.
             execution.state_lost = execution.state_lost or (self.keep_state and self._used)
-            self._retire(worker, background=False)
+            worker.kill()
             worker = None
         if worker is None:
             worker = self._launch()
@@ -315,7 +305,7 @@ class Session:
             worker.process.wait(DEATH_WAIT_SECONDS)
             worker.kill()
             info = worker.process.exit_info()
-            why = f"it {describe_exit(info)} before it was ready"
+            why = f"it {describe_exit(info.exit_code, info.signal)} before it was ready"
         else:
             worker.kill()
             info = ExitInfo(exit_code=EXIT_KILLED, signal=signal.SIGKILL)
@@ -330,13 +320,9 @@ class Session:
         """Keep, retire or replace the worker once an execution is over."""
         dead = execution.ending in ("timeout", "crashed", "oom", "protocol_error")
         if dead:
-            self._retire(worker, background=False)
+            worker.kill()
             execution.sandbox_restarted = True
             self._state_lost = self.keep_state
-            self._next = None
-            self._fill(background=True)
-        elif not self.keep_state:
-            self._retire(worker, background=True)
             self._next = None
             self._fill(background=True)
 
@@ -377,7 +363,7 @@ class Session:
                     deadline += time.monotonic() - asked  # a person typing is not the code running
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:
                 if grace_until is None:
-                    execution.finish(frame.exit_code, frame.status)
+                    execution.finish(frame.exit_code, frame.status, frame.signal)
                     return
                 break
         assert timeout is not None
@@ -412,6 +398,7 @@ class Session:
             execution.note(diagnostics)
         if self._ending_reason:
             execution.fail("crashed", info.exit_code, self._ending_reason)
+            self._ending_reason = ""
         elif info.oom_killed:
             limit = self._sandbox.spec.memory_limit_mb
             execution.fail(
@@ -420,11 +407,7 @@ class Session:
                 f"the sandbox was killed for exceeding its memory limit of {limit} MiB",
             )
         else:
-            execution.fail(
-                "crashed",
-                info.exit_code,
-                f"the sandbox process {describe_exit(info)} while running the code",
-            )
+            execution.finish(info.exit_code, "crashed", info.signal)
 
     def _cancel_current(self) -> None:
         """The awaiting task was cancelled: interrupt, then kill if the code does not stop."""
@@ -459,14 +442,3 @@ class Session:
             )
         finally:
             self._exec_lock.release()
-
-
-def describe_exit(info: ExitInfo) -> str:
-    """Say how a process ended: 'exited with code 3', 'was killed by signal 11 (SIGSEGV)'."""
-    if info.signal is not None:
-        try:
-            name = signal.Signals(info.signal).name
-        except ValueError:
-            name = "unknown"
-        return f"was killed by signal {info.signal} ({name}; exit code {info.exit_code})"
-    return f"exited with code {info.exit_code}"

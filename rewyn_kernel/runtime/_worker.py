@@ -169,6 +169,9 @@ class Worker:
         self.namespace = self.module.__dict__
         self.namespace["__builtins__"] = builtins
         self.loop = None
+        self.forking = False  # True while run_forked forks: that child keeps the channel
+        self.child = None  # (pid, replies fd) of run_forked's running child
+        self.child_replies = None  # in that child: where input() replies arrive
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -179,20 +182,14 @@ class Worker:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        # Keep private write ends so the pipes never reach EOF, and fds 1 and 2 can be put back
-        # after user code closes them.
-        self.keep = {1: out_w, 2: err_w}
-        self.pipe_ino = {1: os.fstat(out_w).st_ino, 2: os.fstat(err_w).st_ino}
         self.channel = Channel(chan_in, chan_out)
-        self.pump = Pump(self.channel, {out_r: "stdout", err_r: "stderr"})
-        self.stdout_raw = None
-        self.reset_stdio(force=True)
+        self.pump = None
+        self.setup_output()
 
         def in_child():
+            if self.forking:
+                self.channel.owner = os.getpid()
+                return
             self.channel.owner = -1
             try:
                 import faulthandler
@@ -207,6 +204,22 @@ class Worker:
                     pass
 
         os.register_at_fork(after_in_child=in_child)
+
+    def setup_output(self, pipes=None):
+        """Put fresh pipes (or ``pipes``) on fds 1 and 2 and make a pump that relays them."""
+        if self.pump is not None:
+            old = list(self.pump.sources) + list(self.keep.values())
+            for fd in old + [self.pump.wake_r, self.pump.wake_w]:
+                os.close(fd)  # a forked child lets go of its parent's pipes
+        (out_r, out_w), (err_r, err_w) = pipes or (os.pipe(), os.pipe())
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        # Keep private write ends so the pipes never reach EOF, and fds 1 and 2 can be put back
+        # after user code closes them.
+        self.keep = {1: out_w, 2: err_w}
+        self.pipe_ino = {1: os.fstat(out_w).st_ino, 2: os.fstat(err_w).st_ino}
+        self.pump = Pump(self.channel, {out_r: "stdout", err_r: "stderr"})
+        self.reset_stdio(force=True)
 
     def restore_fds(self):
         """Put the output pipes back on fds 1 and 2 if user code closed or replaced them."""
@@ -262,6 +275,10 @@ class Worker:
         import faulthandler
 
         self.setup_fds()
+        if os.getpid() == 1:
+            # First process of a PID namespace: leave the launcher's process group, so code
+            # that signals "its parent" (pid 0 here: its own group) cannot kill the launcher.
+            os.setpgid(0, 0)
         faulthandler.enable(file=self.diag)
         self.setup_signals()
         threading.stack_size(256 * 1024)
@@ -303,11 +320,21 @@ class Worker:
                 os._exit(0)  # the host is gone or closed the channel: leave nothing behind
             header, payload = message
             kind = header.get("t")
+            child = self.child
             if kind == "interrupt":
                 if self.executing is not None and self.executing == header.get("id"):
-                    signal.pthread_kill(self.main_ident, signal.SIGINT)
+                    if child is not None:
+                        os.kill(child[0], signal.SIGINT)
+                    else:
+                        signal.pthread_kill(self.main_ident, signal.SIGINT)
             elif kind == "input_reply":
-                self.replies.put(header)
+                if child is not None:
+                    try:
+                        _write_all(child[1], json.dumps(header).encode() + b"\n")
+                    except OSError:
+                        pass
+                else:
+                    self.replies.put(header)
             else:
                 self.requests.put((header, payload))
 
@@ -328,7 +355,11 @@ class Worker:
                 header, payload = self.requests.get()
                 kind = header.get("t")
                 if kind == "exec":
-                    self.run(header, payload.decode("utf-8", "surrogatepass"))
+                    code = payload.decode("utf-8", "surrogatepass")
+                    if self.config.get("fork_per_exec"):
+                        self.run_forked(header, code)
+                    else:
+                        self.run(header, code)
                 elif kind == "complete":
                     self.channel.send(self.complete(header))
                 elif kind == "inspect":
@@ -341,15 +372,146 @@ class Worker:
     # -- execution -------------------------------------------------------------------------------
 
     def run(self, header, code):
-        exec_id = header["id"]
+        """Run one execution in this process: state carries over to the next."""
         self.execution_count += 1
-        count = self.execution_count
+        self.executing = header["id"]
+        self.reset_stdio()
+        exit_code, status = self.execute_code(code, self.execution_count)
+        if os.getpid() != self.channel.owner:
+            # A fork() of user code fell off the end of the cell: keep its output, then leave.
+            self.flush_stdio()
+            os._exit(exit_code & 0xFF)
+        self.executing = None
+        self.restore_fds()  # output buffered after user code closed fd 1 or 2 still arrives
+        self.finish_output()
+        self.channel.send(
+            {"t": "done", "id": header["id"], "exit_code": exit_code, "status": status}
+        )
+
+    def run_forked(self, header, code):
+        """Run one execution in a forked child, so nothing of it survives.
+
+        This process never runs user code: each execution starts from the same clean state at
+        the cost of a fork, not an interpreter start. Afterwards every other process of the
+        execution is killed (all of the PID namespace when this is its first process).
+        """
+        self.execution_count += 1
+        status_r, status_w = os.pipe()
+        replies_r, replies_w = os.pipe()
+        # The child's output pipes are made here so that this process can still read what a
+        # child that crashed wrote but never relayed (a faulthandler dump, say).
+        pipes = (os.pipe(), os.pipe())
+        self.forking = True
+        with self.channel.lock:  # no thread of ours holds it across the fork
+            pid = os.fork()
+        if pid == 0:
+            self.forking = False
+            os.close(status_r)
+            os.close(replies_w)
+            self.child_replies = replies_r
+            os.setpgid(0, 0)
+            threading.stack_size(256 * 1024)
+            self.setup_output(pipes)
+            self.pump.start()
+            threading.Thread(target=self.flush_loop, daemon=True).start()
+            threading.stack_size(0)
+            import faulthandler
+
+            faulthandler.enable(file=2)  # a crash dump of the code is its stderr here
+            self.executing = header["id"]
+            exit_code, status = self.execute_code(code, self.execution_count)
+            self.executing = None
+            self.restore_fds()
+            self.finish_output()
+            _write_all(status_w, json.dumps([exit_code, status]).encode())
+            os._exit(0)
+        self.forking = False
+        os.close(status_w)
+        os.close(replies_r)
+        for _, write_end in pipes:
+            os.close(write_end)
+        self.child = (pid, replies_w)
+        self.executing = header["id"]
+        wait_status = self.wait_child(pid)
+        self.executing = None
+        self.child = None
+        os.close(replies_w)
+        report = b""
+        while True:
+            chunk = os.read(status_r, 4096)
+            if not chunk:
+                break
+            report += chunk
+        os.close(status_r)
+        self.kill_leftovers(pid)
+        for (read_end, _), name in zip(pipes, ("stdout", "stderr")):
+            self.relay_rest(read_end, name)
+            os.close(read_end)
+        done = {"t": "done", "id": header["id"]}
+        if report:
+            done["exit_code"], done["status"] = json.loads(report.decode())
+        elif os.WIFSIGNALED(wait_status):
+            sig = os.WTERMSIG(wait_status)
+            done.update(exit_code=128 + sig, status="crashed", signal=sig)
+        else:
+            done.update(exit_code=os.waitstatus_to_exitcode(wait_status), status="crashed")
+        self.finish_output()
+        self.channel.send(done)
+
+    def relay_rest(self, fd, name):
+        """Send what is left in a dead child's output pipe (at most 4 MiB of it)."""
+        os.set_blocking(fd, False)
+        for _ in range(64):
+            try:
+                data = os.read(fd, CHUNK)
+            except (BlockingIOError, InterruptedError):
+                return
+            if not data:
+                return
+            self.channel.send({"t": "out", "s": name}, data)
+
+    @staticmethod
+    def wait_child(pid):
+        while True:
+            try:
+                return os.waitpid(pid, 0)[1]
+            except InterruptedError:
+                continue
+            except KeyboardInterrupt:
+                continue  # a late interrupt meant for the child
+
+    @staticmethod
+    def kill_leftovers(pid):
+        """Kill what the execution left running, and reap it."""
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        if os.getpid() == 1:
+            # First process of a PID namespace: -1 reaches every other process in it, and only
+            # those. (Anywhere else -1 would mean every process of this user: never.)
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            block = 0
+        else:
+            block = os.WNOHANG
+        while True:
+            try:
+                if os.waitpid(-1, block)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+
+    def execute_code(self, code, count):
+        """Compile and run ``code``; report result and error frames; return (exit, status)."""
         filename = "<cell-%d>" % count
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
-        self.reset_stdio()
         exit_code = 0
         status = "ok"
-        self.executing = exec_id
         try:
             try:
                 body, last = self.compile(code, filename)
@@ -378,25 +540,18 @@ class Worker:
                 exit_code, status = 1, "error"
         except KeyboardInterrupt:
             exit_code, status = 130, "interrupted"
-        if os.getpid() != self.channel.owner:
-            # A fork() of user code fell off the end of the cell: keep its output, then leave.
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:
-                    pass
-            os._exit(exit_code & 0xFF)
-        self.executing = None
-        self.restore_fds()  # output buffered after user code closed fd 1 or 2 still arrives
-        self.finish_output()
-        self.channel.send({"t": "done", "id": exec_id, "exit_code": exit_code, "status": status})
+        return exit_code, status
 
-    def finish_output(self):
+    @staticmethod
+    def flush_stdio():
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:
                 pass
+
+    def finish_output(self):
+        self.flush_stdio()
         self.pump.sync()
 
     def compile(self, code, filename):
@@ -515,7 +670,16 @@ class Worker:
     def ask(self, prompt, password):
         self.finish_output()
         self.channel.send({"t": "input_request", "prompt": prompt, "password": password})
-        reply = self.replies.get()
+        if self.child_replies is not None:
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = os.read(self.child_replies, 65536)
+                if not chunk:
+                    raise EOFError("input() is not available: the sandbox closed the reply pipe")
+                line += chunk
+            reply = json.loads(line.decode())
+        else:
+            reply = self.replies.get()
         if reply.get("error"):
             raise EOFError(reply["error"])
         return reply.get("value", "")
