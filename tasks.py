@@ -37,7 +37,7 @@ def ensure_venv() -> None:
     if not (BIN / "python").exists():
         print(f"+ creating {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
-    pip = [BIN / "python", "-m", "pip", "--disable-pip-version-check", "-q"]
+    pip: list[str | Path] = [BIN / "python", "-m", "pip", "--disable-pip-version-check", "-q"]
     run(*pip, "install", "--upgrade", "pip")
     run(*pip, "install", "-e", ".[dev]")
     STAMP.write_text(wanted)
