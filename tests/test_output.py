@@ -180,3 +180,23 @@ def test_completion_and_inspection_use_the_sandbox_namespace(
         missing = session.inspect("no_such_name", 2)
         assert missing is not None
         assert not missing.found
+
+
+def test_rich_outputs_are_bounded_in_count_and_size(make_box: Callable[..., Sandbox]) -> None:
+    box = make_box()
+    many = box.execute("for i in range(1200): display({'text/plain': str(i)}, raw=True)")
+    assert many.ok
+    assert len(many.outputs) == 1000
+    assert "200 rich outputs dropped" in many.stderr
+    huge = box.execute("display({'image/png': 'A' * (20 * 1024 * 1024)}, raw=True)\nprint('alive')")
+    assert huge.ok, huge.message
+    assert huge.stdout == "alive\n"
+    assert "over the limit" in huge.outputs[0].data["text/plain"]
+    odd = box.execute("display(5, raw=True)")
+    assert odd.error is not None
+    assert odd.error.ename == "TypeError"
+    weird = box.execute(
+        "class W:\n    def _repr_mimebundle_(self, include, exclude): return {('a',): 1}\nW()"
+    )
+    assert weird.ok
+    assert "could not be encoded" in weird.outputs[0].data["text/plain"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from rewyn_kernel.errors import SandboxClosedError
 from rewyn_kernel.runtime._channel import LiveWorker
 from rewyn_kernel.runtime._execution import OutputCallback, StreamCallback
-from rewyn_kernel.runtime._protocol import worker_program
+from rewyn_kernel.runtime._protocol import MAX_HEADER_BYTES, worker_program
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._session import UNSET, Session
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -95,6 +95,7 @@ class BaseSandbox:
         config = {
             **self._provider.worker_config(self._spec, self._workdir),
             "fork_per_exec": fork_per_exec,
+            "max_rich_bytes": MAX_HEADER_BYTES - 4096,
         }
         try:
             return LiveWorker(process, worker_program(config))

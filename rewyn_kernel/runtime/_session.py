@@ -110,9 +110,12 @@ class Session:
     ) -> SandboxResult:
         """Run ``code`` and return its result; never raises for anything the code does.
 
-        ``on_stream(name, text)`` receives stdout and stderr as they arrive, ``on_output`` each
-        rich output, ``on_input(prompt, password)`` answers ``input()`` (without it, input()
-        raises EOFError in the code). ``timeout`` overrides the spec's for this execution.
+        ``on_stream(name, text)`` receives stdout and stderr as they arrive, within the output
+        cap: what it is given, joined, is exactly the result's ``stdout``/``stderr`` (past the
+        first half of the cap, the kept tail comes at the end, after the marker). ``on_output``
+        receives each rich output, ``on_input(prompt, password)`` answers ``input()`` (without
+        it, input() raises EOFError in the code). ``timeout`` overrides the spec's for this
+        execution.
         """
         with self._exec_lock:
             if self._closed:

@@ -136,7 +136,10 @@ class SubprocessProvider:
 
     def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
         limit = spec.memory_limit_mb
-        return {"memory_limit_bytes": limit * 1024 * 1024 if limit else None, "cwd": str(workdir)}
+        return {
+            "memory_limit_bytes": limit * 1024 * 1024 if limit else None,
+            "cwd": str(workdir),
+        }
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
         tmp = workdir / ".tmp"

@@ -84,10 +84,11 @@ class Channel:
         self.lock = threading.Lock()
         self.owner = os.getpid()
 
-    def send(self, header, payload=b""):
+    def send(self, header, payload=b"", body=None):
         if os.getpid() != self.owner:
             return  # a forked child of user code never speaks on the channel
-        body = json.dumps(header, ensure_ascii=True, default=repr).encode("ascii")
+        if body is None:
+            body = json.dumps(header, ensure_ascii=True, default=repr).encode("ascii")
         with self.lock:
             _write_all(self.wfd, HEADER.pack(len(body), len(payload)) + body)
             if payload:
@@ -524,7 +525,7 @@ class Worker:
                 if value is not None:
                     self.namespace["_"] = value
                     data, metadata = self.mimebundle(value)
-                    self.channel.send(
+                    self.send_rich(
                         {"t": "result", "data": data, "metadata": metadata, "count": count}
                     )
             except SystemExit as exc:
@@ -655,11 +656,34 @@ class Worker:
         self.finish_output()  # text printed before the display stays before it
         for obj in objs:
             if raw:
+                if not isinstance(obj, dict):
+                    raise TypeError("display(raw=True) takes MIME bundles: dicts of type -> data")
                 data, meta = obj, dict(metadata or {})
             else:
                 data, meta = self.mimebundle(obj)
                 meta.update(metadata or {})
-            self.channel.send({"t": "display", "data": data, "metadata": meta})
+            self.send_rich({"t": "display", "data": data, "metadata": meta})
+
+    def send_rich(self, header):
+        """Send a display or result frame; one too large for the host becomes a note."""
+        limit = self.config.get("max_rich_bytes") or (16 << 20) - 4096
+        try:
+            if not isinstance(header["data"], dict) or not isinstance(header["metadata"], dict):
+                raise TypeError("MIME bundle and metadata must be dicts")
+            body = json.dumps(header, ensure_ascii=True, default=repr).encode("ascii")
+        except (TypeError, ValueError) as exc:
+            note = "[rewyn: this output could not be encoded: %s]" % exc
+            header = dict(header, data={"text/plain": note}, metadata={})
+            body = None
+        else:
+            if len(body) > limit:
+                note = (
+                    "[rewyn: an output of %d bytes was dropped, over the limit of %d bytes. "
+                    "Save large images or tables to a file instead.]" % (len(body), limit)
+                )
+                header = dict(header, data={"text/plain": note}, metadata={})
+                body = None
+        self.channel.send(header, body=body)
 
     def input(self, prompt=""):
         return self.ask(str(prompt), False)
