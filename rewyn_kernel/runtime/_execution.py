@@ -120,8 +120,20 @@ class Execution:
 
     # -- how it ended ----------------------------------------------------------------------
 
-    def finish(self, exit_code: int, status: str, signal: int | None = None) -> None:
+    def finish(
+        self, exit_code: int, status: str, signal: int | None = None, oom: bool = False
+    ) -> None:
         self.exit_code = exit_code
+        if oom:
+            self.memory_exceeded = True
+        if oom and status == "crashed":
+            limit = self.spec.memory_limit_mb
+            self.fail(
+                "oom",
+                exit_code,
+                f"the code was killed for exceeding the memory limit of {limit} MiB",
+            )
+            return
         if status == "crashed":
             what = describe_exit(exit_code, signal)
             self.fail("crashed", exit_code, f"the sandbox process {what} while running the code")

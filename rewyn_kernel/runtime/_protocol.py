@@ -81,6 +81,7 @@ class DoneFrame(_Frame):
     exit_code: int
     status: Literal["ok", "error", "exit", "interrupted", "crashed"]
     signal: int | None = None
+    oom: bool = False
 
 
 class InputRequestFrame(_Frame):

@@ -321,7 +321,8 @@ class Session:
 
     def _after(self, worker: LiveWorker, execution: Execution) -> None:
         """Keep, retire or replace the worker once an execution is over."""
-        dead = execution.ending in ("timeout", "crashed", "oom", "protocol_error")
+        # A crash reported in a done frame was a forked child's; the worker itself lives on.
+        dead = worker.ended or execution.ending in ("timeout", "protocol_error")
         if dead:
             worker.kill()
             execution.sandbox_restarted = True
@@ -366,7 +367,7 @@ class Session:
                     deadline += time.monotonic() - asked  # a person typing is not the code running
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:
                 if grace_until is None:
-                    execution.finish(frame.exit_code, frame.status, frame.signal)
+                    execution.finish(frame.exit_code, frame.status, frame.signal, frame.oom)
                     return
                 break
         assert timeout is not None

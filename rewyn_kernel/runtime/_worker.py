@@ -279,7 +279,11 @@ class Worker:
         if os.getpid() == 1:
             # First process of a PID namespace: leave the launcher's process group, so code
             # that signals "its parent" (pid 0 here: its own group) cannot kill the launcher.
-            os.setpgid(0, 0)
+            # (A container's first process already leads its own session: EPERM, and fine.)
+            try:
+                os.setpgid(0, 0)
+            except OSError:
+                pass
         faulthandler.enable(file=self.diag)
         self.setup_signals()
         threading.stack_size(256 * 1024)
@@ -372,10 +376,35 @@ class Worker:
 
     # -- execution -------------------------------------------------------------------------------
 
+    def oom_kills(self):
+        """The memory cgroup's OOM-kill count (containers), or None where it is not ours."""
+        if not self.config.get("oom_counter"):
+            return None
+        for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+            try:
+                with open(path) as handle:
+                    for line in handle:
+                        parts = line.split()
+                        if len(parts) == 2 and parts[0] == "oom_kill":
+                            return int(parts[1])
+            except (OSError, ValueError):
+                continue
+        return None
+
+    def done(self, exec_id, exit_code, status, oom_before, signal_number=None):
+        after = self.oom_kills()
+        frame = {"t": "done", "id": exec_id, "exit_code": exit_code, "status": status}
+        if signal_number is not None:
+            frame["signal"] = signal_number
+        if oom_before is not None and after is not None and after > oom_before:
+            frame["oom"] = True
+        self.channel.send(frame)
+
     def run(self, header, code):
         """Run one execution in this process: state carries over to the next."""
         self.execution_count += 1
         self.executing = header["id"]
+        oom_before = self.oom_kills()
         self.reset_stdio()
         exit_code, status = self.execute_code(code, self.execution_count)
         if os.getpid() != self.channel.owner:
@@ -385,9 +414,7 @@ class Worker:
         self.executing = None
         self.restore_fds()  # output buffered after user code closed fd 1 or 2 still arrives
         self.finish_output()
-        self.channel.send(
-            {"t": "done", "id": header["id"], "exit_code": exit_code, "status": status}
-        )
+        self.done(header["id"], exit_code, status, oom_before)
 
     def run_forked(self, header, code):
         """Run one execution in a forked child, so nothing of it survives.
@@ -397,6 +424,7 @@ class Worker:
         execution is killed (all of the PID namespace when this is its first process).
         """
         self.execution_count += 1
+        oom_before = self.oom_kills()
         status_r, status_w = os.pipe()
         replies_r, replies_w = os.pipe()
         # The child's output pipes are made here so that this process can still read what a
@@ -448,16 +476,16 @@ class Worker:
         for (read_end, _), name in zip(pipes, ("stdout", "stderr")):
             self.relay_rest(read_end, name)
             os.close(read_end)
-        done = {"t": "done", "id": header["id"]}
+        sig = None
         if report:
-            done["exit_code"], done["status"] = json.loads(report.decode())
+            exit_code, status = json.loads(report.decode())
         elif os.WIFSIGNALED(wait_status):
             sig = os.WTERMSIG(wait_status)
-            done.update(exit_code=128 + sig, status="crashed", signal=sig)
+            exit_code, status = 128 + sig, "crashed"
         else:
-            done.update(exit_code=os.waitstatus_to_exitcode(wait_status), status="crashed")
+            exit_code, status = os.waitstatus_to_exitcode(wait_status), "crashed"
         self.finish_output()
-        self.channel.send(done)
+        self.done(header["id"], exit_code, status, oom_before, sig)
 
     def relay_rest(self, fd, name):
         """Send what is left in a dead child's output pipe (at most 4 MiB of it)."""

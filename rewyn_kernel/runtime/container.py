@@ -1,0 +1,349 @@
+"""The container provider: each sandbox's worker runs in a locked-down container.
+
+It shells out to the container CLI (docker, podman or nerdctl) instead of taking a client
+library, so whichever is installed works. Every container gets: all capabilities dropped,
+no-new-privileges, a read-only root, a small tmpfs ``/tmp``, a non-root user, a memory cap that
+includes swap, a pids limit, low file-descriptor limits, no network unless the spec allows it,
+and exactly one mount: the sandbox's scratch directory at ``/scratch``. ``oci_runtime`` swaps
+the OCI runtime (``runsc`` for gVisor, a Kata runtime) and nothing else changes.
+
+Code and env values never travel in argv: the code goes over the container's stdin, and env
+values reach ``<cli> run -e NAME`` through the CLI's own environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from rewyn_kernel.runtime._base import BaseSandbox
+from rewyn_kernel.runtime._process import PopenWorker
+from rewyn_kernel.runtime._protocol import BOOTSTRAP
+from rewyn_kernel.runtime._provider import CheckItem, ExitInfo
+from rewyn_kernel.runtime._result import Isolation
+from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.events import EventListener
+
+__all__ = ["LABEL", "ContainerProvider", "ContainerSandbox", "ContainerWorker"]
+
+LABEL = "io.rewyn-kernel.sandbox"
+"""Every container carries this label (value: its name), so it can always be found and removed."""
+HOST_PID_LABEL = "io.rewyn-kernel.host-pid"
+SCRATCH = "/scratch"
+NOBODY = "65534:65534"
+DAEMONLESS = {"podman"}
+"""CLIs that take the OCI runtime as a global option (``podman --runtime X run``)."""
+
+
+class ContainerWorker(PopenWorker):
+    """``<cli> run`` of one worker container; killing it removes the container."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        *,
+        cli: Sequence[str],
+        name: str,
+        memory_capped: bool,
+    ) -> None:
+        super().__init__(argv, env, cwd)
+        self._cli = list(cli)
+        self._name = name
+        self._memory_capped = memory_capped
+        self._killed = False
+
+    def kill(self) -> None:
+        """Remove the container (killing it at once), then end the CLI process.
+
+        A container still being created when the first ``rm`` runs appears a moment later, so
+        the label is checked again until nothing of this name is left (for a few seconds).
+        """
+        self._killed = self._killed or self.poll() is None
+        self._remove()
+        if self.poll() is None:
+            self.signal_group(signal.SIGKILL)
+        self.wait(10)
+        deadline = time.monotonic() + 5
+        while self._listed() and time.monotonic() < deadline:
+            self._remove()
+            time.sleep(0.1)
+
+    def _remove(self) -> None:
+        # podman's rm -f waits 10 s for a graceful stop unless told not to.
+        grace = ["-t", "0"] if Path(self._cli[0]).name in DAEMONLESS else []
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(
+                [*self._cli, "rm", "-f", *grace, self._name],
+                capture_output=True,
+                timeout=15,
+                check=False,
+            )
+
+    def _listed(self) -> bool:
+        try:
+            done = subprocess.run(
+                [*self._cli, "ps", "-aq", "--filter", f"label={LABEL}={self._name}"],
+                capture_output=True,
+                timeout=15,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return bool(done.stdout.strip())
+
+    def exit_info(self) -> ExitInfo:
+        info = super().exit_info()
+        # PID 1 of a container ignores every signal sent from inside it, so a SIGKILL that the
+        # host did not send comes from the kernel: under a memory cap, the OOM killer.
+        oom = info.exit_code == 137 and self._memory_capped and not self._killed
+        return ExitInfo(exit_code=info.exit_code, signal=info.signal, oom_killed=oom)
+
+
+class ContainerProvider:
+    """Run each sandbox in a container, through the docker, podman or nerdctl CLI."""
+
+    def __init__(
+        self,
+        image: str = "python:3.13-slim",
+        runtime: str = "docker",
+        *,
+        oci_runtime: str | None = None,
+        python: str = "python3",
+        user: str | None = None,
+        pids_limit: int = 256,
+        tmpfs_mb: int = 64,
+        nofile: int = 1024,
+        cpus: float | None = None,
+        pull: Literal["missing", "never", "always"] = "missing",
+    ) -> None:
+        """``image`` needs ``python3`` (3.8+) with its standard library and nothing else.
+        ``runtime``: the CLI, by name or path. ``oci_runtime``: e.g. ``"runsc"`` (gVisor), as
+        registered with the engine (for podman: a path). ``user``: default the host's uid:gid
+        when that is not root, else nobody (65534). ``pull``: whether ``run`` may pull the
+        image (a pull counts against ``startup_timeout``)."""
+        if pids_limit < 8 or tmpfs_mb < 1 or nofile < 64:
+            raise ValueError("pids_limit >= 8, tmpfs_mb >= 1 and nofile >= 64 are required")
+        if cpus is not None and cpus <= 0:
+            raise ValueError("cpus must be positive (or None for no limit)")
+        self.image = image
+        self.runtime = runtime
+        self.oci_runtime = oci_runtime
+        self.python = python
+        self.user = user or (NOBODY if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}")
+        self.pids_limit = pids_limit
+        self.tmpfs_mb = tmpfs_mb
+        self.nofile = nofile
+        self.cpus = cpus
+        self.pull = pull
+
+    @property
+    def name(self) -> str:
+        cli = Path(self.runtime).name
+        return (
+            f"container/{cli}+{Path(self.oci_runtime).name}"
+            if self.oci_runtime
+            else f"container/{cli}"
+        )
+
+    @property
+    def available(self) -> bool:
+        """True when the CLI is on PATH; it does not say that the daemon is up (see check())."""
+        return shutil.which(self.runtime) is not None
+
+    def _cli(self) -> list[str]:
+        if self.oci_runtime and Path(self.runtime).name in DAEMONLESS:
+            return [self.runtime, "--runtime", self.oci_runtime]
+        return [self.runtime]
+
+    def isolation(self, spec: SandboxSpec) -> Isolation:
+        notes = []
+        if self.oci_runtime:
+            notes.append(f"OCI runtime {self.oci_runtime}: the code does not reach the host kernel")
+        else:
+            notes.append("the code shares the host's kernel (use oci_runtime='runsc' for gVisor)")
+        if spec.network == "allow":
+            notes.append("network='allow': the container uses the engine's default network")
+        memory = None
+        if spec.memory_limit_mb:
+            memory = f"cgroup {spec.memory_limit_mb} MiB, swap included"
+        return Isolation(
+            provider=self.name,
+            network="allowed" if spec.network == "allow" else "isolated",
+            pid_namespace=True,
+            user_namespace=False,
+            memory=memory,
+            filesystem=f"read-only image root, tmpfs /tmp and the scratch dir at {SCRATCH} only",
+            notes=tuple(notes),
+        )
+
+    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
+        return {"memory_limit_bytes": None, "cwd": SCRATCH, "oom_counter": True}
+
+    def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
+        if self.user == NOBODY and os.getuid() == 0 and workdir.stat().st_uid != 65534:
+            os.chown(workdir, 65534, 65534)  # the container's user must be able to write there
+        inherited = {k: v for k, v in spec.build_env().items() if k != "PATH"}
+        inside = {**inherited, **spec.env}
+        # The CLI needs its own environment (DOCKER_HOST, its config); values for the
+        # container come from it by name, so they never appear in argv.
+        cli_env = {**os.environ, **inside}
+        argv = [*self._cli(), "run", "-i", "--rm", "--name", name]
+        argv += ["--label", f"{LABEL}={name}", "--label", f"{HOST_PID_LABEL}={os.getpid()}"]
+        if self.oci_runtime and Path(self.runtime).name not in DAEMONLESS:
+            argv += ["--runtime", self.oci_runtime]
+        argv += ["--pull", self.pull]
+        argv += ["--network", "none"] if spec.network == "none" else []
+        argv += ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+        argv += ["--user", self.user, "--pids-limit", str(self.pids_limit)]
+        argv += ["--ulimit", f"nofile={self.nofile}:{self.nofile}"]
+        argv += ["--ulimit", f"nproc={self.pids_limit * 4}:{self.pids_limit * 4}"]
+        argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"]
+        argv += ["--volume", f"{workdir}:{SCRATCH}:rw", "--workdir", SCRATCH]
+        if spec.memory_limit_mb:
+            argv += [
+                "--memory",
+                f"{spec.memory_limit_mb}m",
+                "--memory-swap",
+                f"{spec.memory_limit_mb}m",
+            ]
+        if self.cpus:
+            argv += ["--cpus", str(self.cpus)]
+        argv += [
+            "--env",
+            f"HOME={SCRATCH}",
+            "--env",
+            "TMPDIR=/tmp",
+            "--env",
+            f"REWYN_SANDBOX={name}",
+        ]
+        for variable in sorted(inside):
+            argv += ["--env", variable]
+        argv += [self.image, spec.python or self.python, "-c", BOOTSTRAP]
+        return ContainerWorker(
+            argv,
+            cli_env,
+            workdir,
+            cli=self._cli(),
+            name=name,
+            memory_capped=spec.memory_limit_mb is not None,
+        )
+
+    def containers(self, *, everyone: bool = False) -> list[str]:
+        """Names of rewyn containers (running or not) of this process, or of every process."""
+        label = LABEL if everyone else f"{HOST_PID_LABEL}={os.getpid()}"
+        done = subprocess.run(
+            [*self._cli(), "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        return [line for line in done.stdout.split() if line]
+
+    def sweep(self) -> list[str]:
+        """Remove rewyn containers whose host process is gone; return their names."""
+        done = subprocess.run(
+            [
+                *self._cli(),
+                "ps",
+                "-a",
+                "--filter",
+                f"label={LABEL}",
+                "--format",
+                '{{.Names}} {{.Label "' + HOST_PID_LABEL + '"}}',
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        stale = []
+        for line in done.stdout.splitlines():
+            name, _, pid = line.partition(" ")
+            if not pid.strip().isdigit() or not Path(f"/proc/{pid.strip()}").exists():
+                stale.append(name)
+        if stale:
+            subprocess.run(
+                [*self._cli(), "rm", "-f", *stale], capture_output=True, timeout=60, check=False
+            )
+        return stale
+
+    def check(self) -> Sequence[CheckItem]:
+        """Say precisely what is missing: the CLI, the daemon, the image, the OCI runtime."""
+        binary = shutil.which(self.runtime)
+        items = [
+            CheckItem("binary", binary is not None, binary or f"{self.runtime} is not on PATH")
+        ]
+        if binary is None:
+            return items
+        info = self._run([*self._cli(), "info", "--format", "{{json .}}"])
+        if info.returncode != 0:
+            why = (info.stderr.strip().splitlines() or ["no answer"])[-1]
+            items.append(CheckItem("daemon", False, f"{why} (start the engine, e.g. dockerd)"))
+            return items
+        items.append(CheckItem("daemon", True, "answers"))
+        image = self._run([*self._cli(), "image", "inspect", self.image])
+        items.append(
+            CheckItem(
+                "image",
+                image.returncode == 0,
+                self.image
+                if image.returncode == 0
+                else f"{self.image} is not present: {self.runtime} pull {self.image}",
+            )
+        )
+        if self.oci_runtime:
+            items.append(self._check_oci(info.stdout))
+        return items
+
+    def _check_oci(self, info_json: str) -> CheckItem:
+        assert self.oci_runtime is not None
+        if Path(self.runtime).name in DAEMONLESS:
+            found = shutil.which(self.oci_runtime) is not None
+            return CheckItem(
+                "oci runtime", found, self.oci_runtime if found else f"{self.oci_runtime} not found"
+            )
+        try:
+            runtimes = json.loads(info_json).get("Runtimes") or {}
+        except (ValueError, AttributeError):
+            runtimes = {}
+        ok = self.oci_runtime in runtimes
+        detail = (
+            self.oci_runtime
+            if ok
+            else (
+                f"{self.oci_runtime} is not registered with the engine (add it to "
+                "/etc/docker/daemon.json 'runtimes' and reload the daemon)"
+            )
+        )
+        return CheckItem("oci runtime", ok, detail)
+
+    @staticmethod
+    def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=15, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return subprocess.CompletedProcess(argv, 1, "", str(exc))
+
+    def create(
+        self, spec: SandboxSpec | None = None, *, listeners: Sequence[EventListener] = ()
+    ) -> ContainerSandbox:
+        return ContainerSandbox(self, spec or SandboxSpec(), listeners)
+
+    def __repr__(self) -> str:
+        extra = f", oci_runtime={self.oci_runtime!r}" if self.oci_runtime else ""
+        return f"ContainerProvider(image={self.image!r}, runtime={self.runtime!r}{extra})"
+
+
+class ContainerSandbox(BaseSandbox):
+    """A sandbox whose workers are containers (see ContainerProvider)."""

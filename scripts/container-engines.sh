@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Install and start what the container tests need, on Debian as root: the Docker engine with
+# gVisor (runsc) registered, podman, and a Python test image built without any registry.
+# Idempotent: whatever is already installed, running or built is left as it is.
+#
+#   sudo bash scripts/container-engines.sh
+set -euo pipefail
+
+IMAGE="${REWYN_TEST_IMAGE:-rewyn-test-python:3.11}"
+LOG_DIR="${REWYN_ENGINE_LOGS:-/var/log/rewyn-kernel}"
+
+if [ "$(id -u)" != 0 ]; then
+    echo "container-engines.sh: run as root (it installs packages and starts dockerd)" >&2
+    exit 1
+fi
+mkdir -p "$LOG_DIR"
+
+missing=()
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v runsc >/dev/null || missing+=(runsc)
+command -v podman >/dev/null || missing+=(podman)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "+ apt-get install ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$LOG_DIR/apt.log"
+fi
+
+# gVisor refuses to start here without --network=none in its runtime arguments.
+mkdir -p /etc/docker
+if ! grep -q runsc /etc/docker/daemon.json 2>/dev/null; then
+    echo '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}}' \
+        >/etc/docker/daemon.json
+    pkill -HUP -x dockerd 2>/dev/null || true
+fi
+
+if ! docker info >/dev/null 2>&1; then
+    echo "+ starting dockerd (log: $LOG_DIR/dockerd.log)"
+    nohup dockerd --iptables=false --bridge=none >"$LOG_DIR/dockerd.log" 2>&1 &
+    for _ in $(seq 1 60); do
+        docker info >/dev/null 2>&1 && break
+        sleep 0.5
+    done
+    docker info >/dev/null 2>&1 || { tail -20 "$LOG_DIR/dockerd.log" >&2; exit 1; }
+fi
+
+have_docker_image=0; docker image inspect "$IMAGE" >/dev/null 2>&1 && have_docker_image=1
+have_podman_image=0; podman image exists "$IMAGE" 2>/dev/null && have_podman_image=1
+if [ $have_docker_image = 0 ] || [ $have_podman_image = 0 ]; then
+    rootfs=$(mktemp -d /tmp/rewyn-rootfs.XXXXXX)
+    trap 'rm -rf "$rootfs"' EXIT
+    mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    echo "+ debootstrap a python3 image ($IMAGE) from ${mirror:-the default mirror}"
+    debootstrap --variant=minbase --include=python3 bookworm "$rootfs" ${mirror:+"$mirror"} \
+        >"$LOG_DIR/debootstrap.log" 2>&1 || { tail -20 "$LOG_DIR/debootstrap.log" >&2; exit 1; }
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/usr/share/doc "$rootfs"/usr/share/man
+    change='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+    [ $have_docker_image = 1 ] || tar -C "$rootfs" -c . | docker import --change "$change" - "$IMAGE" >/dev/null
+    [ $have_podman_image = 1 ] || tar -C "$rootfs" -c . | podman import --change "$change" - "$IMAGE" >/dev/null
+fi
+echo "container engines ready: docker $(docker version --format '{{.Server.Version}}'), runsc, podman; image $IMAGE"
