@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -12,16 +13,71 @@ from typing import Any
 import pytest
 
 from rewyn_kernel.runtime import create
+from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import Sandbox
+from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SubprocessProvider
+
+PROVIDERS = ("subprocess", "docker", "docker+runsc", "podman")
+"""Every provider the shared behaviour tests run against; containers use TEST_IMAGE."""
+TEST_IMAGE = os.environ.get("REWYN_TEST_IMAGE", "rewyn-test-python:3.11")
+PODMAN_OCI_RUNTIME = os.environ.get("REWYN_PODMAN_RUNTIME", "/usr/sbin/runc")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "provider" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("providers")
+        kinds = marker.args if marker else PROVIDERS
+        metafunc.parametrize("provider", kinds, indirect=True)
+
+
+def build_provider(kind: str) -> SandboxProvider:
+    """The provider a test kind names: 'subprocess', 'docker', 'docker+runsc', 'podman'."""
+    if kind == "subprocess":
+        return SubprocessProvider()
+    cli, _, oci = kind.partition("+")
+    if cli == "podman":
+        oci = oci or PODMAN_OCI_RUNTIME  # podman's default crun fails on hybrid cgroups
+    return ContainerProvider(image=TEST_IMAGE, runtime=cli, oci_runtime=oci or None, pull="never")
+
+
+@functools.cache
+def engine_problem(kind: str) -> str | None:
+    """Why a container provider cannot run here, or None when it can."""
+    for item in build_provider(kind).check():
+        if not item.ok:
+            return f"{item.name}: {item.detail}"
+    return None
 
 
 @pytest.fixture
-def make_box() -> Iterator[Callable[..., Sandbox]]:
-    """Create sandboxes that are closed when the test ends, whatever happens."""
+def provider(request: pytest.FixtureRequest) -> SandboxProvider:
+    """The provider under test. A missing engine skips, except under CI, where it fails."""
+    kind: str = request.param
+    if kind != "subprocess" and (problem := engine_problem(kind)) is not None:
+        message = f"{kind} is not usable here ({problem}); run scripts/container-engines.sh"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return build_provider(kind)
+
+
+def leftover_containers(provider: SandboxProvider, timeout: float = 5.0) -> list[str]:
+    """Containers of this process still listed after ``timeout`` (none for subprocess)."""
+    if not isinstance(provider, ContainerProvider):
+        return []
+    deadline = time.monotonic() + timeout
+    while (left := provider.containers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.fixture
+def make_box(provider: SandboxProvider) -> Iterator[Callable[..., Sandbox]]:
+    """Create sandboxes on the provider under test; afterwards, check none is left behind."""
     boxes: list[Sandbox] = []
 
     def make(**kwargs: Any) -> Sandbox:
+        kwargs.setdefault("provider", provider)
         box = create(**kwargs)
         boxes.append(box)
         return box
@@ -29,6 +85,12 @@ def make_box() -> Iterator[Callable[..., Sandbox]]:
     yield make
     for box in boxes:
         box.close()
+    assert leftover_containers(provider) == []
+
+
+def inside_workdir(box: Sandbox) -> str:
+    """The scratch directory as the code in ``box`` sees it."""
+    return str(box.provider.worker_config(box.spec, box.workdir)["cwd"])
 
 
 @pytest.fixture

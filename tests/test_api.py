@@ -22,6 +22,8 @@ from rewyn_kernel.runtime.sandbox import (
     SubprocessSandbox,
 )
 
+pytestmark = pytest.mark.providers("subprocess")
+
 
 def test_minimal_example_prints_45_and_exit_code_0(capsys: pytest.CaptureFixture[str]) -> None:
     result = create().execute("print(sum(range(10)))")

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from rewyn_kernel.runtime.sandbox import Sandbox
+from rewyn_kernel.runtime.container import ContainerProvider
+from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
 
-from .conftest import processes_with, wait_until_gone
+from .conftest import inside_workdir, processes_with, wait_until_gone
 
 GRANDCHILD_THEN_SPIN = """
 import subprocess
@@ -184,12 +185,19 @@ def test_network_none_blocks_a_host_loopback_server(
     box = make_box(network="none")
     assert box.isolation.network == "isolated"
     result = box.execute(CONNECT.format(port=loopback_server))
-    assert result.stdout.startswith("REFUSED"), result.stdout
-    # The same code reaches the server when the network is allowed: the test can fail.
+    assert result.stdout.startswith("REFUSED"), result.stdout + result.stderr
+
+
+@pytest.mark.providers("subprocess")
+def test_network_allow_reaches_the_same_server(
+    make_box: Callable[..., Sandbox], loopback_server: int
+) -> None:
+    # The same code reaches the server when the network is allowed: the test above can fail.
     allowed = make_box(network="allow").execute(CONNECT.format(port=loopback_server))
     assert allowed.stdout.startswith("CONNECTED"), allowed.stdout + allowed.stderr
 
 
+@pytest.mark.providers("subprocess")
 def test_isolation_is_reported_honestly_without_namespaces(
     make_box: Callable[..., Sandbox],
 ) -> None:
@@ -213,13 +221,14 @@ def test_inherit_nothing_hides_parent_secrets(
     assert default.stdout == "None\n"
     box = make_box(inherit_env=[])
     result = box.execute(
-        "import os; print(sorted(os.environ)); print(os.environ['HOME']); print(os.getcwd())"
+        "import os\nprint(sorted(os.environ))\nprint(os.environ['HOME'])\nprint(os.getcwd())\n"
+        "print(os.environ.get('PATH'))"
     )
-    names, home, cwd = result.stdout.splitlines()
+    names, home, cwd, path = result.stdout.splitlines()
     assert "SECRET_TOKEN" not in names
-    assert "PATH" not in names
-    assert home == str(box.workdir)
-    assert cwd == str(box.workdir)
+    assert path != os.environ["PATH"]
+    assert home == inside_workdir(box)
+    assert cwd == inside_workdir(box)
     chosen = make_box(inherit_env=["SECRET_TOKEN"]).execute(
         "import os; print(os.environ['SECRET_TOKEN'])"
     )
@@ -245,11 +254,13 @@ def test_memory_cap_stops_a_large_allocation_and_ordinary_code_runs(
     make_box: Callable[..., Sandbox],
 ) -> None:
     box = make_box(memory_limit_mb=256)
-    big = box.execute("data = bytearray(1024 ** 3)\nprint('allocated')")
+    big = box.execute("data = b'x' * (1024 ** 3)\nprint('allocated')")
     assert big.exit_code != 0
     assert "allocated" not in big.stdout
     assert big.memory_exceeded
     assert "memory limit of 256 MiB" in big.message
+    if isinstance(box.provider, ContainerProvider):
+        assert big.ending == "oom"  # the kernel's OOM killer, reported as such
     ordinary = box.execute(
         "import json, threading\n"
         "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
@@ -259,6 +270,7 @@ def test_memory_cap_stops_a_large_allocation_and_ordinary_code_runs(
     assert ordinary.stdout == "499999500000 688890\n"
 
 
+@pytest.mark.providers("subprocess")
 def test_memory_cap_in_a_session_keeps_the_session(make_box: Callable[..., Sandbox]) -> None:
     with make_box(memory_limit_mb=128).session() as session:
         session.execute("x = 5")
@@ -266,10 +278,27 @@ def test_memory_cap_in_a_session_keeps_the_session(make_box: Callable[..., Sandb
         assert session.execute("print(x)").stdout == "5\n"
 
 
+@pytest.mark.providers("docker", "docker+runsc", "podman")
+def test_oom_in_a_container_session_is_reported_and_the_session_restarts(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    with make_box(memory_limit_mb=128).session() as session:
+        session.execute("x = 5")
+        killed = session.execute("y = ' ' * (512 * 1024 * 1024)")
+        assert killed.ending == "oom"
+        assert killed.memory_exceeded
+        assert killed.sandbox_restarted
+        after = session.execute("print(1)")
+        assert after.state_lost
+        assert after.stdout == "1\n"
+
+
 HOST = """
-import sys, time
+import sys
+sys.path.insert(0, {root!r})
+from tests.conftest import build_provider
 from rewyn_kernel.runtime import create
-box = create(env={{"MARKER": "{marker}"}})
+box = create(provider=build_provider({kind!r}), env={{"MARKER": "{marker}"}})
 session = box.session()
 session.execute("import subprocess; subprocess.Popen(['sleep', '1000'])")
 print("ready", flush=True)
@@ -277,26 +306,40 @@ session.execute("import time; time.sleep(1000)")
 """
 
 
-def test_nothing_survives_the_host_process_being_killed(marker: str) -> None:
+def test_nothing_survives_the_host_process_being_killed(
+    provider: SandboxProvider, request: pytest.FixtureRequest, marker: str
+) -> None:
     import subprocess
     import sys
 
+    kind = request.node.callspec.params["provider"]
+    root = str(Path(__file__).resolve().parent.parent)
     host = subprocess.Popen(
-        [sys.executable, "-c", HOST.format(marker=marker)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOST.format(root=root, kind=kind, marker=marker)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert host.stdout is not None
         assert host.stdout.readline() == "ready\n"
-        time.sleep(0.3)
-        assert processes_with(marker)  # the sandbox is running: the check below can fail
+        if isinstance(provider, ContainerProvider):
+            assert provider.containers(host_pid=host.pid)  # running: the check below can fail
+        else:
+            assert processes_with(marker)
     finally:
         host.kill()
         host.wait()
         if host.stdout is not None:
             host.stdout.close()
-    assert wait_until_gone(marker, timeout=3.0) == []
+    assert wait_until_gone(marker, timeout=5.0) == []
+    if isinstance(provider, ContainerProvider):
+        deadline = time.monotonic() + 10
+        while provider.containers(host_pid=host.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert provider.containers(host_pid=host.pid) == []
 
 
+@pytest.mark.providers("subprocess")
 def test_without_namespaces_a_setsid_daemon_escapes_as_the_notes_say(
     make_box: Callable[..., Sandbox], marker: str
 ) -> None:

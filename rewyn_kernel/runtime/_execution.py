@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import signal as signals
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -71,6 +72,7 @@ class Execution:
     memory_exceeded: bool = False
     state_lost: bool = False
     sandbox_restarted: bool = False
+    cancel: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         limit = self.spec.output_limit_bytes

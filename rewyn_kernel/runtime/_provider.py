@@ -26,6 +26,8 @@ class ExitInfo:
     """Shell convention: the process's own code, or 128 + N when signal N killed it."""
     signal: int | None = None
     oom_killed: bool = False
+    note: str = ""
+    """Anything the provider is unsure of, said in the result's message."""
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,10 @@ class Session:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def provider_name(self) -> str:
+        return self._sandbox.provider.name
+
     def execute(
         self,
         code: str,
@@ -107,6 +111,7 @@ class Session:
         on_stream: StreamCallback | None = None,
         on_output: OutputCallback | None = None,
         on_input: InputCallback | None = None,
+        _cancel: threading.Event | None = None,
     ) -> SandboxResult:
         """Run ``code`` and return its result; never raises for anything the code does.
 
@@ -130,8 +135,11 @@ class Session:
             )
             started = time.monotonic()
             execution.state_lost, self._state_lost = self._state_lost, False
-            worker = self._take(execution)
-            if worker is not None:
+            execution.cancel = _cancel or threading.Event()
+            worker = None if execution.cancel.is_set() else self._take(execution)
+            if execution.cancel.is_set():
+                execution.fail("interrupted", 130, "cancelled before the code started")
+            elif worker is not None:
                 with self._lock:
                     self._current = (execution, worker)
                 try:
@@ -165,6 +173,7 @@ class Session:
         import asyncio
 
         loop = asyncio.get_running_loop()
+        cancel = threading.Event()
         return await run_in_thread(
             lambda: self.execute(
                 code,
@@ -172,8 +181,9 @@ class Session:
                 on_stream=on_loop(loop, on_stream),
                 on_output=on_loop(loop, on_output),
                 on_input=ask_on_loop(loop, on_input),
+                _cancel=cancel,
             ),
-            self._cancel_current,
+            lambda: self._cancel(cancel),
         )
 
     def interrupt(self) -> bool:
@@ -338,6 +348,8 @@ class Session:
         if not worker.send({"t": "exec", "id": execution.id}, payload, timeout=timeout or 60.0):
             self._ended(worker, execution, ChannelEnded())
             return
+        if execution.cancel.is_set():  # cancelled while the frame was on its way
+            worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
         grace_until: float | None = None
         while True:
             limit = grace_until if grace_until is not None else deadline
@@ -405,22 +417,25 @@ class Session:
             self._ending_reason = ""
         elif info.oom_killed:
             limit = self._sandbox.spec.memory_limit_mb
+            note = f" ({info.note})" if info.note else ""
             execution.fail(
                 "oom",
                 info.exit_code,
-                f"the sandbox was killed for exceeding its memory limit of {limit} MiB",
+                f"the sandbox was killed for exceeding its memory limit of {limit} MiB{note}",
             )
         else:
             execution.finish(info.exit_code, "crashed", info.signal)
 
-    def _cancel_current(self) -> None:
-        """The awaiting task was cancelled: interrupt, then kill if the code does not stop."""
+    def _cancel(self, token: threading.Event) -> None:
+        """An awaiting task was cancelled: interrupt its execution (not before it starts: it
+        then never starts), and kill the sandbox if the code does not stop in two seconds."""
         with self._lock:
+            token.set()
             current = self._current
-        if current is None:
+        if current is None or current[0].cancel is not token:
             return
         execution, worker = current
-        self.interrupt()
+        worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
 
         def escalate() -> None:
             with self._lock:

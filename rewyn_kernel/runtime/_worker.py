@@ -170,6 +170,10 @@ class Worker:
         self.namespace = self.module.__dict__
         self.namespace["__builtins__"] = builtins
         self.loop = None
+        self.signal_lock = threading.Lock()
+        self.interrupt_for = None  # id of the execution the host last asked to interrupt
+        self.interrupt_sent = False
+        self.interrupt_requested = False  # SIGINT came before the code started
         self.forking = False  # True while run_forked forks: that child keeps the channel
         self.child = None  # (pid, replies fd) of run_forked's running child
         self.child_replies = None  # in that child: where input() replies arrive
@@ -269,6 +273,7 @@ class Worker:
         def on_sigint(signum, frame):
             if self.in_user_code:
                 raise KeyboardInterrupt
+            self.interrupt_requested = True  # before the code starts: it will not start
 
         signal.signal(signal.SIGINT, on_sigint)
 
@@ -327,11 +332,10 @@ class Worker:
             kind = header.get("t")
             child = self.child
             if kind == "interrupt":
-                if self.executing is not None and self.executing == header.get("id"):
-                    if child is not None:
-                        os.kill(child[0], signal.SIGINT)
-                    else:
-                        signal.pthread_kill(self.main_ident, signal.SIGINT)
+                with self.signal_lock:
+                    self.interrupt_for = header.get("id")
+                    if self.executing is not None and self.executing == self.interrupt_for:
+                        self.deliver_interrupt()
             elif kind == "input_reply":
                 if child is not None:
                     try:
@@ -342,6 +346,36 @@ class Worker:
                     self.replies.put(header)
             else:
                 self.requests.put((header, payload))
+
+    def deliver_interrupt(self):
+        """Raise KeyboardInterrupt in the running code, once (called under signal_lock)."""
+        if self.interrupt_sent:
+            return
+        self.interrupt_sent = True
+        if self.child is not None:
+            os.kill(self.child[0], signal.SIGINT)
+        else:
+            signal.pthread_kill(self.main_ident, signal.SIGINT)
+
+    def begin(self, exec_id, child=None):
+        """Mark ``exec_id`` as running; an interrupt that arrived early is delivered now."""
+        with self.signal_lock:
+            self.child = child
+            self.executing = exec_id
+            self.interrupt_sent = False
+            if self.interrupt_for == exec_id:
+                if child is None:
+                    self.interrupt_requested = True
+                    self.interrupt_sent = True
+                else:
+                    self.deliver_interrupt()
+
+    def end(self):
+        with self.signal_lock:
+            self.executing = None
+            self.child = None
+            self.interrupt_for = None
+            self.interrupt_requested = False
 
     def flush_loop(self):
         while True:
@@ -403,7 +437,7 @@ class Worker:
     def run(self, header, code):
         """Run one execution in this process: state carries over to the next."""
         self.execution_count += 1
-        self.executing = header["id"]
+        self.begin(header["id"])
         oom_before = self.oom_kills()
         self.reset_stdio()
         exit_code, status = self.execute_code(code, self.execution_count)
@@ -411,7 +445,7 @@ class Worker:
             # A fork() of user code fell off the end of the cell: keep its output, then leave.
             self.flush_stdio()
             os._exit(exit_code & 0xFF)
-        self.executing = None
+        self.end()
         self.restore_fds()  # output buffered after user code closed fd 1 or 2 still arrives
         self.finish_output()
         self.done(header["id"], exit_code, status, oom_before)
@@ -459,11 +493,9 @@ class Worker:
         os.close(replies_r)
         for _, write_end in pipes:
             os.close(write_end)
-        self.child = (pid, replies_w)
-        self.executing = header["id"]
+        self.begin(header["id"], child=(pid, replies_w))
         wait_status = self.wait_child(pid)
-        self.executing = None
-        self.child = None
+        self.end()
         os.close(replies_w)
         report = b""
         while True:
@@ -546,6 +578,8 @@ class Worker:
                 body, last = self.compile(code, filename)
                 self.in_user_code = True
                 try:
+                    if self.interrupt_requested:
+                        raise KeyboardInterrupt("interrupted before the code started")
                     self.eval_code(body)
                     value = self.eval_code(last) if last is not None else None
                 finally:

@@ -60,6 +60,7 @@ class ContainerWorker(PopenWorker):
         self._cli = list(cli)
         self._name = name
         self._memory_capped = memory_capped
+        self._gvisor = any(Path(arg).name == "runsc" for arg in argv)
         self._killed = False
 
     def kill(self) -> None:
@@ -104,8 +105,11 @@ class ContainerWorker(PopenWorker):
     def exit_info(self) -> ExitInfo:
         info = super().exit_info()
         # PID 1 of a container ignores every signal sent from inside it, so a SIGKILL that the
-        # host did not send comes from the kernel: under a memory cap, the OOM killer.
-        oom = info.exit_code == 137 and self._memory_capped and not self._killed
+        # host did not send comes from the kernel: under a memory cap, the OOM killer. (gVisor
+        # does let code inside kill its init, so there this stays a plain crash.)
+        oom = (
+            info.exit_code == 137 and self._memory_capped and not self._killed and not self._gvisor
+        )
         return ExitInfo(exit_code=info.exit_code, signal=info.signal, oom_killed=oom)
 
 
@@ -238,9 +242,10 @@ class ContainerProvider:
             memory_capped=spec.memory_limit_mb is not None,
         )
 
-    def containers(self, *, everyone: bool = False) -> list[str]:
-        """Names of rewyn containers (running or not) of this process, or of every process."""
-        label = LABEL if everyone else f"{HOST_PID_LABEL}={os.getpid()}"
+    def containers(self, *, host_pid: int | None = None, everyone: bool = False) -> list[str]:
+        """Names of rewyn containers (running or not) started by this process (or by
+        ``host_pid``, or by anyone)."""
+        label = LABEL if everyone else f"{HOST_PID_LABEL}={host_pid or os.getpid()}"
         done = subprocess.run(
             [*self._cli(), "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
             capture_output=True,
