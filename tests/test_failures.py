@@ -20,8 +20,8 @@ from .conftest import leftover_containers
 # and writes to it directly.
 FORGE = """
 import gc, os
-channel = next(o for o in gc.get_objects() if type(o).__name__ == "Channel")
-os.write(channel.wfd, {frame!r})
+worker = next(o for o in gc.get_objects() if type(o).__name__ == "Worker")
+os.write(worker.channel.wfd, {frame!r})
 import time; time.sleep(5)
 """
 

@@ -4,7 +4,8 @@
 ``rewyn_kernel.runtime.sandbox`` for the whole API.
 """
 
-from rewyn_kernel.runtime import events, sandbox
+from rewyn_kernel.runtime import container, events, sandbox
+from rewyn_kernel.runtime.container import ContainerProvider, ContainerSandbox
 from rewyn_kernel.runtime.events import JsonlRunLog, SandboxEvent
 from rewyn_kernel.runtime.sandbox import (
     Sandbox,
@@ -21,6 +22,8 @@ from rewyn_kernel.runtime.sandbox import (
 )
 
 __all__ = [
+    "ContainerProvider",
+    "ContainerSandbox",
     "JsonlRunLog",
     "Sandbox",
     "SandboxEvent",
@@ -31,6 +34,7 @@ __all__ = [
     "SubprocessProvider",
     "SubprocessSandbox",
     "acreate",
+    "container",
     "create",
     "events",
     "get_default_provider",

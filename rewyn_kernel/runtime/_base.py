@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-import shutil
 import tempfile
 import threading
 import uuid
@@ -13,9 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rewyn_kernel.errors import SandboxClosedError
-from rewyn_kernel.runtime._channel import LiveWorker
+from rewyn_kernel.runtime._core import SandboxCore
 from rewyn_kernel.runtime._execution import OutputCallback, StreamCallback
-from rewyn_kernel.runtime._protocol import MAX_HEADER_BYTES, worker_program
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._session import UNSET, Session
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -25,13 +22,6 @@ if TYPE_CHECKING:
 
     from rewyn_kernel.runtime._provider import SandboxProvider
     from rewyn_kernel.runtime.events import EventListener
-
-
-def _cleanup(sessions: list[Session], workdir: Path | None) -> None:
-    for session in list(sessions):
-        session.close()
-    if workdir is not None:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 class BaseSandbox:
@@ -49,60 +39,56 @@ class BaseSandbox:
         spec: SandboxSpec,
         listeners: Sequence[EventListener] = (),
     ) -> None:
-        self.id = uuid.uuid4().hex[:12]
-        self._provider = provider
-        self._spec = spec
-        self.listeners: tuple[EventListener, ...] = tuple(listeners)
-        owned = None
-        if spec.workdir is None:
-            owned = Path(tempfile.mkdtemp(prefix=f"rewyn-{self.id}-"))
-        workdir = spec.workdir or owned
+        sandbox_id = uuid.uuid4().hex[:12]
+        owned = spec.workdir is None
+        workdir = Path(tempfile.mkdtemp(prefix=f"rewyn-{sandbox_id}-")) if owned else spec.workdir
         assert workdir is not None
-        self._workdir: Path = workdir
-        self.isolation: Isolation = provider.isolation(spec)
-        self._names = itertools.count(1)
+        self._core = SandboxCore(
+            id=sandbox_id,
+            provider=provider,
+            spec=spec,
+            workdir=workdir,
+            owns_workdir=owned,
+            isolation=provider.isolation(spec),
+            listeners=tuple(listeners),
+        )
         self._lock = threading.Lock()
-        self._sessions: list[Session] = []
+        self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self._closed = False
-        self._finalizer = weakref.finalize(self, _cleanup, self._sessions, owned)
-        self._oneshot = self._open(keep_state=False)
+        # Holds only the core: the sandbox itself can be collected, and then this runs.
+        self._finalizer = weakref.finalize(self, self._core.cleanup)
+        self._oneshot = Session(self._core, keep_state=False)
+        self._sessions.add(self._oneshot)
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    @property
+    def isolation(self) -> Isolation:
+        """What the provider actually applies to this sandbox."""
+        return self._core.isolation
+
+    @property
+    def listeners(self) -> tuple[EventListener, ...]:
+        return self._core.listeners
 
     @property
     def spec(self) -> SandboxSpec:
-        return self._spec
+        return self._core.spec
 
     @property
     def provider(self) -> SandboxProvider:
-        return self._provider
+        return self._core.provider
 
     @property
     def workdir(self) -> Path:
         """The scratch directory: the code's working directory and HOME, readable from here."""
-        return self._workdir
+        return self._core.workdir
 
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def launch_worker(self, *, fork_per_exec: bool) -> LiveWorker:
-        """Start one worker for this sandbox (called from Session).
-
-        ``fork_per_exec``: run each execution in a fresh fork of the worker, so nothing
-        survives between executions (the one-shot ``execute``).
-        """
-        name = f"rewyn-{self.id}-{next(self._names)}"
-        process = self._provider.launch(self._spec, self._workdir, name)
-        config = {
-            **self._provider.worker_config(self._spec, self._workdir),
-            "fork_per_exec": fork_per_exec,
-            "max_rich_bytes": MAX_HEADER_BYTES - 4096,
-        }
-        try:
-            return LiveWorker(process, worker_program(config))
-        except BaseException:
-            process.kill()
-            process.close()
-            raise
 
     def execute(
         self,
@@ -136,24 +122,27 @@ class BaseSandbox:
         )
 
     def session(self, *, keep_state: bool = True) -> Session:
-        """Open a session: a live worker on which variables survive between executions."""
-        return self._open(keep_state=keep_state)
+        """Open a session: a live worker on which variables survive between executions.
+
+        The session keeps this sandbox (and its scratch directory) alive while it is in use.
+        """
+        with self._lock:
+            self._check_open()
+            session = Session(self._core, keep_state=keep_state, owner=self)
+            self._sessions.add(session)
+            return session
 
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxClosedError("this sandbox is closed; create a new one")
 
-    def _open(self, *, keep_state: bool) -> Session:
-        with self._lock:
-            self._check_open()
-            session = Session(self, keep_state=keep_state)
-            self._sessions.append(session)
-            return session
-
     def close(self) -> None:
         """Kill every worker of this sandbox and remove its scratch directory. Idempotent."""
         with self._lock:
             self._closed = True
+            sessions = list(self._sessions)
+        for session in sessions:
+            session.close()
         self._finalizer()
 
     async def aclose(self) -> None:
@@ -175,4 +164,4 @@ class BaseSandbox:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<{type(self).__name__} {self.id} {self._provider.name} {state}>"
+        return f"<{type(self).__name__} {self.id} {self.provider.name} {state}>"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,11 @@ from rewyn_kernel.runtime._protocol import (
 )
 from rewyn_kernel.runtime._provider import WorkerProcess
 
+logger = logging.getLogger(__name__)
+
+STASH_LIMIT = 256
+"""Frames kept aside while waiting for a completion or inspection reply; past it, output that
+arrives between executions is dropped (and counted)."""
 INBOX_CAPACITY = 64
 """Frames buffered between the reader thread and the execution; past this the reader waits,
 the pipe fills and the worker blocks: the host never holds more than this many frames."""
@@ -33,7 +40,7 @@ class ChannelEnded:
     error: ProtocolError | None = None
 
 
-Item = tuple[WorkerFrame, bytes] | ChannelEnded
+Item = tuple[WorkerFrame, bytes, int] | ChannelEnded
 
 
 class Inbox:
@@ -78,8 +85,14 @@ class Inbox:
 class LiveWorker:
     """A launched worker: sends it the program, reads its frames and its diagnostic stderr."""
 
-    def __init__(self, process: WorkerProcess, program: bytes) -> None:
+    def __init__(
+        self,
+        process: WorkerProcess,
+        program: bytes,
+        on_kill: Callable[[LiveWorker], None] | None = None,
+    ) -> None:
         self.process = process
+        self._on_kill = on_kill
         self.inbox = Inbox()
         self.ready: ReadyFrame | None = None
         self.ended = False
@@ -89,6 +102,7 @@ class LiveWorker:
         self._diag_size = 0
         self._diag_done = threading.Event()
         self._stash: deque[Item] = deque()
+        self.dropped_between = 0
         os.set_blocking(process.stdin, False)
         self._reader = threading.Thread(target=self._read_frames, daemon=True, name="rewyn-frames")
         self._diag_reader = threading.Thread(target=self._read_diag, daemon=True, name="rewyn-diag")
@@ -116,8 +130,8 @@ class LiveWorker:
                 self.inbox.put(item)
         except ProtocolError as exc:
             end = ChannelEnded(exc)
-        except OSError as exc:
-            end = ChannelEnded(ProtocolError(f"reading the sandbox's channel failed: {exc}"))
+        except Exception as exc:  # whatever the sandbox sends, this thread must not just die
+            end = ChannelEnded(ProtocolError(f"reading the sandbox's channel failed: {exc!r}"))
         self.ended = True
         self._ready_event.set()
         self.inbox.put(end)
@@ -187,28 +201,34 @@ class LiveWorker:
         if not self.send(header, timeout=timeout):
             return None
         deadline = time.monotonic() + timeout
-        seen: list[Item] = []
-        try:
-            while (remaining := deadline - time.monotonic()) > 0:
-                item = self.inbox.get(remaining)
-                if item is None:
-                    return None
-                if not isinstance(item, ChannelEnded):
-                    frame = item[0]
-                    if frame.t == reply_type and getattr(frame, "id", None) == header.get("id"):
-                        return frame
-                seen.append(item)
-                if isinstance(item, ChannelEnded):
-                    return None
-            return None
-        finally:
-            self._stash.extend(seen)
+        while (remaining := deadline - time.monotonic()) > 0:
+            item = self.inbox.get(remaining)
+            if item is None:
+                return None
+            if isinstance(item, ChannelEnded):
+                self._stash.append(item)
+                return None
+            frame = item[0]
+            if frame.t == reply_type and getattr(frame, "id", None) == header.get("id"):
+                return frame
+            if len(self._stash) < STASH_LIMIT:
+                self._stash.append(item)
+            else:
+                self.dropped_between += 1
+        return None
 
     def kill(self) -> None:
         """Kill everything the worker started, reap it and release the channel."""
         self.process.kill()
+        if self._on_kill is not None:
+            self._on_kill(self)
         self.inbox.discard()
         self._reader.join(5)
         self._diag_reader.join(5)
+        if self._reader.is_alive() or self._diag_reader.is_alive():
+            # Something outside the kill still holds the pipes. Closing them now could hand
+            # their numbers to a new sandbox while these threads still read: keep them open.
+            logger.warning("sandbox pipes still open after the kill; leaving them to the reader")
+            return
         with contextlib.suppress(OSError):
             self.process.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
+import logging
 import signal as signals
 import threading
 import uuid
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from rewyn_kernel.runtime._capture import StreamCapture, excerpt
-from rewyn_kernel.runtime._protocol import DisplayFrame, ErrorFrame, ResultFrame
+from rewyn_kernel.runtime._protocol import DisplayFrame, ErrorFrame, ResultFrame, scrub
 from rewyn_kernel.runtime._result import (
     EXIT_TIMEOUT,
     Ending,
@@ -24,6 +24,8 @@ from rewyn_kernel.runtime._result import (
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import OutputSummary, SandboxEvent
 
+logger = logging.getLogger(__name__)
+
 StreamCallback = Callable[[str, str], None]
 """Called with (stream name, text) as output arrives: "stdout" or "stderr"."""
 OutputCallback = Callable[[RichOutput], None]
@@ -32,7 +34,8 @@ InputCallback = Callable[[str, bool], str]
 """Called with (prompt, password) when the code calls input(); returns the line typed."""
 
 MAX_OUTPUTS = 1000
-MAX_OUTPUT_CHARS = 64 * 1024 * 1024
+MAX_RICH_BYTES = 32 * 1024 * 1024
+"""Rich output kept per execution, counted as the JSON the sandbox sent (metadata included)."""
 EVENT_EXCERPT_CHARS = 8 * 1024
 EVENT_CODE_CHARS = 256 * 1024
 
@@ -64,7 +67,7 @@ class Execution:
     error: ErrorInfo | None = None
     outputs: list[RichOutput] = field(default_factory=list)
     dropped_outputs: int = 0
-    output_chars: int = 0
+    rich_bytes: int = 0
     exit_code: int = 0
     ending: Ending = "completed"
     message: str = ""
@@ -73,6 +76,7 @@ class Execution:
     state_lost: bool = False
     sandbox_restarted: bool = False
     cancel: threading.Event = field(default_factory=threading.Event)
+    worker_lost: bool = False
 
     def __post_init__(self) -> None:
         limit = self.spec.output_limit_bytes
@@ -86,16 +90,13 @@ class Execution:
     def on_stream(self, name: str, data: bytes) -> None:
         text = self.streams[name].feed(data)
         if text and self.callbacks.on_stream:
-            self.callbacks.on_stream(name, text)
+            _call(self.callbacks.on_stream, name, text)
 
-    def on_rich(self, frame: DisplayFrame | ResultFrame) -> None:
-        size = sum(
-            len(v) if isinstance(v, str) else len(json.dumps(v)) for v in frame.data.values()
-        )
-        if len(self.outputs) >= MAX_OUTPUTS or self.output_chars + size > MAX_OUTPUT_CHARS:
+    def on_rich(self, frame: DisplayFrame | ResultFrame, size: int) -> None:
+        if len(self.outputs) >= MAX_OUTPUTS or self.rich_bytes + size > MAX_RICH_BYTES:
             self.dropped_outputs += 1
             return
-        self.output_chars += size
+        self.rich_bytes += size
         if isinstance(frame, ResultFrame):
             output = RichOutput(
                 output_type="execute_result",
@@ -109,7 +110,7 @@ class Execution:
             )
         self.outputs.append(output)
         if self.callbacks.on_output:
-            self.callbacks.on_output(output)
+            _call(self.callbacks.on_output, output)
 
     def on_error(self, frame: ErrorFrame) -> None:
         self.error = ErrorInfo(
@@ -123,9 +124,18 @@ class Execution:
     # -- how it ended ----------------------------------------------------------------------
 
     def finish(
-        self, exit_code: int, status: str, signal: int | None = None, oom: bool = False
+        self,
+        exit_code: int,
+        status: str,
+        signal: int | None = None,
+        oom: bool = False,
+        detail: str = "",
     ) -> None:
         self.exit_code = exit_code
+        if status == "protocol_error":
+            what = detail or "the code's process sent something that is not a frame"
+            self.fail("protocol_error", exit_code, f"{what}; that process was killed")
+            return
         if oom:
             self.memory_exceeded = True
         if oom and status == "crashed":
@@ -169,15 +179,15 @@ class Execution:
         for name, capture in self.streams.items():
             text = capture.finish()
             if text and self.callbacks.on_stream:
-                self.callbacks.on_stream(name, text)
+                _call(self.callbacks.on_stream, name, text)
         if self.dropped_outputs:
             extra = (
                 f"[rewyn: {self.dropped_outputs} rich outputs dropped, over the limit of "
-                f"{MAX_OUTPUTS} outputs or {MAX_OUTPUT_CHARS:,} characters per execution]\n"
+                f"{MAX_OUTPUTS} outputs or {MAX_RICH_BYTES:,} bytes per execution]\n"
             )
             self.streams["stderr"].append(extra)
             if self.callbacks.on_stream:
-                self.callbacks.on_stream("stderr", extra)
+                _call(self.callbacks.on_stream, "stderr", extra)
         message = self.message
         if self.state_lost:
             lost = "the previous sandbox was lost, so this ran in a fresh one without earlier state"
@@ -229,7 +239,7 @@ class Execution:
             provider=result.provider,
             isolation=result.isolation,
             spec=self.spec.summary(),
-            code=excerpt(self.code, EVENT_CODE_CHARS),
+            code=scrub(excerpt(self.code, EVENT_CODE_CHARS)),
             code_hash=result.code_hash,
             code_bytes=code_bytes,
             code_truncated=len(self.code) > EVENT_CODE_CHARS,
@@ -251,6 +261,14 @@ class Execution:
             error=error,
             outputs=tuple(_summarise(output) for output in result.outputs),
         )
+
+
+def _call(callback: Callable[..., object], *args: object) -> None:
+    """Run a caller's callback; one that raises is logged, and the execution goes on."""
+    try:
+        callback(*args)
+    except Exception:
+        logger.exception("an output callback failed; the execution goes on without it")
 
 
 def _summarise(output: RichOutput) -> OutputSummary:

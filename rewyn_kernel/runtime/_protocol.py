@@ -25,6 +25,9 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 """Largest JSON header accepted: rich outputs (an inline PNG) travel in headers."""
 MAX_PAYLOAD_BYTES = 1024 * 1024
 """Largest raw payload accepted; the worker sends output in chunks of 64 KiB."""
+MAX_JSON_CONTAINERS = 100_000
+"""Most objects and arrays one header may hold: parsed JSON can take many times its size in
+memory, and nesting can exhaust the parser's recursion."""
 
 BOOTSTRAP = (
     "import sys,struct;b=sys.stdin.buffer;n,=struct.unpack('>I',b.read(4));"
@@ -70,7 +73,7 @@ class ResultFrame(_Frame):
 
 class ErrorFrame(_Frame):
     t: Literal["error"]
-    ename: Annotated[str, Field(max_length=1024)]
+    ename: Annotated[str, Field(max_length=4096)]
     evalue: str
     traceback: list[str]
 
@@ -79,15 +82,17 @@ class DoneFrame(_Frame):
     t: Literal["done"]
     id: str
     exit_code: int
-    status: Literal["ok", "error", "exit", "interrupted", "crashed"]
+    status: Literal["ok", "error", "exit", "interrupted", "crashed", "protocol_error"]
     signal: int | None = None
     oom: bool = False
+    detail: Annotated[str, Field(max_length=4096)] = ""
 
 
 class InputRequestFrame(_Frame):
     t: Literal["input_request"]
     prompt: str
     password: bool
+    id: int | None = None
 
 
 class CompleteReplyFrame(_Frame):
@@ -120,6 +125,10 @@ WorkerFrame = Annotated[
 _FRAME_ADAPTER: TypeAdapter[WorkerFrame] = TypeAdapter(WorkerFrame)
 
 
+class TruncatedFrameError(ProtocolError):
+    """The channel ended in the middle of a frame (usually: the sandbox process died)."""
+
+
 def scrub(value: Any) -> Any:
     """Return JSON data with every unpaired surrogate replaced by U+FFFD."""
     if isinstance(value, str):
@@ -143,12 +152,18 @@ def encode_frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
 
 def decode_header(body: bytes) -> WorkerFrame:
     """Validate one frame header from the worker, or raise ProtocolError."""
+    if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+        raise ProtocolError(
+            f"the sandbox sent a frame with more than {MAX_JSON_CONTAINERS} JSON objects"
+        )
     try:
         raw = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge ints
         raise ProtocolError(f"the sandbox sent a frame that is not JSON ({exc})") from exc
     try:
         return _FRAME_ADAPTER.validate_python(scrub(raw))
+    except RecursionError as exc:
+        raise ProtocolError("the sandbox sent a frame nested too deeply") from exc
     except ValidationError as exc:
         summary = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<frame>'}: {err['msg']}"
@@ -165,15 +180,16 @@ def read_exact(fd: int, size: int) -> bytes | None:
         chunk = os.read(fd, min(remaining, 1 << 20))
         if not chunk:
             if parts:
-                raise ProtocolError("the sandbox's channel ended in the middle of a frame")
+                raise TruncatedFrameError("the sandbox's channel ended in the middle of a frame")
             return None
         parts.append(chunk)
         remaining -= len(chunk)
     return b"".join(parts)
 
 
-def read_frame(fd: int) -> tuple[WorkerFrame, bytes] | None:
-    """Read and validate one frame; None when the channel has ended cleanly."""
+def read_frame(fd: int) -> tuple[WorkerFrame, bytes, int] | None:
+    """Read and validate one frame: (frame, payload, header size in bytes); None when the
+    channel has ended cleanly."""
     head = read_exact(fd, HEADER.size)
     if head is None:
         return None
@@ -185,16 +201,16 @@ def read_frame(fd: int) -> tuple[WorkerFrame, bytes] | None:
         )
     body = read_exact(fd, header_len) if header_len else b""
     if body is None:
-        raise ProtocolError("the sandbox's channel ended in the middle of a frame")
+        raise TruncatedFrameError("the sandbox's channel ended in the middle of a frame")
     frame = decode_header(body)
     payload = b""
     if payload_len:
         payload = read_exact(fd, payload_len) or b""
         if len(payload) != payload_len:
-            raise ProtocolError("the sandbox's channel ended in the middle of a frame")
+            raise TruncatedFrameError("the sandbox's channel ended in the middle of a frame")
     if payload and not isinstance(frame, OutFrame):
         raise ProtocolError(f"the sandbox sent a payload with a {frame.t!r} frame")
-    return frame, payload
+    return frame, payload, header_len
 
 
 @cache

@@ -36,6 +36,7 @@ from rewyn_kernel.runtime._protocol import (
     OutFrame,
     ReadyFrame,
     ResultFrame,
+    TruncatedFrameError,
 )
 from rewyn_kernel.runtime._provider import ExitInfo
 from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo, SandboxResult
@@ -43,7 +44,7 @@ from rewyn_kernel.runtime._sync import ask_on_loop, on_loop, run_in_thread
 from rewyn_kernel.runtime.events import emit
 
 if TYPE_CHECKING:
-    from rewyn_kernel.runtime._base import BaseSandbox
+    from rewyn_kernel.runtime._core import SandboxCore
 
 GRACE_SECONDS = 0.5
 """After a timeout the code gets an interrupt and this long to report where it was stuck."""
@@ -72,10 +73,11 @@ class Session:
     survive between executions. Use it as a context manager, or call ``close()``.
     """
 
-    def __init__(self, sandbox: BaseSandbox, *, keep_state: bool = True) -> None:
+    def __init__(self, core: SandboxCore, *, keep_state: bool = True, owner: object = None) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.keep_state = keep_state
-        self._sandbox = sandbox
+        self._core = core
+        self._owner = owner  # keeps a user's sandbox alive as long as its session
         self._exec_lock = threading.Lock()
         self._lock = threading.Lock()
         self._next: LiveWorker | _StartFailure | None = None
@@ -101,7 +103,7 @@ class Session:
 
     @property
     def provider_name(self) -> str:
-        return self._sandbox.provider.name
+        return self._core.provider.name
 
     def execute(
         self,
@@ -126,7 +128,7 @@ class Session:
             if self._closed:
                 raise SandboxClosedError("this session is closed; open a new one with session()")
             self._count += 1
-            spec = self._sandbox.spec
+            spec = self._core.spec
             execution = Execution(
                 code=code,
                 spec=spec,
@@ -136,24 +138,46 @@ class Session:
             started = time.monotonic()
             execution.state_lost, self._state_lost = self._state_lost, False
             execution.cancel = _cancel or threading.Event()
+            self._ending_reason = ""
+            raised: BaseException | None = None
             worker = None if execution.cancel.is_set() else self._take(execution)
             if execution.cancel.is_set():
                 execution.fail("interrupted", 130, "cancelled before the code started")
             elif worker is not None:
+                if worker.dropped_between:
+                    execution.note(
+                        f"[rewyn: {worker.dropped_between} frames of output written between "
+                        "executions were dropped]\n"
+                    )
+                    worker.dropped_between = 0
                 with self._lock:
                     self._current = (execution, worker)
                 try:
                     self._drive(worker, execution, spec.timeout if timeout is UNSET else timeout)
+                except BaseException as exc:
+                    # The host stopped waiting (a KeyboardInterrupt in this thread, say):
+                    # nothing may go on running unseen, and the execution still gets its event.
+                    raised = exc
+                    worker.kill()
+                    execution.worker_lost = True
+                    execution.fail(
+                        "crashed",
+                        EXIT_KILLED,
+                        f"the host stopped the execution ({type(exc).__name__}); "
+                        "the sandbox was killed",
+                    )
                 finally:
                     with self._lock:
                         self._current = None
                 self._after(worker, execution)
             result = execution.result(
                 (time.monotonic() - started) * 1000,
-                self._sandbox.provider.name,
-                self._sandbox.isolation,
+                self._core.provider.name,
+                self._core.isolation,
             )
-        emit(execution.event(result, self._sandbox.id, self.id), self._sandbox.listeners)
+        emit(execution.event(result, self._core.id, self.id), self._core.listeners)
+        if raised is not None:
+            raise raised
         return result
 
     async def aexecute(
@@ -262,7 +286,7 @@ class Session:
 
     def _launch(self) -> LiveWorker | _StartFailure:
         try:
-            return self._sandbox.launch_worker(fork_per_exec=not self.keep_state)
+            return self._core.launch_worker(fork_per_exec=not self.keep_state)
         except Exception as exc:
             return _StartFailure(
                 f"the sandbox did not start: the provider failed to launch it: {exc}"
@@ -309,7 +333,7 @@ class Session:
             self._next = None
             execution.fail("start_failed", worker.exit_code, worker.message)
             return None
-        if worker.wait_ready(self._sandbox.spec.startup_timeout):
+        if worker.wait_ready(self._core.spec.startup_timeout):
             self.ready = worker.ready
             self._used = True
             return worker
@@ -322,7 +346,7 @@ class Session:
         else:
             worker.kill()
             info = ExitInfo(exit_code=EXIT_KILLED, signal=signal.SIGKILL)
-            why = f"it was not ready within {self._sandbox.spec.startup_timeout:g} s"
+            why = f"it was not ready within {self._core.spec.startup_timeout:g} s"
         diagnostics = worker.diagnostics(wait=1.0)
         if diagnostics:
             execution.note(diagnostics)
@@ -332,7 +356,7 @@ class Session:
     def _after(self, worker: LiveWorker, execution: Execution) -> None:
         """Keep, retire or replace the worker once an execution is over."""
         # A crash reported in a done frame was a forked child's; the worker itself lives on.
-        dead = worker.ended or execution.ending in ("timeout", "protocol_error")
+        dead = worker.ended or execution.worker_lost or execution.ending == "timeout"
         if dead:
             worker.kill()
             execution.sandbox_restarted = True
@@ -365,11 +389,11 @@ class Session:
                     self._ended(worker, execution, item)
                     return
                 break
-            frame, data = item
+            frame, data, size = item
             if isinstance(frame, OutFrame):
                 execution.on_stream(frame.s, data)
             elif isinstance(frame, DisplayFrame | ResultFrame):
-                execution.on_rich(frame)
+                execution.on_rich(frame, size)
             elif isinstance(frame, ErrorFrame):
                 execution.on_error(frame)
             elif isinstance(frame, InputRequestFrame):
@@ -379,7 +403,9 @@ class Session:
                     deadline += time.monotonic() - asked  # a person typing is not the code running
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:
                 if grace_until is None:
-                    execution.finish(frame.exit_code, frame.status, frame.signal, frame.oom)
+                    execution.finish(
+                        frame.exit_code, frame.status, frame.signal, frame.oom, frame.detail
+                    )
                     return
                 break
         assert timeout is not None
@@ -392,22 +418,30 @@ class Session:
     @staticmethod
     def _answer(execution: Execution, frame: InputRequestFrame) -> dict[str, Any]:
         ask = execution.callbacks.on_input
+        reply: dict[str, Any] = {"t": "input_reply", "id": frame.id}
         if ask is None:
-            return {"t": "input_reply", "error": "input() is not available in this sandbox"}
+            return {**reply, "error": "input() is not available in this sandbox"}
         try:
-            return {"t": "input_reply", "value": str(ask(frame.prompt, frame.password))}
+            return {**reply, "value": str(ask(frame.prompt, frame.password))}
         except Exception as exc:
-            return {"t": "input_reply", "error": f"input() failed: {exc}"}
+            return {**reply, "error": f"input() failed: {exc}"}
 
     def _ended(self, worker: LiveWorker, execution: Execution, end: ChannelEnded) -> None:
         """The channel ended mid-execution: say why, as precisely as the provider can."""
-        if end.error is not None:
+        execution.worker_lost = True
+        if end.error is not None and not isinstance(end.error, TruncatedFrameError):
             worker.kill()
             execution.fail("protocol_error", EXIT_KILLED, f"{end.error}; the sandbox was killed")
             return
-        if worker.process.wait(DEATH_WAIT_SECONDS) is None:
-            worker.kill()  # it closed its channel but lives on: it cannot be trusted further
+        # The channel ended (perhaps mid-frame): a sandbox that died says why by its exit.
+        exited = worker.process.wait(DEATH_WAIT_SECONDS) is not None
         worker.kill()
+        if not exited:
+            what = end.error or "the sandbox closed its channel"
+            execution.fail(
+                "protocol_error", EXIT_KILLED, f"{what} but kept running; the sandbox was killed"
+            )
+            return
         info = worker.process.exit_info()
         diagnostics = worker.diagnostics(wait=1.0)
         if diagnostics:
@@ -416,7 +450,7 @@ class Session:
             execution.fail("crashed", info.exit_code, self._ending_reason)
             self._ending_reason = ""
         elif info.oom_killed:
-            limit = self._sandbox.spec.memory_limit_mb
+            limit = self._core.spec.memory_limit_mb
             note = f" ({info.note})" if info.note else ""
             execution.fail(
                 "oom",

@@ -34,9 +34,11 @@ CHUNK = 65536
 WORKER_FILE = "<rewyn-worker>"
 CO_COROUTINE = 0x80
 TEXT_LIMIT = 1 << 20  # a single repr or docstring the worker bothers to send
-TRACEBACK_LINE_LIMIT = 8192
-TRACEBACK_LINES = 400
+ERROR_TEXT_LIMIT = 65536
+TRACEBACK_LINE_LIMIT = 4096
+TRACEBACK_LINES = 200
 FLUSH_INTERVAL = 0.05
+MAX_JSON_CONTAINERS = 100000  # the host's limit per frame (_protocol.MAX_JSON_CONTAINERS)
 
 REPR_METHODS = (
     ("text/html", "_repr_html_"),
@@ -157,6 +159,72 @@ class Pump(threading.Thread):
                 self.synced.set()
 
 
+RELAYED = ("out", "display", "result", "error", "input_request")
+
+
+class Relay(threading.Thread):
+    """Forwards a forked child's frames to the channel, whole and of allowed kinds only.
+
+    The child runs user code, so its pipe carries whatever that code writes to it. Anything
+    but a well-formed frame of a kind in RELAYED (or the child's one closing ``status``) kills
+    the child's process group and is reported; a frame cut short by the child's death is
+    dropped. The pipe is read to its end either way, so the child never blocks on it.
+    """
+
+    def __init__(self, channel, fd, child, config):
+        threading.Thread.__init__(self, name="rewyn-relay", daemon=True)
+        self.channel = channel
+        self.fd = fd
+        self.child = child
+        self.max_header = config.get("max_header_bytes") or (16 << 20)
+        self.max_payload = config.get("max_payload_bytes") or (1 << 20)
+        self.status = None
+        self.error = None
+
+    def run(self):
+        try:
+            self.relay()
+        except Exception as exc:
+            self.fail("the code's process broke its frame pipe (%s)" % type(exc).__name__)
+        while True:  # drain, so that nothing blocks writing to the pipe
+            try:
+                if not os.read(self.fd, CHUNK):
+                    return
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+
+    def fail(self, message):
+        if self.error is None:
+            self.error = message
+        try:
+            os.killpg(self.child, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def relay(self):
+        while True:
+            head = _read_exact(self.fd, HEADER.size)
+            if head is None:
+                return
+            body_len, payload_len = HEADER.unpack(head)
+            if body_len > self.max_header or payload_len > self.max_payload:
+                return self.fail("the code's process sent an oversized frame")
+            body = _read_exact(self.fd, body_len)
+            payload = _read_exact(self.fd, payload_len) if payload_len else b""
+            if body is None or payload is None:
+                return  # cut short by the child's death: dropped
+            header = json.loads(body.decode("utf-8"))
+            kind = header.get("t") if isinstance(header, dict) else None
+            if kind == "status" and self.status is None:
+                self.status = (int(header["exit_code"]), str(header["status"]))
+            elif kind in RELAYED and (payload_len == 0 or kind == "out"):
+                self.channel.send(header, payload, body=body)
+            else:
+                return self.fail("the code's process sent a frame it may not send (%r)" % kind)
+
+
 class Worker:
     def __init__(self, config):
         self.config = config
@@ -177,6 +245,10 @@ class Worker:
         self.forking = False  # True while run_forked forks: that child keeps the channel
         self.child = None  # (pid, replies fd) of run_forked's running child
         self.child_replies = None  # in that child: where input() replies arrive
+        self.exec_child = None  # in that child: its pid (a fork of user code has another)
+        self.ask_count = 0
+        self.reply_buffer = b""
+        self.diag = None
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -195,6 +267,7 @@ class Worker:
             if self.forking:
                 self.channel.owner = os.getpid()
                 return
+            # A fork made by user code: it must never speak for the worker.
             self.channel.owner = -1
             try:
                 import faulthandler
@@ -202,11 +275,12 @@ class Worker:
                 faulthandler.disable()
             except Exception:
                 pass
-            for fd in (chan_in, chan_out, self.diag):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            for fd in (self.channel.rfd, self.channel.wfd, self.diag, self.child_replies):
+                if fd is not None:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
 
         os.register_at_fork(after_in_child=in_child)
 
@@ -425,11 +499,13 @@ class Worker:
                 continue
         return None
 
-    def done(self, exec_id, exit_code, status, oom_before, signal_number=None):
+    def done(self, exec_id, exit_code, status, oom_before, signal_number=None, detail=None):
         after = self.oom_kills()
         frame = {"t": "done", "id": exec_id, "exit_code": exit_code, "status": status}
         if signal_number is not None:
             frame["signal"] = signal_number
+        if detail:
+            frame["detail"] = detail[:1000]
         if oom_before is not None and after is not None and after > oom_before:
             frame["oom"] = True
         self.channel.send(frame)
@@ -454,12 +530,15 @@ class Worker:
         """Run one execution in a forked child, so nothing of it survives.
 
         This process never runs user code: each execution starts from the same clean state at
-        the cost of a fork, not an interpreter start. Afterwards every other process of the
-        execution is killed (all of the PID namespace when this is its first process).
+        the cost of a fork, not an interpreter start. The child speaks only through a pipe of
+        its own, which this process relays frame by frame (whole frames of the kinds user code
+        may send: never ``done``), and only this process reports the end. Afterwards every
+        other process of the execution is killed (all of the PID namespace when this is its
+        first process).
         """
         self.execution_count += 1
         oom_before = self.oom_kills()
-        status_r, status_w = os.pipe()
+        frames_r, frames_w = os.pipe()
         replies_r, replies_w = os.pipe()
         # The child's output pipes are made here so that this process can still read what a
         # child that crashed wrote but never relayed (a faulthandler dump, say).
@@ -468,56 +547,76 @@ class Worker:
         with self.channel.lock:  # no thread of ours holds it across the fork
             pid = os.fork()
         if pid == 0:
-            self.forking = False
-            os.close(status_r)
-            os.close(replies_w)
-            self.child_replies = replies_r
-            os.setpgid(0, 0)
-            threading.stack_size(256 * 1024)
-            self.setup_output(pipes)
-            self.pump.start()
-            threading.Thread(target=self.flush_loop, daemon=True).start()
-            threading.stack_size(0)
-            import faulthandler
-
-            faulthandler.enable(file=2)  # a crash dump of the code is its stderr here
-            self.executing = header["id"]
-            exit_code, status = self.execute_code(code, self.execution_count)
-            self.executing = None
-            self.restore_fds()
-            self.finish_output()
-            _write_all(status_w, json.dumps([exit_code, status]).encode())
-            os._exit(0)
+            self.child_main(header, code, frames_w, replies_r, pipes, [frames_r, replies_w])
         self.forking = False
-        os.close(status_w)
-        os.close(replies_r)
-        for _, write_end in pipes:
-            os.close(write_end)
+        for fd in (frames_w, replies_r, pipes[0][1], pipes[1][1]):
+            os.close(fd)
+        relay = Relay(self.channel, frames_r, pid, self.config)
+        relay.start()
         self.begin(header["id"], child=(pid, replies_w))
         wait_status = self.wait_child(pid)
         self.end()
         os.close(replies_w)
-        report = b""
-        while True:
-            chunk = os.read(status_r, 4096)
-            if not chunk:
-                break
-            report += chunk
-        os.close(status_r)
         self.kill_leftovers(pid)
+        relay.join()  # every writer of the frame pipe is dead now: it ends
+        os.close(frames_r)
         for (read_end, _), name in zip(pipes, ("stdout", "stderr")):
             self.relay_rest(read_end, name)
             os.close(read_end)
-        sig = None
-        if report:
-            exit_code, status = json.loads(report.decode())
+        sig, detail = None, None
+        if relay.error is not None:
+            exit_code, status, detail = 128 + signal.SIGKILL, "protocol_error", relay.error
+        elif relay.status is not None:
+            exit_code, status = relay.status
         elif os.WIFSIGNALED(wait_status):
             sig = os.WTERMSIG(wait_status)
             exit_code, status = 128 + sig, "crashed"
         else:
             exit_code, status = os.waitstatus_to_exitcode(wait_status), "crashed"
         self.finish_output()
-        self.done(header["id"], exit_code, status, oom_before, sig)
+        self.done(header["id"], exit_code, status, oom_before, sig, detail)
+
+    def child_main(self, header, code, frames_w, replies_r, pipes, parent_fds):
+        """The forked child of run_forked: run the code, report, exit. Never returns."""
+        self.forking = False
+        self.exec_child = os.getpid()
+        for fd in parent_fds + [self.channel.rfd, self.channel.wfd, self.diag]:
+            os.close(fd)
+        self.diag = None
+        self.channel = Channel(None, frames_w)
+        self.child_replies = replies_r
+        os.setpgid(0, 0)  # so that what it leaves running can be killed as a group
+        if os.getppid() != 1:
+            self.die_with_parent()
+        threading.stack_size(256 * 1024)
+        self.setup_output(pipes)
+        self.pump.start()
+        threading.Thread(target=self.flush_loop, daemon=True).start()
+        threading.stack_size(0)
+        import faulthandler
+
+        faulthandler.enable(file=2)  # a crash dump of the code is its stderr here
+        self.executing = header["id"]
+        exit_code, status = self.execute_code(code, self.execution_count)
+        if os.getpid() != self.exec_child:
+            # A fork() of user code fell off the end of the cell: keep its output, then leave.
+            self.flush_stdio()
+            os._exit(exit_code & 0xFF)
+        self.executing = None
+        self.restore_fds()
+        self.finish_output()
+        self.channel.send({"t": "status", "exit_code": exit_code, "status": status})
+        os._exit(0)
+
+    @staticmethod
+    def die_with_parent():
+        """Without a PID namespace: make the kernel kill this child when the worker dies."""
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except Exception:
+            pass
 
     def relay_rest(self, fd, name):
         """Send what is left in a dead child's output pipe (at most 4 MiB of it)."""
@@ -666,12 +765,11 @@ class Worker:
             lines = lines[:half] + ["... %d lines omitted ...\n" % dropped] + lines[-half:]
         lines = [line[:TRACEBACK_LINE_LIMIT] for line in lines]
         try:
-            value = str(exc)[:TEXT_LIMIT]
+            value = str(exc)[:ERROR_TEXT_LIMIT]
         except Exception:
             value = "<str() of the exception failed>"
-        self.channel.send(
-            {"t": "error", "ename": type(exc).__name__, "evalue": value, "traceback": lines}
-        )
+        name = type(exc).__name__[:200]
+        self.channel.send({"t": "error", "ename": name, "evalue": value, "traceback": lines})
 
     # -- rich output --------------------------------------------------------------------------
 
@@ -733,7 +831,9 @@ class Worker:
             if not isinstance(header["data"], dict) or not isinstance(header["metadata"], dict):
                 raise TypeError("MIME bundle and metadata must be dicts")
             body = json.dumps(header, ensure_ascii=True, default=repr).encode("ascii")
-        except (TypeError, ValueError) as exc:
+            if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+                raise ValueError("more than %d JSON objects and arrays" % MAX_JSON_CONTAINERS)
+        except (TypeError, ValueError, RecursionError) as exc:
             note = "[rewyn: this output could not be encoded: %s]" % exc
             header = dict(header, data={"text/plain": note}, metadata={})
             body = None
@@ -755,20 +855,28 @@ class Worker:
 
     def ask(self, prompt, password):
         self.finish_output()
-        self.channel.send({"t": "input_request", "prompt": prompt, "password": password})
-        if self.child_replies is not None:
-            line = b""
-            while not line.endswith(b"\n"):
-                chunk = os.read(self.child_replies, 65536)
-                if not chunk:
-                    raise EOFError("input() is not available: the sandbox closed the reply pipe")
-                line += chunk
-            reply = json.loads(line.decode())
-        else:
-            reply = self.replies.get()
+        self.ask_count += 1
+        ask_id = self.ask_count
+        self.channel.send(
+            {"t": "input_request", "prompt": prompt[:65536], "password": password, "id": ask_id}
+        )
+        reply = self.next_reply()
+        while reply.get("id") != ask_id:  # the answer to an input() that was interrupted
+            reply = self.next_reply()
         if reply.get("error"):
             raise EOFError(reply["error"])
         return reply.get("value", "")
+
+    def next_reply(self):
+        if self.child_replies is None:
+            return self.replies.get()
+        while b"\n" not in self.reply_buffer:
+            chunk = os.read(self.child_replies, 65536)
+            if not chunk:
+                raise EOFError("input() is not available: the reply pipe is closed")
+            self.reply_buffer += chunk
+        line, _, self.reply_buffer = self.reply_buffer.partition(b"\n")
+        return json.loads(line.decode())
 
     # -- introspection -----------------------------------------------------------------------
 

@@ -136,7 +136,8 @@ class JsonlRunLog:
         self._lock = threading.Lock()
 
     def __call__(self, event: SandboxEvent) -> None:
-        line = (json.dumps(event.model_dump(mode="json"), ensure_ascii=False) + "\n").encode()
+        # ASCII escapes: a lone surrogate in the code or its output must not lose the event.
+        line = (json.dumps(event.model_dump(mode="json"), ensure_ascii=True) + "\n").encode()
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:

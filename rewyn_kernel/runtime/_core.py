@@ -1,0 +1,107 @@
+"""SandboxCore: what sessions need of a sandbox, without a reference back to it.
+
+Sessions hold the core, not the sandbox, so a sandbox nobody references any more is collected
+(``create().execute(...)`` with no ``close()``) and its finalizer, which holds only the core,
+kills what is still running and removes the scratch directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import stat
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rewyn_kernel.runtime._channel import LiveWorker
+from rewyn_kernel.runtime._protocol import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, worker_program
+from rewyn_kernel.runtime._result import Isolation
+from rewyn_kernel.runtime._spec import SandboxSpec
+
+if TYPE_CHECKING:
+    from rewyn_kernel.runtime._provider import SandboxProvider
+    from rewyn_kernel.runtime.events import EventListener
+
+
+@dataclass(eq=False)
+class SandboxCore:
+    id: str
+    provider: SandboxProvider
+    spec: SandboxSpec
+    workdir: Path
+    owns_workdir: bool
+    isolation: Isolation
+    listeners: tuple[EventListener, ...]
+    _live: set[LiveWorker] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _cleaned: bool = False
+
+    def launch_worker(self, *, fork_per_exec: bool) -> LiveWorker:
+        """Start one worker for this sandbox (called from Session).
+
+        ``fork_per_exec``: run each execution in a fresh fork of the worker, so nothing
+        survives between executions (the one-shot ``execute``).
+        """
+        with self._lock:
+            if self._cleaned:
+                raise RuntimeError("the sandbox is closed")
+            name = f"rewyn-{self.id}-{next(self._names)}"
+        process = self.provider.launch(self.spec, self.workdir, name)
+        config: dict[str, Any] = {
+            **self.provider.worker_config(self.spec, self.workdir),
+            "fork_per_exec": fork_per_exec,
+            "max_rich_bytes": MAX_HEADER_BYTES - 4096,
+            "max_header_bytes": MAX_HEADER_BYTES,
+            "max_payload_bytes": MAX_PAYLOAD_BYTES,
+        }
+        try:
+            worker = LiveWorker(process, worker_program(config), on_kill=self._forget)
+        except BaseException:
+            process.kill()
+            process.close()
+            raise
+        with self._lock:
+            self._live.add(worker)
+        return worker
+
+    def _forget(self, worker: LiveWorker) -> None:
+        with self._lock:
+            self._live.discard(worker)
+
+    def cleanup(self) -> None:
+        """Kill every worker still running and remove what the sandbox put on disk."""
+        with self._lock:
+            self._cleaned = True
+            live = list(self._live)
+        for worker in live:
+            worker.kill()
+        if self.owns_workdir:
+            remove_tree(self.workdir)
+        else:
+            remove_tree(self.workdir / ".tmp")
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` even where the code made directories unreadable or unwritable."""
+
+    def retry(function: Callable[..., Any], name: str, _: object) -> None:
+        parent = os.path.dirname(name)
+        for target in (parent, name):
+            with contextlib.suppress(OSError):
+                os.chmod(target, stat.S_IRWXU)
+        with contextlib.suppress(OSError):
+            function(name)
+
+    if not path.exists():
+        return
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=retry)
+    else:
+        shutil.rmtree(path, onerror=retry)
