@@ -12,7 +12,8 @@ from pathlib import Path
 
 from rewyn_kernel import __version__
 from rewyn_kernel.runtime import JsonlRunLog, create
-from rewyn_kernel.runtime.sandbox import SandboxResult, SubprocessProvider
+from rewyn_kernel.runtime.container import ContainerProvider
+from rewyn_kernel.runtime.sandbox import SandboxProvider, SandboxResult, SubprocessProvider
 
 DEMO_STEPS: list[tuple[str, dict[str, object], str]] = [
     ("The spec's minimal example", {}, "print(sum(range(10)))"),
@@ -104,15 +105,23 @@ def demo() -> int:
     return 0
 
 
-def doctor() -> int:
+def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
     """Say, per provider, what works on this machine and what is missing."""
-    failed = False
-    for provider in (SubprocessProvider(),):
-        print(f"{provider.name}:")
-        for item in provider.check():
-            failed |= not item.ok
+    providers: list[SandboxProvider] = [SubprocessProvider()]
+    for cli in ("docker", "podman", "nerdctl"):
+        providers.append(ContainerProvider(image=image, runtime=cli))
+        providers += [
+            ContainerProvider(image=image, runtime=cli, oci_runtime=oci) for oci in oci_runtimes
+        ]
+    usable = 0
+    for provider in providers:
+        items = provider.check()
+        ok = all(item.ok for item in items)
+        usable += ok
+        print(f"{provider.name}: {'usable' if ok else 'NOT usable'}")
+        for item in items:
             print(f"   [{'ok' if item.ok else '!!'}] {item.name}: {item.detail}")
-    return 1 if failed else 0
+    return 0 if usable else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,11 +129,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"rewyn-kernel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the runtime's examples in real sandboxes")
-    commands.add_parser("doctor", help="check what each provider can do here")
+    check = commands.add_parser("doctor", help="check what each provider can do here")
+    check.add_argument("--image", default="python:3.13-slim", help="image the containers use")
+    check.add_argument(
+        "--oci-runtime",
+        action="append",
+        default=[],
+        help="also check this OCI runtime (e.g. runsc for gVisor); repeatable",
+    )
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
-    return doctor()
+    return doctor(args.image, args.oci_runtime)
 
 
 if __name__ == "__main__":

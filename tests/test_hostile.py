@@ -21,8 +21,9 @@ from .conftest import processes_with, wait_until_gone
 WRITE_TO_CHANNEL = """
 import gc, os, struct, time
 worker = next(o for o in gc.get_objects() if type(o).__name__ == "Worker")
-body = {body!r}
-os.write(worker.channel.wfd, struct.pack(">II", len(body), 0) + body)
+frame = memoryview(struct.pack(">II", len({body!r}), 0) + {body!r})
+while frame:
+    frame = frame[os.write(worker.channel.wfd, frame):]
 for tick in range(60):
     print("tick", tick, flush=True)
     time.sleep(0.1)

@@ -68,8 +68,16 @@ class SandboxCore:
             process.close()
             raise
         with self._lock:
-            self._live.add(worker)
+            closed = self.closed()  # again: cleanup may have run while the worker started
+            if not closed:
+                self._live.add(worker)
+        if closed:  # the sandbox closed while this worker was starting
+            worker.kill()
+            raise RuntimeError("the sandbox is closed")
         return worker
+
+    def closed(self) -> bool:
+        return self._cleaned
 
     def _forget(self, worker: LiveWorker) -> None:
         with self._lock:

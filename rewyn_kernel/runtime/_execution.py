@@ -148,7 +148,9 @@ class Execution:
             return
         if status == "crashed":
             what = describe_exit(exit_code, signal)
-            self.fail("crashed", exit_code, f"the sandbox process {what} while running the code")
+            note = f" ({detail})" if detail else ""
+            message = f"the sandbox process {what} while running the code{note}"
+            self.fail("crashed", exit_code, message)
             return
         self.ending = _ENDINGS.get(status, "exception")
         if self.ending == "exception" and self.error is not None:

@@ -458,7 +458,7 @@ class Session:
                 f"the sandbox was killed for exceeding its memory limit of {limit} MiB{note}",
             )
         else:
-            execution.finish(info.exit_code, "crashed", info.signal)
+            execution.finish(info.exit_code, "crashed", info.signal, detail=info.note)
 
     def _cancel(self, token: threading.Event) -> None:
         """An awaiting task was cancelled: interrupt its execution (not before it starts: it

@@ -105,12 +105,15 @@ class ContainerWorker(PopenWorker):
     def exit_info(self) -> ExitInfo:
         info = super().exit_info()
         # PID 1 of a container ignores every signal sent from inside it, so a SIGKILL that the
-        # host did not send comes from the kernel: under a memory cap, the OOM killer. (gVisor
-        # does let code inside kill its init, so there this stays a plain crash.)
-        oom = (
-            info.exit_code == 137 and self._memory_capped and not self._killed and not self._gvisor
-        )
-        return ExitInfo(exit_code=info.exit_code, signal=info.signal, oom_killed=oom)
+        # host did not send comes from the kernel: under a memory cap, the OOM killer (which,
+        # under gVisor, kills the whole sandbox).
+        oom = info.exit_code == 137 and self._memory_capped and not self._killed
+        note = ""
+        if oom and self._gvisor:
+            note = "most likely; under gVisor code can also SIGKILL its own init"
+        elif self._gvisor and info.exit_code == 2 and not self._killed:
+            note = "under gVisor, reaching the pids limit ends the whole sandbox this way"
+        return ExitInfo(exit_code=info.exit_code, signal=info.signal, oom_killed=oom, note=note)
 
 
 class ContainerProvider:
@@ -173,6 +176,11 @@ class ContainerProvider:
         notes = []
         if self.oci_runtime:
             notes.append(f"OCI runtime {self.oci_runtime}: the code does not reach the host kernel")
+        if self.oci_runtime and Path(self.oci_runtime).name == "runsc":
+            notes.append(
+                f"gVisor counts its own threads against the pids limit ({self.pids_limit}): "
+                "reaching it ends the whole sandbox (exit code 2)"
+            )
         else:
             notes.append("the code shares the host's kernel (use oci_runtime='runsc' for gVisor)")
         if spec.network == "allow":
