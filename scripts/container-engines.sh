@@ -35,6 +35,12 @@ if ! grep -q runsc /etc/docker/daemon.json 2>/dev/null; then
 fi
 
 if ! docker info >/dev/null 2>&1; then
+    # A daemon killed uncleanly leaves its pid files behind, and a new one refuses to start.
+    for pidfile in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+        if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+            rm -f "$pidfile"
+        fi
+    done
     echo "+ starting dockerd (log: $LOG_DIR/dockerd.log)"
     nohup dockerd --iptables=false --bridge=none >"$LOG_DIR/dockerd.log" 2>&1 &
     for _ in $(seq 1 60); do
