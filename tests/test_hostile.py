@@ -202,13 +202,13 @@ def test_an_interrupted_input_does_not_shift_later_answers(
     make_box: Callable[..., Sandbox],
 ) -> None:
     with make_box(timeout=20).session() as session:
-        answers = iter(["first answer", "second answer"])
+        answers = {"slow? ": "first answer", "next? ": "second answer"}
 
         def slow_answer(prompt: str, password: bool) -> str:
             if prompt == "slow? ":
                 session.interrupt()
-                time.sleep(0.2)
-            return next(answers)
+                time.sleep(0.5)  # answered after the code was interrupted: must be dropped
+            return answers[prompt]
 
         interrupted = session.execute("input('slow? ')", on_input=slow_answer)
         assert interrupted.ending == "interrupted"

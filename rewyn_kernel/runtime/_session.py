@@ -375,9 +375,18 @@ class Session:
         if execution.cancel.is_set():  # cancelled while the frame was on its way
             worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
         grace_until: float | None = None
+        questions = _Questions()
         while True:
-            limit = grace_until if grace_until is not None else deadline
+            polling = grace_until is None and questions.pending > 0
+            if grace_until is not None:
+                limit: float | None = grace_until
+            elif polling:  # a person typing is not the code running: no deadline meanwhile
+                limit = time.monotonic() + 0.1
+            else:
+                limit = None if deadline is None else deadline + questions.paused
             item = worker.next_frame(None if limit is None else max(0.0, limit - time.monotonic()))
+            if item is None and polling:
+                continue
             if item is None:
                 if grace_until is not None:
                     break
@@ -397,10 +406,11 @@ class Session:
             elif isinstance(frame, ErrorFrame):
                 execution.on_error(frame)
             elif isinstance(frame, InputRequestFrame):
-                asked = time.monotonic()
-                worker.send(self._answer(execution, frame), timeout=5.0)
-                if deadline is not None:
-                    deadline += time.monotonic() - asked  # a person typing is not the code running
+                # Answered in a thread, so an interrupt or the end of the code is still seen
+                # while the person types; a late answer is dropped by the worker (its id).
+                questions.ask(
+                    lambda frame=frame: worker.send(self._answer(execution, frame), timeout=5.0)
+                )
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:
                 if grace_until is None:
                     execution.finish(
@@ -495,3 +505,27 @@ class Session:
             )
         finally:
             self._exec_lock.release()
+
+
+class _Questions:
+    """The input() questions of one execution still waiting for an answer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.pending = 0
+        self.paused = 0.0
+
+    def ask(self, answer: Callable[[], object]) -> None:
+        asked = time.monotonic()
+        with self._lock:
+            self.pending += 1
+
+        def run() -> None:
+            try:
+                answer()
+            finally:
+                with self._lock:
+                    self.pending -= 1
+                    self.paused += time.monotonic() - asked
+
+        threading.Thread(target=run, daemon=True, name="rewyn-input").start()
