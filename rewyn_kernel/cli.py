@@ -1,16 +1,21 @@
-"""The ``rewyn-kernel`` command: a demo of the runtime and a check of the providers."""
+"""The ``rewyn-kernel`` command: a demo of the runtime, a check of the providers, and install."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import sys
 import tempfile
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from jupyter_core.paths import jupyter_path
+from pydantic import ValidationError
+
 from rewyn_kernel import __version__
+from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.runtime import JsonlRunLog, create
 from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.sandbox import SandboxProvider, SandboxResult, SubprocessProvider
@@ -124,6 +129,187 @@ def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
     return 0 if usable else 1
 
 
+SETTING_FLAGS = {
+    "provider": "--provider",
+    "image": "--image",
+    "container_runtime": "--runtime",
+    "oci_runtime": "--oci-runtime",
+    "timeout": "--timeout",
+    "memory_limit_mb": "--memory",
+    "network": "--network",
+    "run_log": "--run-log",
+    "event_output": "--no-event-output",
+    "trust_output": "--trust-output",
+}
+"""The install options that become kernel settings, by KernelSettings field."""
+
+TRUST_WARNING = """\
+!!! WARNING: --trust-output turns off output filtering for this kernel. !!!
+HTML, JavaScript and widget messages from the sandbox will reach the notebook unfiltered.
+A live frontend runs them with YOUR Jupyter credentials, outside any sandbox: code in the
+sandbox could then start an unsandboxed kernel, open a terminal or read and write your files.
+Use this kernel only for code you trust as much as your own."""
+
+
+def _seconds_or_none(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds or 'none'") from None
+
+
+def _add_install_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "install",
+        help="install a kernelspec for the sandboxed kernel",
+        description="Install a Jupyter kernelspec that runs every cell in a sandbox. Settings "
+        "not given here keep the kernel's defaults.",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--user",
+        action="store_true",
+        help="install for the current user (the default, unless running as root: then system-wide)",
+    )
+    where.add_argument(
+        "--sys-prefix",
+        action="store_true",
+        help=f"install into this Python environment ({sys.prefix}); for venvs and conda",
+    )
+    where.add_argument("--prefix", metavar="PATH", help="install under PATH/share/jupyter/kernels")
+    parser.add_argument(
+        "--name",
+        default=kernelspec.KERNEL_NAME,
+        help=f"kernelspec name (default {kernelspec.KERNEL_NAME}); an existing one is replaced",
+    )
+    parser.add_argument(
+        "--display-name",
+        help=f'name shown in the launcher (default "{kernelspec.DISPLAY_NAME}", or '
+        '"Python (sandboxed, NAME)" with --name)',
+    )
+    options = parser.add_argument_group("kernel settings")
+    # default=SUPPRESS: a setting not typed is absent from the namespace, so it writes no flag.
+    unset = argparse.SUPPRESS
+    options.add_argument(
+        "--provider", choices=("subprocess", "container"), help="sandbox provider", default=unset
+    )
+    options.add_argument(
+        "--image", help="container image with python3 (container provider)", default=unset
+    )
+    options.add_argument(
+        "--runtime",
+        dest="container_runtime",
+        metavar="{docker,podman,nerdctl}",
+        help="container CLI, by name or absolute path (container provider)",
+        default=unset,
+    )
+    options.add_argument(
+        "--oci-runtime",
+        metavar="RUNTIME",
+        help="OCI runtime, e.g. runsc for gVisor (container provider)",
+        default=unset,
+    )
+    options.add_argument(
+        "--timeout",
+        type=_seconds_or_none,
+        metavar="SECONDS|none",
+        help="seconds a cell may run before the sandbox is restarted; none: no limit",
+        default=unset,
+    )
+    options.add_argument(
+        "--memory",
+        dest="memory_limit_mb",
+        type=int,
+        metavar="MB",
+        help="memory cap in MiB",
+        default=unset,
+    )
+    options.add_argument(
+        "--network", choices=("none", "allow"), help="network access of the sandbox", default=unset
+    )
+    options.add_argument(
+        "--run-log",
+        metavar="PATH",
+        help="append each cell's event to this JSONL file",
+        default=unset,
+    )
+    options.add_argument(
+        "--no-event-output",
+        dest="event_output",
+        action="store_const",
+        const=False,
+        help="do not add the per-cell event summary output",
+        default=unset,
+    )
+    options.add_argument(
+        "--trust-output",
+        action="store_const",
+        const=True,
+        help="relay the sandbox's HTML and JavaScript unfiltered (dangerous: it then runs in "
+        "the frontend with your Jupyter credentials)",
+        default=unset,
+    )
+    return parser
+
+
+def _describe(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item["loc"] else ""
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{SETTING_FLAGS[field]}: {message}" if field in SETTING_FLAGS else message)
+    return "; ".join(lines)
+
+
+def install(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Install a kernelspec from the parsed ``install`` options; report bad ones via ``parser``."""
+    values = {field: getattr(args, field) for field in SETTING_FLAGS if hasattr(args, field)}
+    container_only = ("image", "container_runtime", "oci_runtime")
+    stray = [SETTING_FLAGS[field] for field in container_only if field in values]
+    if stray and values.get("provider") != "container":
+        parser.error(f"{', '.join(stray)}: only used with --provider container")
+    try:
+        settings = kernelspec.KernelSettings.model_validate(values)
+        name = kernelspec.normalize_kernel_name(args.name)
+    except ValidationError as exc:
+        parser.error(_describe(exc))
+    except ValueError as exc:
+        parser.error(f"--name: {exc}")
+    display_name = args.display_name or kernelspec.default_display_name(name)
+    if settings.trust_output:
+        print(TRUST_WARNING, file=sys.stderr)
+    try:
+        destination = kernelspec.install(
+            user=args.user,
+            sys_prefix=args.sys_prefix,
+            prefix=args.prefix,
+            name=name,
+            display_name=display_name,
+            settings=settings,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    except OSError as exc:
+        print(f"rewyn-kernel install: {exc}", file=sys.stderr)
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            print("Install with --user or --sys-prefix, or run as root.", file=sys.stderr)
+        return 1
+    print(f"Installed kernelspec {name} in {destination}")
+    print(f"Display name: {display_name}")
+    searched = {Path(folder).resolve() for folder in jupyter_path("kernels")}
+    if Path(destination).parent.resolve() not in searched:
+        print(
+            f"Note: Jupyter does not look in {Path(destination).parent} here; add "
+            f"{Path(destination).parents[1]} to JUPYTER_PATH to use this kernelspec.",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rewyn-kernel", description=__doc__)
     parser.add_argument("--version", action="version", version=f"rewyn-kernel {__version__}")
@@ -137,9 +323,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="also check this OCI runtime (e.g. runsc for gVisor); repeatable",
     )
+    install_parser = _add_install_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
+    if args.command == "install":
+        return install(args, install_parser)
     return doctor(args.image, args.oci_runtime)
 
 

@@ -57,8 +57,7 @@ class BaseSandbox:
         self._closed = False
         # Holds only the core: the sandbox itself can be collected, and then this runs.
         self._finalizer = weakref.finalize(self, self._core.cleanup)
-        self._oneshot = Session(self._core, keep_state=False)
-        self._sessions.add(self._oneshot)
+        self._oneshot_session: Session | None = None
 
     @property
     def id(self) -> str:
@@ -102,8 +101,7 @@ class BaseSandbox:
 
         Safe to call inside a running event loop (it blocks the caller, as a sync call does).
         """
-        self._check_open()
-        return self._oneshot.execute(
+        return self._oneshot().execute(
             code, timeout=timeout, on_stream=on_stream, on_output=on_output
         )
 
@@ -116,8 +114,7 @@ class BaseSandbox:
         on_output: OutputCallback | None = None,
     ) -> SandboxResult:
         """Run ``code`` in a fresh worker without blocking the event loop."""
-        self._check_open()
-        return await self._oneshot.aexecute(
+        return await self._oneshot().aexecute(
             code, timeout=timeout, on_stream=on_stream, on_output=on_output
         )
 
@@ -131,6 +128,15 @@ class BaseSandbox:
             session = Session(self._core, keep_state=keep_state, owner=self)
             self._sessions.add(session)
             return session
+
+    def _oneshot(self) -> Session:
+        """The session behind ``execute``: started on first use (then kept warm)."""
+        with self._lock:
+            self._check_open()
+            if self._oneshot_session is None:
+                self._oneshot_session = Session(self._core, keep_state=False)
+                self._sessions.add(self._oneshot_session)
+            return self._oneshot_session
 
     def _check_open(self) -> None:
         if self._closed:

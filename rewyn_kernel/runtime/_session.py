@@ -9,6 +9,7 @@ afterwards. Both are this one class.
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
@@ -210,6 +211,15 @@ class Session:
             lambda: self._cancel(cancel),
         )
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until the session's worker is up (it starts in the background)."""
+        self._wait_fill()
+        worker = self._next
+        if isinstance(worker, LiveWorker) and worker.wait_ready(timeout):
+            self.ready = worker.ready
+            return True
+        return False
+
     def interrupt(self) -> bool:
         """Raise KeyboardInterrupt in the running code; False if nothing is running."""
         with self._lock:
@@ -408,9 +418,7 @@ class Session:
             elif isinstance(frame, InputRequestFrame):
                 # Answered in a thread, so an interrupt or the end of the code is still seen
                 # while the person types; a late answer is dropped by the worker (its id).
-                questions.ask(
-                    lambda frame=frame: worker.send(self._answer(execution, frame), timeout=5.0)
-                )
+                questions.ask(functools.partial(self._reply, worker, execution, frame))
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:
                 if grace_until is None:
                     execution.finish(
@@ -424,6 +432,9 @@ class Session:
         message = f"timed out after {timeout:g} s; the sandbox was killed{restarted}"
         execution.fail("timeout", 0, message)
         execution.error = ErrorInfo(ename="TimeoutError", evalue=message, traceback=where)
+
+    def _reply(self, worker: LiveWorker, execution: Execution, frame: InputRequestFrame) -> None:
+        worker.send(self._answer(execution, frame), timeout=5.0)
 
     @staticmethod
     def _answer(execution: Execution, frame: InputRequestFrame) -> dict[str, Any]:

@@ -686,6 +686,7 @@ class Worker:
                 if value is not None:
                     self.namespace["_"] = value
                     data, metadata = self.mimebundle(value)
+                    self.finish_output()  # what the cell printed comes before its value
                     self.send_rich(
                         {"t": "result", "data": data, "metadata": metadata, "count": count}
                     )

@@ -1,0 +1,417 @@
+"""SandboxKernel: a Jupyter kernel that runs every cell in one sandbox session.
+
+The kernel process itself runs no user code. Each cell goes to a ``Session`` of a sandbox made
+from the kernel's settings (traitlets, so they work from kernel.json argv, config files and the
+command line); output streams back live, coalesced; rich output passes the safety filter; and
+the cell's SANDBOX_EXECUTED event rides in the reply metadata and in a small persisted output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codeop
+import logging
+import signal
+import sys
+import warnings
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ipykernel.kernelbase import Kernel
+from jupyter_client.session import Session as JupyterSession
+from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
+
+from rewyn_kernel import __version__
+from rewyn_kernel.kernel._relay import StreamRelay
+from rewyn_kernel.kernel.record import METADATA_KEY, event_json, event_output
+from rewyn_kernel.kernel.safety import drop_note, filter_bundle
+from rewyn_kernel.runtime import ContainerProvider, JsonlRunLog, SubprocessProvider, create
+from rewyn_kernel.runtime.events import EventListener, SandboxEvent
+from rewyn_kernel.runtime.sandbox import (
+    DEFAULT_INHERIT_ENV,
+    RichOutput,
+    Sandbox,
+    SandboxProvider,
+    SandboxResult,
+    SandboxSpec,
+    Session,
+)
+
+logger = logging.getLogger(__name__)
+
+_ERROR_NAMES = {
+    "timeout": "TimeoutError",
+    "crashed": "SandboxCrashed",
+    "oom": "MemoryError",
+    "start_failed": "SandboxStartFailed",
+    "protocol_error": "SandboxProtocolError",
+}
+
+
+class SandboxKernel(Kernel):
+    """Run each cell in a sandbox; state is kept between cells in one sandbox session."""
+
+    implementation = "rewyn-kernel"
+    implementation_version = __version__
+    language = "python"
+    banner = f"rewyn-kernel {__version__}: Python in a sandbox"
+
+    provider = Enum(
+        ["subprocess", "container"],
+        default_value="subprocess",
+        help="Where cells run: 'subprocess' (bounds accidents) or 'container' (for code you "
+        "did not write).",
+    ).tag(config=True)
+    image = Unicode(
+        "python:3.13-slim", help="Container image (provider='container'); needs python3."
+    ).tag(config=True)
+    container_runtime = Unicode(
+        "docker", help="Container CLI: docker, podman, nerdctl, or a path."
+    ).tag(config=True)
+    oci_runtime = Unicode(
+        None,
+        allow_none=True,
+        help="OCI runtime for containers, e.g. 'runsc' (gVisor); None: the engine's default.",
+    ).tag(config=True)
+    timeout = Float(
+        30.0,
+        allow_none=True,
+        help="Seconds a cell may run before the sandbox is killed (its state is lost); None: "
+        "no limit.",
+    ).tag(config=True)
+    memory_limit_mb = Int(
+        None, allow_none=True, help="Memory cap of the sandbox in MiB; None: no cap."
+    ).tag(config=True)
+    network = Enum(
+        ["none", "allow"], default_value="none", help="'none' cuts the sandbox off any network."
+    ).tag(config=True)
+    inherit_env = List(
+        Unicode(),
+        default_value=list(DEFAULT_INHERIT_ENV),
+        help="Variables of the kernel's environment passed into the sandbox ('PREFIX*' allowed).",
+    ).tag(config=True)
+    env = Dict(
+        value_trait=Unicode(),
+        help="Variables set in the sandbox (keep secrets out of kernel.json).",
+    ).tag(config=True)
+    output_limit_bytes = Int(
+        1024 * 1024, help="Bytes of stdout and of stderr shown per cell (head and tail kept)."
+    ).tag(config=True)
+    workdir = Unicode(
+        None,
+        allow_none=True,
+        help="Scratch directory (the code's cwd and HOME); None: a fresh "
+        "one, removed when the kernel stops.",
+    ).tag(config=True)
+    run_log = Unicode(
+        None, allow_none=True, help="Append every SANDBOX_EXECUTED event to this JSONL file."
+    ).tag(config=True)
+    event_output = Bool(
+        True, help="Add a one-line persisted output per cell with its SANDBOX_EXECUTED event."
+    ).tag(config=True)
+    trust_output = Bool(
+        False,
+        help="Relay the sandbox's rich output unfiltered (HTML with scripts, JavaScript). Only "
+        "for code you trust: in a live frontend it runs with your Jupyter credentials.",
+    ).tag(config=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+        self._last_event: SandboxEvent | None = None
+        self._parent: dict[str, Any] = {}
+        self._stdin_ident: Any = None
+        self._asking: set[asyncio.Task[Any]] = set()
+        self._sandbox = self._make_sandbox()
+        self._session: Session = self._sandbox.session()
+        if self.trust_output:
+            logger.warning(
+                "trust_output is on: rich output from the sandbox (HTML with scripts, "
+                "JavaScript) reaches the browser unfiltered, with your Jupyter credentials"
+            )
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _make_sandbox(self) -> Sandbox:
+        provider: SandboxProvider
+        if self.provider == "container":
+            provider = ContainerProvider(
+                image=self.image, runtime=self.container_runtime, oci_runtime=self.oci_runtime
+            )
+        else:
+            provider = SubprocessProvider()
+        listeners: list[EventListener] = [self._remember]
+        if self.run_log:
+            listeners.append(JsonlRunLog(self.run_log))
+        spec = SandboxSpec.model_validate(
+            {
+                "timeout": self.timeout,
+                "network": self.network,
+                "memory_limit_mb": self.memory_limit_mb,
+                "inherit_env": tuple(self.inherit_env),
+                "env": dict(self.env),
+                "output_limit_bytes": self.output_limit_bytes,
+                "workdir": Path(self.workdir) if self.workdir else None,
+            }
+        )
+        return create(spec, provider=provider, listeners=listeners)
+
+    def _remember(self, event: SandboxEvent) -> None:
+        self._last_event = event
+
+    def _language_info(self) -> dict[str, Any]:
+        ready = self._session.ready if hasattr(self, "_session") else None
+        version = ready.python if ready else ".".join(map(str, sys.version_info[:3]))
+        return {
+            "name": "python",
+            "version": version,
+            "mimetype": "text/x-python",
+            "file_extension": ".py",
+            "pygments_lexer": "ipython3",
+            "codemirror_mode": {"name": "ipython", "version": 3},
+            "nbconvert_exporter": "python",
+        }
+
+    # -- execution -----------------------------------------------------------------------------
+
+    async def do_execute(
+        self,
+        code: str,
+        silent: bool,
+        store_history: bool = True,
+        user_expressions: dict[str, Any] | None = None,
+        allow_stdin: bool = False,
+        *,
+        cell_meta: dict[str, Any] | None = None,
+        cell_id: str | None = None,
+    ) -> dict[str, Any]:
+        # (The base class has counted this execution already.)
+        self._last_event = None
+        if not code.strip():
+            return self._ok()
+        # Callbacks run from the runtime's thread, outside this request's context: every
+        # message names its parent explicitly, or frontends would not match it to the cell.
+        self._parent = self.get_parent("shell")  # type: ignore[no-untyped-call]
+        self._stdin_ident = self._get_shell_context_var(self._shell_parent_ident)
+        loop = asyncio.get_running_loop()
+        relay = StreamRelay(self._send_stream if not silent else _discard, loop)
+        dropped: set[str] = set()
+
+        def on_output(output: RichOutput) -> None:
+            relay.flush()  # text printed before a display stays before it
+            if not silent:
+                dropped.update(self._send_rich(output))
+
+        try:
+            result = await self._session.aexecute(
+                code,
+                on_stream=relay.write,
+                on_output=on_output,
+                on_input=self._ask if allow_stdin else None,
+            )
+        finally:
+            relay.flush()
+            for task in list(self._asking):
+                task.cancel()  # the code is over: a question still open is moot
+        if dropped and not silent:
+            self._send_stream("stderr", drop_note(sorted(dropped)) + "\n")
+        return self._finish(result, silent)
+
+    # -- interrupts --------------------------------------------------------------------------
+
+    def pre_handler_hook(self) -> None:
+        """Catch SIGINT while a request is handled (signal interrupt mode).
+
+        IPKernelApp ignores SIGINT between requests and ipykernel's default handler would
+        raise KeyboardInterrupt out of the event loop, ending the kernel without a reply.
+        The sandbox is in its own process group, so this forwarding is its only interrupt.
+        """
+        self._loop = asyncio.get_running_loop()
+        self.saved_sigint_handler = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def post_handler_hook(self) -> None:
+        signal.signal(signal.SIGINT, self.saved_sigint_handler)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self._loop.call_soon_threadsafe(self._session.interrupt)
+
+    async def interrupt_request(self, stream: Any, ident: Any, parent: Any) -> None:
+        """Interrupt the sandbox (message interrupt mode; runs on the control thread).
+
+        The default would SIGINT the kernel's whole process group.
+        """
+        self._session.interrupt()  # thread-safe: one frame down the sandbox's channel
+        self._wire.send(stream, "interrupt_reply", {"status": "ok"}, parent, ident=ident)
+
+    # -- stdin -----------------------------------------------------------------------------
+
+    async def _ask(self, prompt: str, password: bool) -> str:
+        """Ask the frontend for a line, without blocking the event loop.
+
+        ipykernel's raw_input polls the stdin socket on the loop's thread until a reply comes,
+        so an interrupt or the end of the code could not be seen meanwhile.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self._asking.add(task)
+        try:
+            while self._wire.recv(self.stdin_socket)[1] is not None:
+                pass  # stale replies of an earlier question
+            content = {"prompt": prompt, "password": password}
+            self._wire.send(
+                self.stdin_socket, "input_request", content, self._parent, ident=self._stdin_ident
+            )
+            while True:
+                _, reply = self._wire.recv(self.stdin_socket)
+                if reply is not None:
+                    break
+                await asyncio.sleep(0.01)
+        finally:
+            self._asking.discard(task)
+        value = str(reply.get("content", {}).get("value", ""))
+        if value == "\x04":
+            raise EOFError("end of input")
+        return value
+
+    # -- output ------------------------------------------------------------------------------
+
+    def _publish(self, msg_type: str, content: dict[str, Any]) -> None:
+        topic = self._topic(msg_type)  # type: ignore[no-untyped-call]
+        self._wire.send(self.iopub_socket, msg_type, content, self._parent, ident=topic)
+
+    @property
+    def _wire(self) -> JupyterSession:
+        """The kernel's Jupyter message session (not a sandbox session)."""
+        assert self.session is not None
+        return self.session
+
+    def _send_stream(self, name: str, text: str) -> None:
+        self._publish("stream", {"name": name, "text": text})
+
+    def _send_rich(self, output: RichOutput) -> list[str]:
+        filtered = filter_bundle(output.data, output.metadata, trust=self.trust_output)
+        content: dict[str, Any] = {"data": filtered.data, "metadata": filtered.metadata}
+        if output.output_type == "execute_result":
+            content["execution_count"] = self.execution_count
+            self._publish("execute_result", content)
+        else:
+            content["transient"] = {}
+            self._publish("display_data", content)
+        return list(filtered.dropped)
+
+    def _finish(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
+        """Publish the error (if any) and the event output; build the reply."""
+        event = self._last_event
+        if event is not None and self.event_output and not silent:
+            data, metadata = event_output(event)
+            self._publish("display_data", {"data": data, "metadata": metadata, "transient": {}})
+        if result.ending in ("completed", "exit") and result.exit_code == 0:
+            return self._ok()
+        if result.ending == "interrupted":
+            ename, evalue = "KeyboardInterrupt", ""
+        elif result.error is not None and result.ending in ("exception",):
+            ename, evalue = result.error.ename, result.error.evalue
+        elif result.ending == "exit":
+            ename, evalue = "SystemExit", str(result.exit_code)
+        else:
+            ename, evalue = _ERROR_NAMES.get(result.ending, "SandboxError"), result.message
+        traceback = list(result.error.traceback) if result.error else []
+        if result.ending == "timeout":
+            traceback = [*traceback, self._timeout_text(result)]
+        elif result.ending not in ("exception", "interrupted") and result.message:
+            traceback = [*traceback, f"{ename}: {result.message}"]
+        if not traceback:
+            traceback = [f"{ename}: {evalue}" if evalue else ename]
+        error = {"ename": ename, "evalue": evalue, "traceback": traceback}
+        if not silent:
+            self._publish("error", error)
+        return {"status": "error", "execution_count": self.execution_count, **error}
+
+    def _timeout_text(self, result: SandboxResult) -> str:
+        return (
+            f"TimeoutError: the cell ran past the kernel's limit of {self.timeout:g} s. The "
+            "sandbox was restarted and its state lost: run the cells this one needs again. "
+            "Raise the limit with --SandboxKernel.timeout=SECONDS (or None for no limit)."
+        )
+
+    def _ok(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "execution_count": self.execution_count,
+            "payload": [],
+            "user_expressions": {},
+        }
+
+    def finish_metadata(
+        self, parent: dict[str, Any], metadata: dict[str, Any], reply_content: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Put the cell's SANDBOX_EXECUTED event in the execute_reply metadata."""
+        metadata = super().finish_metadata(parent, metadata, reply_content)  # type: ignore[no-untyped-call]
+        if self._last_event is not None:
+            metadata[METADATA_KEY] = {"event": event_json(self._last_event)}
+        return metadata
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        """The base claims a debugger and kernel subshells; this kernel honours neither."""
+        info: dict[str, Any] = super().kernel_info
+        return {**info, "language_info": self._language_info(), "supported_features": []}
+
+    async def kernel_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
+        """Reply once the sandbox's worker is up, so language_info names its Python."""
+        await asyncio.to_thread(self._session.wait_ready, 10.0)
+        await super().kernel_info_request(stream, ident, parent)  # type: ignore[no-untyped-call]
+
+    # -- introspection ---------------------------------------------------------------------
+
+    async def do_complete(self, code: str, cursor_pos: int | None) -> dict[str, Any]:
+        cursor_pos = len(code) if cursor_pos is None else cursor_pos
+        reply = await asyncio.to_thread(self._session.complete, code, cursor_pos)
+        matches = list(reply.matches) if reply else []
+        start = reply.cursor_start if reply else cursor_pos
+        return {
+            "status": "ok",
+            "matches": matches,
+            "cursor_start": start,
+            "cursor_end": cursor_pos,
+            "metadata": {},
+        }
+
+    async def do_inspect(
+        self,
+        code: str,
+        cursor_pos: int | None,
+        detail_level: int = 0,
+        omit_sections: tuple[str, ...] = (),
+    ) -> dict[str, Any]:
+        cursor_pos = len(code) if cursor_pos is None else cursor_pos
+        reply = await asyncio.to_thread(self._session.inspect, code, cursor_pos)
+        found = bool(reply and reply.found)
+        data = dict(reply.data) if reply and reply.found else {}
+        return {"status": "ok", "found": found, "data": data, "metadata": {}}
+
+    async def do_is_complete(self, code: str) -> dict[str, Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                compiled = codeop.compile_command(code, "<cell>", "exec")
+            except (SyntaxError, ValueError, OverflowError):
+                return {"status": "invalid"}
+        if compiled is None:
+            last = code.splitlines()[-1] if code.splitlines() else ""
+            indent = last[: len(last) - len(last.lstrip())]
+            if last.rstrip().endswith(":"):
+                indent += "    "
+            return {"status": "incomplete", "indent": indent}
+        return {"status": "complete"}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def do_shutdown(self, restart: bool) -> dict[str, Any]:
+        """Kill and reap the sandbox now: nothing of it may outlive the kernel."""
+        await asyncio.to_thread(self._sandbox.close)
+        return {"status": "ok", "restart": restart}
+
+
+def _discard(name: str, text: str) -> None:
+    """Output of a silent execution goes nowhere."""

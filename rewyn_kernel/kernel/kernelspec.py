@@ -1,0 +1,301 @@
+"""The kernelspec: the kernel.json and logos that let Jupyter list and launch the sandboxed kernel.
+
+Modelled on ipykernel's ``kernelspec.py``: build the kernel dict, write a spec directory, install
+it (for the user, into an environment's ``sys.prefix``, or under any prefix) with jupyter_client.
+``rewyn-kernel install`` is a thin command on top (see ``rewyn_kernel/cli.py``), and the wheel
+ships the default spec from ``kernelspec/`` as shared data, so ``pip install`` alone lists it.
+
+Settings travel as traitlets flags in ``argv`` (``--SandboxKernel.provider=container``), never as
+an ``env`` block, so no value that could be a secret is ever written into a kernel.json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from jupyter_core.paths import jupyter_path
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+__all__ = [
+    "DISPLAY_NAME",
+    "KERNEL_NAME",
+    "KernelSettings",
+    "build_kernel_dict",
+    "default_display_name",
+    "install",
+    "normalize_kernel_name",
+    "write_kernel_spec",
+]
+
+KERNEL_NAME = "rewyn-sandbox"
+DISPLAY_NAME = "Python (sandboxed)"
+KERNEL_CLASS = "SandboxKernel"
+"""The traitlets class name the flags configure (``--SandboxKernel.<setting>=<value>``)."""
+LOGOS = ("logo-32x32.png", "logo-64x64.png", "logo-svg.svg")
+CONTAINER_CLIS = ("docker", "podman", "nerdctl")
+_CONTAINER_ONLY = ("image", "container_runtime", "oci_runtime")
+# jupyter_client's own rule for kernel names (it lowercases them on install).
+_KERNEL_NAME = re.compile(r"^[a-z0-9._-]+$", re.IGNORECASE)
+# One argv token that no CLI can read as an option: no leading '-', no whitespace, and no
+# leading quote (traitlets strips a pair of surrounding quotes from string values).
+_TOKEN = re.compile(r"^[A-Za-z0-9_./][^\s]*$")
+
+log = logging.getLogger(__name__)
+
+
+class KernelSettings(BaseModel):
+    """Kernel settings baked into a kernelspec's argv; only the fields you set become flags.
+
+    A field left unset writes no flag, so the kernel's own default (or a Jupyter config file)
+    stays in charge; a field set explicitly, even to its default, is pinned in the spec. The
+    defaults shown are the runtime's (``SandboxSpec``, ``ContainerProvider``). Limits use the
+    same bounds as ``SandboxSpec``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: Literal["subprocess", "container"] = Field(
+        default="subprocess",
+        description='"subprocess" (against accidents) or "container" (for code you did not write).',
+    )
+    image: str = Field(
+        default="python:3.13-slim",
+        max_length=512,
+        description="Container image with python3 (3.8+); container provider only.",
+    )
+    container_runtime: str = Field(
+        default="docker",
+        max_length=4096,
+        description="Container CLI: docker, podman or nerdctl, by name or absolute path; "
+        "container provider only.",
+    )
+    oci_runtime: str | None = Field(
+        default=None,
+        max_length=4096,
+        description='OCI runtime as registered with the engine ("runsc" for gVisor; a path for '
+        "podman); None: the engine's default. Container provider only.",
+    )
+    timeout: Annotated[float, Field(gt=0, le=7 * 24 * 3600, allow_inf_nan=False)] | None = Field(
+        default=30.0,
+        description="Seconds one cell may run before the sandbox is restarted; None: no limit.",
+    )
+    memory_limit_mb: Annotated[int, Field(ge=32, le=1024 * 1024)] | None = Field(
+        default=None, description="Memory cap of the sandbox in MiB (at least 32); None: no cap."
+    )
+    network: Literal["none", "allow"] = Field(
+        default="none",
+        description='"none" cuts the sandbox off every network; "allow" removes that containment.',
+    )
+    run_log: Path | None = Field(
+        default=None,
+        description="JSONL file each cell's SANDBOX_EXECUTED event is appended to; None: no log. "
+        "A relative path is made absolute against the current directory, because the "
+        "kernel runs in each notebook's directory.",
+    )
+    event_output: bool = Field(
+        default=True,
+        description="Whether each cell ends with a small persisted output summarising its event.",
+    )
+    trust_output: bool = Field(
+        default=False,
+        description="Relay the sandbox's HTML and JavaScript unfiltered. Dangerous: output runs "
+        "in the frontend with the user's Jupyter credentials, outside any sandbox.",
+    )
+
+    @field_validator("image", "oci_runtime")
+    @classmethod
+    def _check_token(cls, value: str | None) -> str | None:
+        if value is not None and not _TOKEN.match(value):
+            raise ValueError(
+                f"{value!r} is not usable: no spaces, and it must start with a letter, "
+                "digit, '_', '.' or '/'"
+            )
+        return value
+
+    @field_validator("container_runtime")
+    @classmethod
+    def _check_cli(cls, value: str) -> str:
+        path = Path(value)
+        if path.name not in CONTAINER_CLIS or (value != path.name and not path.is_absolute()):
+            raise ValueError(
+                f"{value!r} is not a container CLI: use docker, podman or nerdctl, "
+                "or an absolute path to one of them"
+            )
+        return value
+
+    @field_validator("run_log")
+    @classmethod
+    def _absolute_log(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        if not str(value).strip():
+            raise ValueError("run_log is empty: give a file path")
+        path = Path(os.path.abspath(value.expanduser()))
+        if path.is_dir():
+            raise ValueError(f"run_log {str(path)!r} is a directory: give a file path")
+        return path
+
+    @model_validator(mode="after")
+    def _check_provider(self) -> KernelSettings:
+        stray = [name for name in _CONTAINER_ONLY if name in self.model_fields_set]
+        if stray and self.provider != "container":
+            raise ValueError(
+                f"only the container provider uses {', '.join(stray)}: "
+                "also set provider='container'"
+            )
+        return self
+
+    def flags(self) -> list[str]:
+        """Return the traitlets flags for the fields that were set, in declaration order."""
+        return [
+            f"--{KERNEL_CLASS}.{name}={_flag_value(getattr(self, name))}"
+            for name in type(self).model_fields
+            if name in self.model_fields_set
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        """Return the fields that were set, as JSON values (for the spec's metadata)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+def _flag_value(value: object) -> str:
+    # traitlets parses "None", "True" and "False" for Float(allow_none=True) and Bool traits.
+    return str(value)
+
+
+def normalize_kernel_name(name: str) -> str:
+    """Return ``name`` lowercased, as jupyter_client stores it; raise ValueError if invalid."""
+    if not _KERNEL_NAME.match(name):
+        raise ValueError(
+            f"kernel name {name!r} is not valid: use ASCII letters, digits, '.', '_' and '-'"
+        )
+    return name.lower()
+
+
+def default_display_name(name: str) -> str:
+    """Return the display name a spec called ``name`` gets when none is given."""
+    return DISPLAY_NAME if name == KERNEL_NAME else f"Python (sandboxed, {name})"
+
+
+def build_kernel_dict(
+    settings: KernelSettings | None = None,
+    *,
+    python: str | None = None,
+    display_name: str = DISPLAY_NAME,
+) -> dict[str, Any]:
+    """Return the kernel.json content that launches the sandboxed kernel with ``settings``.
+
+    ``python`` is argv[0]: None means this interpreter (``sys.executable``), right for a spec
+    installed from this environment. The spec shipped in the wheel uses ``"python"``, which
+    jupyter_client replaces with the Jupyter server's own interpreter.
+    """
+    settings = KernelSettings() if settings is None else settings
+    argv = [python or sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}"]
+    return {
+        "argv": [*argv, *settings.flags()],
+        "display_name": display_name,
+        "language": "python",
+        "interrupt_mode": "signal",
+        "metadata": {"debugger": False, "rewyn_kernel": settings.summary()},
+    }
+
+
+def _logo_dir() -> Path | None:
+    """Find the shipped logos: the source checkout's ``kernelspec/``, else the installed spec."""
+    candidates = [Path(__file__).resolve().parents[2] / "kernelspec"]
+    candidates += [Path(folder) / KERNEL_NAME for folder in jupyter_path("kernels")]
+    for folder in candidates:
+        if all((folder / logo).is_file() for logo in LOGOS):
+            return folder
+    return None
+
+
+def write_kernel_spec(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    settings: KernelSettings | None = None,
+    display_name: str = DISPLAY_NAME,
+    python: str | None = None,
+) -> Path:
+    """Write kernel.json and the logos into ``path`` and return it.
+
+    ``path`` is created if missing; None means a new temporary directory, which the caller
+    removes. Files are made world-readable so a system-wide install works under any umask.
+    """
+    if path is None:
+        path = Path(tempfile.mkdtemp(suffix="_kernels")) / KERNEL_NAME
+    path = Path(path)
+    if not path.is_dir():
+        path.mkdir(parents=True)
+        path.chmod(0o755)
+    logos = _logo_dir()
+    if logos is None:
+        log.warning("rewyn-kernel's logos were not found; the kernelspec will have no icon")
+    else:
+        for logo in LOGOS:
+            (path / logo).write_bytes((logos / logo).read_bytes())
+            (path / logo).chmod(0o644)
+    kernel = build_kernel_dict(settings, python=python, display_name=display_name)
+    (path / "kernel.json").write_text(json.dumps(kernel, indent=1) + "\n", encoding="utf-8")
+    (path / "kernel.json").chmod(0o644)
+    return path
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def install(
+    *,
+    user: bool = False,
+    prefix: str | os.PathLike[str] | None = None,
+    sys_prefix: bool = False,
+    name: str = KERNEL_NAME,
+    display_name: str | None = None,
+    settings: KernelSettings | None = None,
+    python: str | None = None,
+    kernel_spec_manager: KernelSpecManager | None = None,
+) -> str:
+    """Install a kernelspec for the sandboxed kernel and return the directory it went to.
+
+    Choose at most one place: ``user`` (the user's Jupyter data dir), ``sys_prefix`` (this
+    environment, for venvs and conda) or ``prefix`` (``PREFIX/share/jupyter/kernels``). With
+    none, the user's dir unless running as root, then the system-wide dir, as bash_kernel
+    does (ipykernel always defaults to system-wide, which fails for a non-root user).
+    An existing spec of the same name is replaced. ``display_name`` defaults to
+    ``default_display_name(name)``; ``python`` is argv[0] (default ``sys.executable``).
+    Raise ValueError for an invalid name or more than one place, OSError if the place is not
+    writable.
+    """
+    if sum((user, sys_prefix, prefix is not None)) > 1:
+        raise ValueError("choose one of user, sys_prefix and prefix")
+    if prefix is not None and not os.fspath(prefix):
+        raise ValueError("prefix is empty: give a directory")
+    if not (user or sys_prefix or prefix is not None):
+        user = not _is_root()
+    target = sys.prefix if sys_prefix else (None if prefix is None else os.fspath(prefix))
+    name = normalize_kernel_name(name)
+    if display_name is None:
+        display_name = default_display_name(name)
+    if kernel_spec_manager is None:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        kernel_spec_manager = KernelSpecManager()
+    with tempfile.TemporaryDirectory(prefix="rewyn-kernelspec-") as staging:
+        source = write_kernel_spec(
+            Path(staging) / name, settings=settings, display_name=display_name, python=python
+        )
+        # No replace=: jupyter_client 8 always replaces and warns (DeprecationWarning) if given.
+        return kernel_spec_manager.install_kernel_spec(
+            str(source), kernel_name=name, user=user, prefix=target
+        )

@@ -1,0 +1,74 @@
+"""How a cell's SANDBOX_EXECUTED event is kept with the notebook.
+
+Three places, one shape: ``execute_reply`` metadata under ``METADATA_KEY`` (``{"event": ...}``),
+a small persisted ``display_data`` output of type ``EVENT_MIME`` with a one-line ``text/plain``
+summary, and (for runners that see the replies, such as ``rewyn-kernel run``) the cell's
+metadata under ``METADATA_KEY`` as ``{"events": [...]}``, appended per execution.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewyn_kernel.runtime.events import SandboxEvent
+
+METADATA_KEY = "rewyn_kernel"
+EVENT_MIME = "application/vnd.rewyn.sandbox-event+json"
+
+# The persisted output keeps what a reviewer needs to judge the run, not the output itself
+# (that is in the cell already) nor the code (likewise).
+_SUMMARY_FIELDS = (
+    "id",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "provider",
+    "isolation",
+    "spec",
+    "code_hash",
+    "code_bytes",
+    "exit_code",
+    "ending",
+    "ok",
+    "timed_out",
+    "interrupted",
+    "memory_exceeded",
+    "state_lost",
+    "sandbox_restarted",
+    "message",
+    "stdout_bytes",
+    "stderr_bytes",
+    "stdout_truncated",
+    "stderr_truncated",
+)
+
+
+def event_json(event: SandboxEvent) -> dict[str, Any]:
+    """Return the whole event as JSON data (what reply and cell metadata hold)."""
+    return event.model_dump(mode="json")
+
+
+def event_summary(event: SandboxEvent) -> dict[str, Any]:
+    """Return the fields of ``event`` that the persisted output keeps."""
+    data = event_json(event)
+    return {name: data[name] for name in _SUMMARY_FIELDS}
+
+
+def summary_line(event: SandboxEvent) -> str:
+    """One line for people: 'sandbox: exit 0 · 12 ms · subprocess (network isolated)'."""
+    network = event.isolation.network if event.isolation else "unknown"
+    parts = [f"exit {event.exit_code}", f"{event.duration_ms:,.0f} ms", f"{event.provider}"]
+    parts[-1] += f" (network {network})"
+    if event.ending not in ("completed", "exception", "exit"):
+        parts.insert(0, event.ending.replace("_", " "))
+    if event.stdout_truncated or event.stderr_truncated:
+        parts.append(f"output truncated ({event.stdout_bytes + event.stderr_bytes:,} bytes)")
+    if event.state_lost:
+        parts.append("state lost before this cell")
+    return "sandbox: " + " · ".join(parts)
+
+
+def event_output(event: SandboxEvent) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return (data, metadata) of the persisted event output."""
+    data = {EVENT_MIME: event_summary(event), "text/plain": summary_line(event)}
+    return data, {METADATA_KEY: {"event_id": event.id}}

@@ -1,0 +1,281 @@
+"""Filter the sandbox's rich output before it reaches the frontend.
+
+Jupyter trusts every output produced in a live session: JupyterLab 4 and Notebook 7 render
+``text/html`` unsanitised in the page's own origin and evaluate ``application/javascript``. Script
+there holds the user's Jupyter credentials, so it can start an unsandboxed kernel through the
+server's REST API, open a terminal or write files, and saving signs the notebook so it replays on
+reopen. The code in the sandbox is hostile, so this kernel is the only place to stop it:
+``filter_bundle`` passes the MIME types that cannot carry script, sanitises HTML and Markdown with
+nh3 (bindings to ammonia, a maintained allow-list sanitiser), shows SVG only through ``<img>``
+(where browsers never run its scripts) and drops everything else, which ``drop_note`` names.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import nh3
+
+__all__ = ["FilteredOutput", "MAX_SVG_BYTES", "MAX_VALUE_BYTES", "drop_note", "filter_bundle"]
+
+MAX_VALUE_BYTES = 16 * 1024 * 1024
+"""A single MIME value larger than this (UTF-8 bytes, or JSON text) is dropped."""
+MAX_SVG_BYTES = 8 * 1024 * 1024
+"""SVG larger than this is dropped: base64 in an ``<img>`` grows it by a third."""
+
+_TEXT_TYPES = frozenset({"text/plain", "text/html", "text/markdown", "image/svg+xml"})
+_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif"})
+
+_MIME_NAME = re.compile(r"[\w.+/=; -]{1,100}", re.ASCII)
+_BASE64 = re.compile(r"[A-Za-z0-9+/\r\n]*={0,2}[\r\n]*")
+_DATA_IMAGE = re.compile(r"data:image/(?:png|jpeg|gif);base64,[a-z0-9+/=]*")
+_AUTOLOAD_ATTRIBUTES = frozenset({"src", "srcset", "poster", "background", "lowsrc", "dynsrc"})
+_MARKDOWN_IMAGE = re.compile(r"!\[[^\]]*\]\(\s*<?([^)\s>]+)")
+# Browsers drop ASCII tab and newline anywhere in a URL and C0 controls or spaces around it
+# (https://url.spec.whatwg.org/#concept-basic-url-parser); Markdown adds backslash escapes.
+_URL_NOISE = re.compile(r"[\x00-\x20\\]+")
+_SCRIPT_URL = re.compile(r"(?:java|vb)script:")
+_DROP: Any = object()  # not None: JSON null is a value
+
+# ammonia's defaults (no script, style, iframe, object, embed, form, svg, math, meta, base, link;
+# URLs limited to known schemes; no event handlers) plus what DataFrame HTML and captions use.
+_HTML_TAGS = nh3.ALLOWED_TAGS | {"tfoot"}
+_HTML_ATTRIBUTES = {tag: set(attrs) for tag, attrs in nh3.ALLOWED_ATTRIBUTES.items()}
+_HTML_ATTRIBUTES["*"] = {"class", "title", "style"}
+# Inline style is kept only for properties that take no URL and cannot lift an element out of
+# the output area (no position, no background shorthand): pandas sets text-align on its rows.
+_STYLE_PROPERTIES = frozenset(
+    {"text-align", "vertical-align", "white-space", "color", "background-color"}
+    | {"font-weight", "font-style", "text-decoration"}
+)
+# data: is allowed past ammonia's scheme check only so that _attribute_filter can keep inline
+# PNG/JPEG/GIF images (what matplotlib's HTML and many reports embed); nothing else survives.
+_URL_SCHEMES = frozenset({"http", "https", "mailto", "data"})
+# Classes of JupyterLab's own UI (jp-Dialog is a full-page overlay) would let output restyle
+# itself as part of the application, e.g. a fake login dialog; other class names are harmless.
+_APP_CLASS_PREFIXES = ("jp-", "lm-", "p-", "mod-")
+
+
+@dataclass(frozen=True)
+class FilteredOutput:
+    """A MIME bundle after filtering, and what the filter removed or changed."""
+
+    data: dict[str, Any]
+    """The bundle to relay; never empty (a ``text/plain`` note when nothing else is left)."""
+    metadata: dict[str, Any]
+    dropped: tuple[str, ...]
+    """MIME types removed entirely (unsafe, unknown, malformed or too large)."""
+    sanitised: tuple[str, ...]
+    """MIME types changed by sanitising (``image/svg+xml`` when it became an ``<img>``)."""
+
+
+def filter_bundle(
+    data: Mapping[str, Any], metadata: Mapping[str, Any], *, trust: bool = False
+) -> FilteredOutput:
+    """Return the part of an output bundle that is safe to show in a trusted frontend.
+
+    With ``trust=True`` (``SandboxKernel.trust_output``) data and metadata pass unchanged apart
+    from entries that are not str-keyed; nothing is reported dropped.
+    """
+    data = _str_keyed(data)
+    metadata = _str_keyed(metadata)
+    if trust:
+        return FilteredOutput(data or {"text/plain": drop_note(())}, metadata, (), ())
+    kept: dict[str, Any] = {}
+    dropped: list[str] = []
+    sanitised: list[str] = []
+    for mime, value in data.items():
+        clean = _filter_value(mime, value)
+        if clean is _DROP:
+            dropped.append(_display_name(mime))
+            continue
+        kept[mime] = clean
+        if clean != value:
+            sanitised.append(mime)
+    if "image/svg+xml" in kept:
+        svg = kept.pop("image/svg+xml")
+        if "text/html" in kept:  # the bundle already has its own HTML view
+            dropped.append("image/svg+xml")
+        else:
+            kept["text/html"] = _svg_as_img(svg, metadata.get("image/svg+xml"))
+            sanitised.append("image/svg+xml")
+    dropped = list(dict.fromkeys(dropped))
+    if not kept:
+        kept = {"text/plain": drop_note(dropped)}
+    return FilteredOutput(kept, _filter_metadata(metadata, kept), tuple(dropped), tuple(sanitised))
+
+
+def drop_note(dropped: Sequence[str]) -> str:
+    """Return the one-line note shown where output was dropped."""
+    if not dropped:
+        return "[rewyn: the sandbox sent an empty or malformed output]"
+    names = ", ".join(dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+    return (
+        f"[rewyn: dropped {names} output from the sandbox: not safe to render from untrusted "
+        "code. Set SandboxKernel.trust_output = True only for code you trust.]"
+    )
+
+
+def _str_keyed(mapping: object) -> dict[str, Any]:
+    if not isinstance(mapping, Mapping):
+        return {}
+    return {key: value for key, value in mapping.items() if isinstance(key, str)}
+
+
+def _display_name(mime: str) -> str:
+    # The name is the sandbox's choice and ends up in the visible note: keep it short and plain.
+    return mime if _MIME_NAME.fullmatch(mime) else "(malformed MIME type)"
+
+
+def _filter_value(mime: str, value: object) -> Any:
+    """Return the value to relay for one MIME type, or _DROP."""
+    if mime in _TEXT_TYPES:
+        if not isinstance(value, str) or _utf8_size(value) > MAX_VALUE_BYTES:
+            return _DROP
+        if mime in ("text/html", "text/markdown"):
+            clean = _clean_html(value) if mime == "text/html" else _clean_markdown(value)
+            if clean is not _DROP and value.strip() and not clean.strip():
+                return _DROP  # it was nothing but script: show the note, not a blank output
+            return clean
+        if mime == "image/svg+xml" and _utf8_size(value) > MAX_SVG_BYTES:
+            return _DROP
+        return value
+    if mime in _IMAGE_TYPES:
+        if not isinstance(value, str) or len(value) > MAX_VALUE_BYTES:
+            return _DROP
+        chars = len(value) - value.count("\n") - value.count("\r")
+        plausible = chars > 0 and chars % 4 == 0 and _BASE64.fullmatch(value) is not None
+        return value if plausible else _DROP
+    if mime == "application/json":
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError):
+            return _DROP
+        return value if len(text) <= MAX_VALUE_BYTES else _DROP
+    return _DROP
+
+
+def _utf8_size(text: str) -> int:
+    if len(text) * 4 <= MAX_VALUE_BYTES:  # cheap bound: no need to encode small strings
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _clean_html(source: str) -> str:
+    return nh3.clean(
+        source,
+        tags=_HTML_TAGS,
+        attributes=_HTML_ATTRIBUTES,
+        attribute_filter=_attribute_filter,
+        url_schemes=_URL_SCHEMES,
+        filter_style_properties=_STYLE_PROPERTIES,
+        link_rel="noopener noreferrer",
+    )
+
+
+def _attribute_filter(tag: str, attribute: str, value: str) -> str | None:
+    """Keep data: URLs only for inline raster images, and drop JupyterLab's own classes."""
+    if attribute == "class":
+        names = [name for name in value.split() if not name.lower().startswith(_APP_CLASS_PREFIXES)]
+        return " ".join(names) or None
+    url = _URL_NOISE.sub("", value).lower()
+    if url.startswith(("javascript:", "vbscript:")):  # ammonia checks href and src, not cite
+        return None
+    if url.startswith("data:"):
+        inline_image = tag == "img" and attribute == "src" and _DATA_IMAGE.fullmatch(url)
+        return value if inline_image else None
+    if attribute in _AUTOLOAD_ATTRIBUTES:
+        # The browser fetches these without a click: an <img src="https://host/?secret"> would
+        # carry data out of a sandbox that has no network of its own (and a relative URL
+        # would hit the Jupyter server with the user's cookies).
+        return None
+    return value
+
+
+def _clean_markdown(source: str) -> Any:
+    """Sanitise the raw HTML in Markdown; drop Markdown that carries a script URL.
+
+    Raw HTML in CommonMark needs a literal ``<``, so text without one passes unchanged; text with
+    one goes through the HTML sanitiser (which escapes ``<``, ``>`` and ``&`` in text: a
+    blockquote marker or a comparison in a code block then shows as an entity). Link
+    destinations can be written many ways (inline, reference, autolink, entity-encoded, MathJax
+    ``\\href``), so rather than parse them, Markdown containing ``javascript:`` or ``vbscript:``
+    in any spelling is dropped; the bundle's ``text/plain`` still shows.
+    """
+    cleaned = _clean_html(source) if "<" in source else source
+    images = _MARKDOWN_IMAGE.findall(cleaned)
+    if "![" in cleaned and (
+        not images or not all(_DATA_IMAGE.fullmatch(i.lower()) for i in images)
+    ):
+        return _DROP  # an image the browser would fetch from elsewhere (see _attribute_filter)
+    decoded = cleaned
+    for _ in range(3):  # entities decode once in Markdown and once more in the HTML it makes
+        decoded = html.unescape(decoded)
+    if _SCRIPT_URL.search(_URL_NOISE.sub("", decoded).lower()):
+        return _DROP
+    return cleaned
+
+
+def _svg_as_img(svg: str, metadata: object) -> str:
+    # Browsers run no script and load no external resource in an SVG shown through <img>
+    # (https://www.w3.org/TR/SVG2/conform.html#secure-static-mode), so the SVG itself needs no
+    # sanitising; inline SVG would run its <script> and on* handlers in the page.
+    encoded = base64.b64encode(svg.encode("utf-8", "replace")).decode("ascii")
+    size = ""
+    if isinstance(metadata, Mapping):
+        for key in ("width", "height"):
+            if _is_dimension(metadata.get(key)):
+                size += f' {key}="{metadata[key]:g}"'
+    return f'<img src="data:image/svg+xml;base64,{encoded}" alt="SVG image"{size}>'
+
+
+def _is_dimension(value: object) -> bool:
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= 100_000
+    )
+
+
+_METADATA_CHECKS: dict[str, Callable[[object], bool]] = {
+    "width": _is_dimension,
+    "height": _is_dimension,
+    "needs_background": lambda value: value in ("light", "dark"),
+    "unconfined": lambda value: isinstance(value, bool),
+}
+
+
+def _filter_metadata(metadata: Mapping[str, Any], kept: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep only layout hints; drop everything else, ``isolated`` and ``trusted`` included.
+
+    ``isolated`` is deliberately not forced on HTML: JupyterLab 4's IsolatedRenderer is an
+    iframe without a ``sandbox`` attribute into which it ``document.write``s the rendered HTML,
+    so it runs in the page's origin, holds the same credentials and would re-parse our output
+    a second time; it also loses the theme's CSS (unreadable in dark mode) and the DataFrame
+    table styles. See ``Private.IsolatedRenderer`` in
+    https://github.com/jupyterlab/jupyterlab/blob/main/packages/outputarea/src/widget.ts
+    """
+    result = _layout_hints(metadata)
+    for mime in kept:
+        hints = _layout_hints(metadata.get(mime))
+        if hints:
+            result[mime] = hints
+    return result
+
+
+def _layout_hints(metadata: object) -> dict[str, Any]:
+    if not isinstance(metadata, Mapping):
+        return {}
+    return {
+        key: metadata[key]
+        for key, check in _METADATA_CHECKS.items()
+        if key in metadata and check(metadata[key])
+    }

@@ -1,0 +1,218 @@
+"""The sandbox kernel, started for real with jupyter_client; every message checked."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY
+
+from .conftest import processes_with, wait_until_gone
+from .kernel_client import run_cell, running_kernel, write_spec
+
+Kernel = tuple[KernelManager, BlockingKernelClient]
+
+
+@pytest.fixture(scope="module")
+def kernel_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("jupyter")
+    write_spec(root, "rewyn-test")
+    write_spec(root, "rewyn-test-message", interrupt_mode="message")
+    write_spec(root, "rewyn-test-timeout", ["--SandboxKernel.timeout=1"])
+    write_spec(root, "rewyn-test-quiet", ["--SandboxKernel.event_output=False"])
+    return root
+
+
+@pytest.fixture(scope="module")
+def kernel(kernel_root: Path) -> Iterator[Kernel]:
+    with running_kernel(kernel_root, "rewyn-test") as started:
+        yield started
+
+
+def test_kernel_info_is_truthful(kernel: Kernel) -> None:
+    import sys
+
+    _, kc = kernel
+    kc.kernel_info()
+    reply = kc.get_shell_msg(timeout=10)["content"]
+    assert reply["implementation"] == "rewyn-kernel"
+    assert reply["language_info"]["name"] == "python"
+    assert reply["language_info"]["version"] == ".".join(map(str, sys.version_info[:3]))
+    assert reply["supported_features"] == []
+
+
+def test_cells_share_state_stream_and_return_values(kernel: Kernel) -> None:
+    _, kc = kernel
+    assert run_cell(kc, "x = 41").status == "ok"
+    cell = run_cell(kc, "print('x is', x)\nx + 1")
+    assert cell.status == "ok"
+    assert cell.stream() == "x is 41\n"
+    (result,) = cell.of_type("execute_result")
+    assert result["content"]["data"]["text/plain"] == "42"
+    assert cell.messages.index(result) > cell.messages.index(cell.of_type("stream")[0])
+    assert result["content"]["execution_count"] == cell.reply["content"]["execution_count"]
+
+
+def test_an_exception_is_exactly_one_error_output(kernel: Kernel) -> None:
+    _, kc = kernel
+    cell = run_cell(kc, "def f():\n    return 1 / 0\nf()")
+    assert cell.status == "error"
+    (error,) = cell.of_type("error")
+    assert error["content"]["ename"] == "ZeroDivisionError"
+    assert any("return 1 / 0" in line for line in error["content"]["traceback"])
+    assert cell.reply["content"]["ename"] == "ZeroDivisionError"
+
+
+def test_hostile_rich_output_never_reaches_iopub_executable(kernel: Kernel) -> None:
+    _, kc = kernel
+    code = (
+        "display({'text/html': '<b>bold</b><script>window.pwned=1</script>"
+        '<img src=x onerror="window.pwned=2">\'}, raw=True)\n'
+        "display({'application/javascript': 'window.pwned=3', 'text/plain': 'js'}, raw=True)\n"
+        "svg = '<svg onload=\"window.pwned=4\"><script>x</script></svg>'\n"
+        "display({'image/svg+xml': svg}, raw=True)"
+    )
+    cell = run_cell(kc, code)
+    assert cell.status == "ok"
+    shown = [m["content"] for m in cell.of_type("display_data", "execute_result")]
+    text = repr(shown).lower()
+    for bad in ("<script", "onerror", "onload", "application/javascript", "pwned=3"):
+        assert bad not in text, bad
+    assert "<b>bold</b>" in repr(shown)
+    assert "application/javascript" in cell.stream("stderr")  # the visible note
+
+
+def test_each_cell_carries_its_event(kernel: Kernel) -> None:
+    _, kc = kernel
+    cell = run_cell(kc, "print('evented')")
+    event = cell.reply["metadata"][METADATA_KEY]["event"]
+    assert event["type"] == "SANDBOX_EXECUTED"
+    assert event["ending"] == "completed"
+    assert event["stdout"] == "evented\n"
+    persisted = [m for m in cell.of_type("display_data") if EVENT_MIME in m["content"]["data"]]
+    (output,) = persisted
+    assert output["content"]["data"][EVENT_MIME]["id"] == event["id"]
+    assert output["content"]["data"]["text/plain"].startswith("sandbox: exit 0")
+
+
+def test_the_event_output_can_be_turned_off(kernel_root: Path) -> None:
+    with running_kernel(kernel_root, "rewyn-test-quiet") as (_, kc):
+        cell = run_cell(kc, "print(1)")
+        assert not cell.of_type("display_data")
+        assert METADATA_KEY in cell.reply["metadata"]
+
+
+def test_a_flood_is_truncated_coalesced_and_complete(kernel: Kernel) -> None:
+    _, kc = kernel
+    cell = run_cell(kc, "for i in range(400_000): print(i)")
+    streams = cell.of_type("stream")
+    text = cell.stream()
+    assert len(streams) < 200, len(streams)
+    assert text.startswith("0\n1\n2\n")
+    assert text.endswith("399998\n399999\n")
+    assert "bytes of stdout dropped" in text
+
+
+@pytest.mark.parametrize("name", ["rewyn-test", "rewyn-test-message"])
+def test_interrupt_reaches_the_code_and_keeps_state(kernel_root: Path, name: str) -> None:
+    with running_kernel(kernel_root, name) as (km, kc):
+        run_cell(kc, "kept = 'yes'")
+        started = time.monotonic()
+        cell = run_cell(kc, "import time\ntime.sleep(30)", after=(1.0, km.interrupt_kernel))
+        assert time.monotonic() - started < 10
+        assert cell.status == "error"
+        assert cell.reply["content"]["ename"] == "KeyboardInterrupt"
+        assert km.is_alive()
+        assert run_cell(kc, "print(kept)").stream() == "yes\n"
+
+
+def test_a_cell_past_its_timeout_says_so_and_state_is_lost(kernel_root: Path) -> None:
+    with running_kernel(kernel_root, "rewyn-test-timeout") as (_, kc):
+        run_cell(kc, "before = 1")
+        cell = run_cell(kc, "while True: pass")
+        assert cell.status == "error"
+        (error,) = cell.of_type("error")
+        assert error["content"]["ename"] == "TimeoutError"
+        message = "\n".join(error["content"]["traceback"])
+        assert "limit of 1 s" in message
+        assert "state lost" in message
+        after = run_cell(kc, "print(before)")
+        assert after.reply["content"]["ename"] == "NameError"
+
+
+def test_input_goes_through_the_frontend_when_allowed(kernel: Kernel) -> None:
+    _, kc = kernel
+    prompts: list[str] = []
+
+    def answer(request: dict[str, Any]) -> str:
+        prompts.append(request["content"]["prompt"])
+        return "Ada"
+
+    cell = run_cell(kc, "print('hi', input('Name? '))", allow_stdin=True, answer=answer)
+    assert prompts == ["Name? "]
+    assert cell.stream() == "hi Ada\n"
+    refused = run_cell(kc, "input('x')")
+    assert refused.reply["content"]["ename"] == "EOFError"
+
+
+def test_completion_inspection_and_is_complete(kernel: Kernel) -> None:
+    _, kc = kernel
+    run_cell(kc, "def sandbox_helper(a: int) -> int:\n    'Add one.'\n    return a + 1")
+    kc.complete("sandbox_hel", 11)
+    reply = kc.get_shell_msg(timeout=10)["content"]
+    assert "sandbox_helper(" in reply["matches"]
+    kc.inspect("sandbox_helper", 3)
+    info = kc.get_shell_msg(timeout=10)["content"]
+    assert info["found"]
+    assert "Add one." in info["data"]["text/plain"]
+    for code, status in [
+        ("x = 1", "complete"),
+        ("for i in x:", "incomplete"),
+        ("1 +* 2", "invalid"),
+    ]:
+        kc.is_complete(code)
+        assert kc.get_shell_msg(timeout=10)["content"]["status"] == status
+
+
+def test_shutdown_and_restart_leave_no_sandbox_behind(kernel_root: Path, tmp_path: Path) -> None:
+    workdir = tmp_path / "scratch"
+    workdir.mkdir()
+    write_spec(kernel_root, "rewyn-test-scratch", [f"--SandboxKernel.workdir={workdir}"])
+    with running_kernel(kernel_root, "rewyn-test-scratch") as (km, kc):
+        run_cell(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '1000'])\nx = 1")
+        assert processes_with(str(workdir))
+        km.restart_kernel(now=False)
+        kc.wait_for_ready(timeout=60)
+        assert run_cell(kc, "print('x' in globals())").stream() == "False\n"
+        started = time.monotonic()
+        km.shutdown_kernel(now=False)
+        shutdown_seconds = time.monotonic() - started
+    assert wait_until_gone(str(workdir)) == []
+    assert shutdown_seconds < 2.0, shutdown_seconds
+
+
+def test_nbclient_runs_a_notebook_on_the_kernel(kernel_root: Path) -> None:
+    import os
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 2"),  # type: ignore[no-untyped-call]
+        nbformat.v4.new_code_cell("print(x * 21)"),  # type: ignore[no-untyped-call]
+    ]
+    os.environ["JUPYTER_PATH"] = str(kernel_root)
+    try:
+        NotebookClient(nb, kernel_name="rewyn-test", timeout=60).execute()
+    finally:
+        os.environ.pop("JUPYTER_PATH")
+    outputs = nb.cells[1].outputs
+    assert outputs[0]["text"] == "42\n"
+    assert any(EVENT_MIME in o.get("data", {}) for o in outputs)

