@@ -12,6 +12,8 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY
+from rewyn_kernel.runtime.container import ContainerProvider
+from rewyn_kernel.runtime.sandbox import SandboxProvider
 
 from .conftest import processes_with, wait_until_gone
 from .kernel_client import run_cell, running_kernel, write_spec
@@ -216,3 +218,28 @@ def test_nbclient_runs_a_notebook_on_the_kernel(kernel_root: Path) -> None:
     outputs = nb.cells[1].outputs
     assert outputs[0]["text"] == "42\n"
     assert any(EVENT_MIME in o.get("data", {}) for o in outputs)
+
+
+@pytest.mark.providers("docker", "docker+runsc", "podman")
+def test_a_container_kernel_runs_cells_in_the_container(
+    kernel_root: Path, provider: SandboxProvider
+) -> None:
+    assert isinstance(provider, ContainerProvider)
+    flags = [
+        "--SandboxKernel.provider=container",
+        f"--SandboxKernel.image={provider.image}",
+        f"--SandboxKernel.container_runtime={provider.runtime}",
+    ]
+    if provider.oci_runtime:
+        flags.append(f"--SandboxKernel.oci_runtime={provider.oci_runtime}")
+    name = "rewyn-test-" + provider.name.replace("/", "-").replace("+", "-")
+    write_spec(kernel_root, name, flags)
+    with running_kernel(kernel_root, name) as (km, kc):
+        kernel_pid = km.provisioner.process.pid  # type: ignore[union-attr]
+        run_cell(kc, "import os\nuid = os.getuid()")
+        cell = run_cell(kc, "print(uid != 0, os.getcwd())")
+        assert cell.stream() == "True /scratch\n"
+        event = cell.reply["metadata"][METADATA_KEY]["event"]
+        assert event["provider"] == provider.name
+        assert provider.containers(host_pid=kernel_pid)  # the check below can fail
+    assert provider.containers(host_pid=kernel_pid) == []  # shutdown removed it

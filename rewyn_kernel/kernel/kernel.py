@@ -397,11 +397,15 @@ class SandboxKernel(Kernel):
                 compiled = codeop.compile_command(code, "<cell>", "exec")
             except (SyntaxError, ValueError, OverflowError):
                 return {"status": "invalid"}
+        lines = code.splitlines()
+        last = lines[-1] if lines else ""
+        indent = last[: len(last) - len(last.lstrip())]
         if compiled is None:
-            last = code.splitlines()[-1] if code.splitlines() else ""
-            indent = last[: len(last) - len(last.lstrip())]
             if last.rstrip().endswith(":"):
                 indent += "    "
+            return {"status": "incomplete", "indent": indent}
+        if indent and not code.endswith("\n"):
+            # Still inside an indented block, as a console sees it: more lines may follow.
             return {"status": "incomplete", "indent": indent}
         return {"status": "complete"}
 
