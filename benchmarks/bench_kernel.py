@@ -183,8 +183,6 @@ def pcts(samples: Sequence[Sequence[float]], fraction: float = 0.5) -> list[floa
 def bench(starts: int, cells: int, flood_mib: int, interrupts: int, log: IO[str]) -> None:
     spec = KernelSpecManager().get_kernel_spec(PLAIN)
     print(f"plain kernelspec: {spec.resource_dir}, argv {spec.argv[:3]}")
-    row("metric", ("plain", "sandbox"), ratio="ratio", target="target", note="note")
-    print("-" * 30, "-" * 17, "-" * 17, "-" * 6, " " + "-" * 13, "-" * 24)
     times: list[list[float]] = [[], [], [], [], [], []]  # ready, started, shutdown; per kernel
     for i in range(starts):
         for k, name in enumerate((PLAIN, SANDBOX)):  # alternated: drift hits both alike
@@ -198,6 +196,8 @@ def bench(starts: int, cells: int, flood_mib: int, interrupts: int, log: IO[str]
                 times[2 + k].append(kernel.started_s)
             finally:
                 times[4 + k].append(kernel.stop())
+    row("metric", ("plain", "sandbox"), ratio="ratio", target="target", note="note")
+    print("-" * 30, "-" * 17, "-" * 17, "-" * 6, " " + "-" * 13, "-" * 24)
     note = f"p50 of {starts}"
     row("start to ready p50", pcts(times[0:2]), ms, target="<= 1.3x", note=note)
     row("start_new_kernel() p50", pcts(times[2:4]), ms, note="+ its 0.2 s iopub flush")

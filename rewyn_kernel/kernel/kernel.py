@@ -358,8 +358,12 @@ class SandboxKernel(Kernel):
         return {**info, "language_info": self._language_info(), "supported_features": []}
 
     async def kernel_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
-        """Reply once the sandbox's worker is up, so language_info names its Python."""
-        await asyncio.to_thread(self._session.wait_ready, 10.0)
+        """Reply with the sandbox's Python in language_info.
+
+        A local worker runs this very interpreter; a container's is only known once it is up.
+        """
+        if not isinstance(self._sandbox.provider, SubprocessProvider) or self._sandbox.spec.python:
+            await asyncio.to_thread(self._session.wait_ready, 10.0)
         await super().kernel_info_request(stream, ident, parent)  # type: ignore[no-untyped-call]
 
     # -- introspection ---------------------------------------------------------------------

@@ -122,7 +122,12 @@ WorkerFrame = Annotated[
     | InspectReplyFrame,
     Field(discriminator="t"),
 ]
-_FRAME_ADAPTER: TypeAdapter[WorkerFrame] = TypeAdapter(WorkerFrame)
+
+
+@cache
+def _frame_adapter() -> TypeAdapter[WorkerFrame]:
+    """Built on first use: it costs ~15 ms, which a kernel's start-up need not pay."""
+    return TypeAdapter(WorkerFrame)
 
 
 class TruncatedFrameError(ProtocolError):
@@ -161,7 +166,7 @@ def decode_header(body: bytes) -> WorkerFrame:
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge ints
         raise ProtocolError(f"the sandbox sent a frame that is not JSON ({exc})") from exc
     try:
-        return _FRAME_ADAPTER.validate_python(scrub(raw))
+        return _frame_adapter().validate_python(scrub(raw))
     except RecursionError as exc:
         raise ProtocolError("the sandbox sent a frame nested too deeply") from exc
     except ValidationError as exc:
