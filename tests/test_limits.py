@@ -357,3 +357,10 @@ def test_without_namespaces_a_setsid_daemon_escapes_as_the_notes_say(
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     assert survivors  # the escape the notes admit to: the namespace test above can fail
+
+
+def test_small_memory_caps_still_run_ordinary_code(make_box: Callable[..., Sandbox]) -> None:
+    box = make_box(memory_limit_mb=64)
+    assert box.execute("print(sum(range(100)))").stdout == "4950\n"
+    with box.session() as session:
+        assert session.execute("print('session')").stdout == "session\n"

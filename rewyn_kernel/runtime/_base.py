@@ -118,6 +118,11 @@ class BaseSandbox:
             code, timeout=timeout, on_stream=on_stream, on_output=on_output
         )
 
+    def interrupt(self) -> bool:
+        """Raise KeyboardInterrupt in the running one-shot ``execute``; False if none runs."""
+        session = self._oneshot_session
+        return session.interrupt() if session is not None else False
+
     def session(self, *, keep_state: bool = True) -> Session:
         """Open a session: a live worker on which variables survive between executions.
 

@@ -328,20 +328,27 @@ class Worker:
         if force or sys.stdin is None or getattr(sys.stdin, "closed", True):
             sys.stdin = sys.__stdin__ = open(os.devnull, encoding="utf-8")
 
-    def setup_limits(self):
-        limit = self.config.get("memory_limit_bytes")
-        if not limit:
+    def setup_malloc(self):
+        """Under an address-space cap, use one malloc arena (before any thread starts).
+
+        glibc gives each thread that allocates an arena of its own, reserving 64 MiB of
+        address space apiece: three threads would use up most of a 256 MiB cap.
+        """
+        if not self.config.get("memory_limit_bytes"):
             return
         try:
             import ctypes
 
-            # One malloc arena: otherwise every thread may reserve 64 MiB of address space.
             ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX
         except Exception:
             pass
-        import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    def setup_limits(self):
+        limit = self.config.get("memory_limit_bytes")
+        if limit:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     def setup_signals(self):
         def on_sigint(signum, frame):
@@ -365,6 +372,7 @@ class Worker:
                 pass
         faulthandler.enable(file=self.diag)
         self.setup_signals()
+        self.setup_malloc()
         threading.stack_size(256 * 1024)
         self.pump.start()
         threading.Thread(target=self.read_requests, name="rewyn-reader", daemon=True).start()
@@ -552,7 +560,9 @@ class Worker:
         for fd in (frames_w, replies_r, pipes[0][1], pipes[1][1]):
             os.close(fd)
         relay = Relay(self.channel, frames_r, pid, self.config)
+        threading.stack_size(256 * 1024)
         relay.start()
+        threading.stack_size(0)
         self.begin(header["id"], child=(pid, replies_w))
         wait_status = self.wait_child(pid)
         self.end()
@@ -753,11 +763,13 @@ class Worker:
         return 1
 
     def send_error(self, exc):
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename == WORKER_FILE:
-            tb = tb.tb_next
         try:
-            lines = traceback.format_exception(type(exc), exc, tb)
+            # The worker's own frames (the cell runner, the SIGINT handler) are not the code's.
+            report = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+            report.stack = traceback.StackSummary.from_list(
+                [frame for frame in report.stack if frame.filename != WORKER_FILE]
+            )
+            lines = list(report.format())
         except Exception:
             lines = ["%s: <the exception could not be formatted>\n" % type(exc).__name__]
         if len(lines) > TRACEBACK_LINES:
