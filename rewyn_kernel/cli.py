@@ -191,6 +191,12 @@ def _add_install_parser(
         help=f'name shown in the launcher (default "{kernelspec.DISPLAY_NAME}", or '
         '"Python (sandboxed, NAME)" with --name)',
     )
+    _add_settings(parser)
+    return parser
+
+
+def _add_settings(parser: argparse.ArgumentParser) -> None:
+    """The kernel settings ``install`` bakes into a spec and ``run`` runs a notebook with."""
     options = parser.add_argument_group("kernel settings")
     # default=SUPPRESS: a setting not typed is absent from the namespace, so it writes no flag.
     unset = argparse.SUPPRESS
@@ -253,7 +259,6 @@ def _add_install_parser(
         "the frontend with your Jupyter credentials)",
         default=unset,
     )
-    return parser
 
 
 def _describe(error: ValidationError) -> str:
@@ -265,18 +270,63 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def install(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Install a kernelspec from the parsed ``install`` options; report bad ones via ``parser``."""
+def _settings(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> kernelspec.KernelSettings:
+    """The kernel settings given on the command line; bad ones end via ``parser.error``."""
     values = {field: getattr(args, field) for field in SETTING_FLAGS if hasattr(args, field)}
     container_only = ("image", "container_runtime", "oci_runtime")
     stray = [SETTING_FLAGS[field] for field in container_only if field in values]
     if stray and values.get("provider") != "container":
         parser.error(f"{', '.join(stray)}: only used with --provider container")
     try:
-        settings = kernelspec.KernelSettings.model_validate(values)
-        name = kernelspec.normalize_kernel_name(args.name)
+        return kernelspec.KernelSettings.model_validate(values)
     except ValidationError as exc:
         parser.error(_describe(exc))
+
+
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Execute a notebook on the sandbox kernel, keeping each cell's events (``run``)."""
+    from rewyn_kernel.kernel.notebook_run import print_summary, run_notebook
+
+    settings = _settings(args, parser)
+    if not args.notebook.is_file():
+        parser.error(f"{args.notebook}: no such notebook")
+    summary = run_notebook(
+        args.notebook, args.output, settings=settings, allow_errors=args.allow_errors
+    )
+    print_summary(summary)
+    if summary.interrupted:
+        return 130
+    return 0 if summary.ok or (args.allow_errors and not summary.error) else 1
+
+
+def _add_run_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "run",
+        help="execute a notebook on the sandbox kernel, keeping each cell's events",
+        description="Execute NOTEBOOK headless on the sandboxed kernel. Each cell's "
+        "SANDBOX_EXECUTED events go into its metadata, a summary into the notebook's; the "
+        "output file is rewritten after every cell.",
+    )
+    parser.add_argument("notebook", type=Path, help="the .ipynb to run")
+    parser.add_argument(
+        "-o", "--output", type=Path, help="where to write the result (default NOTEBOOK.out.ipynb)"
+    )
+    parser.add_argument(
+        "--allow-errors", action="store_true", help="run every cell even after one fails; exit 0"
+    )
+    _add_settings(parser)
+    return parser
+
+
+def install(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Install a kernelspec from the parsed ``install`` options; report bad ones via ``parser``."""
+    settings = _settings(args, parser)
+    try:
+        name = kernelspec.normalize_kernel_name(args.name)
     except ValueError as exc:
         parser.error(f"--name: {exc}")
     display_name = args.display_name or kernelspec.default_display_name(name)
@@ -324,11 +374,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also check this OCI runtime (e.g. runsc for gVisor); repeatable",
     )
     install_parser = _add_install_parser(commands)
+    run_parser = _add_run_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
     if args.command == "install":
         return install(args, install_parser)
+    if args.command == "run":
+        return run(args, run_parser)
     return doctor(args.image, args.oci_runtime)
 
 

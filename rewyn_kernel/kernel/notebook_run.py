@@ -1,0 +1,181 @@
+"""``rewyn-kernel run``: execute a notebook headless on the sandbox kernel and keep the record.
+
+Each cell's SANDBOX_EXECUTED event (from the execute_reply, which no frontend saves) is
+appended to ``cell.metadata["rewyn_kernel"]["events"]``; the notebook's metadata gets a summary
+of the run. The output file is rewritten after every cell, so a failure or Ctrl-C leaves
+everything executed so far on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from rewyn_kernel import __version__
+from rewyn_kernel.kernel.kernelspec import KernelSettings, build_kernel_dict
+from rewyn_kernel.kernel.record import METADATA_KEY
+
+RUN_KERNEL = "rewyn-run"
+
+
+@dataclass
+class RunSummary:
+    """What ``run_notebook`` did, for the caller and for the notebook's metadata."""
+
+    path: Path
+    output: Path
+    cells: int = 0
+    executed: int = 0
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[tuple[int, str, int, float, str]] = field(default_factory=list)
+    interrupted: bool = False
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.interrupted and not self.error
+
+
+@contextlib.contextmanager
+def _kernel_on_path(settings: KernelSettings) -> Iterator[str]:
+    """Write a kernelspec with ``settings`` to a temporary Jupyter path for the run."""
+    with tempfile.TemporaryDirectory(prefix="rewyn-run-") as root:
+        spec_dir = Path(root) / "kernels" / RUN_KERNEL
+        spec_dir.mkdir(parents=True)
+        spec = build_kernel_dict(settings, python=sys.executable)
+        (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
+        previous = os.environ.get("JUPYTER_PATH")
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [root, previous]))
+        try:
+            yield RUN_KERNEL
+        finally:
+            if previous is None:
+                os.environ.pop("JUPYTER_PATH", None)
+            else:
+                os.environ["JUPYTER_PATH"] = previous
+
+
+def run_notebook(
+    path: Path,
+    output: Path | None = None,
+    *,
+    settings: KernelSettings | None = None,
+    allow_errors: bool = False,
+    progress: TextIO | None = None,
+) -> RunSummary:
+    """Execute ``path`` on a sandbox kernel with ``settings``; write the result to ``output``."""
+    output = output or path.with_name(path.stem + ".out.ipynb")
+    settings = settings or KernelSettings()
+    nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+    summary = RunSummary(path=path, output=output, cells=_code_cells(nb))
+    started = datetime.now(timezone.utc)
+    out = progress or sys.stderr
+
+    def on_cell_executed(**kwargs: Any) -> None:
+        cell, index, reply = kwargs["cell"], kwargs["cell_index"], kwargs["execute_reply"]
+        summary.executed += 1
+        event = (reply.get("metadata") or {}).get(METADATA_KEY, {}).get("event")
+        status = reply["content"].get("status", "?")
+        if event is not None:
+            record = cell.metadata.setdefault(METADATA_KEY, {})
+            record.setdefault("events", []).append(event)
+        ending = event["ending"] if event else status
+        exit_code = event["exit_code"] if event else (0 if status == "ok" else 1)
+        duration = event["duration_ms"] if event else 0.0
+        message = (event or {}).get("message", "") or reply["content"].get("ename", "")
+        summary.rows.append((index, ending, exit_code, duration, message))
+        if status != "ok":
+            summary.failed.append({"cell_index": index, "ending": ending, "message": message})
+        mark = "ok " if status == "ok" else "ERR"
+        print(
+            f"[{summary.executed}/{summary.cells}] cell {index}: {mark} {ending} "
+            f"exit={exit_code} {duration:,.0f} ms {message[:60]}".rstrip(),
+            file=out,
+            flush=True,
+        )
+        _save(nb, summary, settings, started)
+
+    # The sandbox enforces the cell timeout; nbclient's own is only a backstop.
+    backstop = None if settings.timeout is None else settings.timeout + 60
+    with _kernel_on_path(settings) as kernel_name:
+        client = NotebookClient(
+            nb,
+            kernel_name=kernel_name,
+            timeout=backstop,
+            allow_errors=allow_errors,
+            resources={"metadata": {"path": str(path.parent.resolve())}},
+            on_cell_executed=on_cell_executed,
+        )
+        try:
+            client.execute()
+        except CellExecutionError:
+            pass  # recorded by on_cell_executed; the run stops at the first failing cell
+        except KeyboardInterrupt:
+            summary.interrupted = True
+        except Exception as exc:  # the kernel died, would not start, ...
+            summary.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            _save(nb, summary, settings, started)
+    return summary
+
+
+def _code_cells(nb: Any) -> int:
+    return sum(1 for cell in nb.cells if cell.cell_type == "code")
+
+
+def _save(nb: Any, summary: RunSummary, settings: KernelSettings, started: datetime) -> None:
+    """Write the notebook as it stands, atomically: a crash never leaves half a file."""
+    nb.metadata[METADATA_KEY] = {
+        "run": {
+            "source": str(summary.path),
+            "started_at": started.isoformat(),
+            "finished_at": datetime.now(timezone.utc).isoformat(),
+            "settings": settings.summary(),
+            "versions": {"rewyn_kernel": __version__, "python": platform.python_version()},
+            "counts": {
+                "code_cells": summary.cells,
+                "executed": summary.executed,
+                "failed": len(summary.failed),
+            },
+            "failures": summary.failed,
+            "interrupted": summary.interrupted,
+            "error": summary.error,
+        }
+    }
+    target = summary.output
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.partial")
+    nbformat.write(nb, partial)  # type: ignore[no-untyped-call]
+    partial.replace(target)
+
+
+def print_summary(summary: RunSummary, out: TextIO = sys.stdout) -> None:
+    """A short table of the run: one row per executed cell, then the totals."""
+    print(f"{'cell':>4}  {'ending':<14} {'exit':>4} {'ms':>9}  message", file=out)
+    for index, ending, exit_code, duration, message in summary.rows:
+        print(
+            f"{index:>4}  {ending:<14} {exit_code:>4} {duration:>9,.0f}  {message[:50]}", file=out
+        )
+    state = "ok" if summary.ok else "FAILED"
+    if summary.interrupted:
+        state = "INTERRUPTED"
+    print(
+        f"{state}: {summary.executed} of {summary.cells} code cells run, "
+        f"{len(summary.failed)} failed; wrote {summary.output}",
+        file=out,
+    )
+    if summary.error:
+        print(f"error: {summary.error}", file=out)

@@ -1,0 +1,292 @@
+"""sandbox_tool: give an agent code execution, under the same permission policy as any tool.
+
+The tool's risk level follows from what the sandbox actually applies (``box.isolation``, never
+what was merely asked for) and from the names of the variables passed in (``box.spec``):
+
+=======================================================================  ===========
+sandbox                                                                   risk level
+=======================================================================  ===========
+container (any OCI runtime), network isolated, no secret-named variable   LOW
+subprocess, network isolated (namespaces applied), no secret-named one    MEDIUM
+network isolated, but a secret-named variable is passed in                HIGH
+container with network reachable, no secret-named variable                HIGH
+network reachable and secrets within reach: a secret-named variable, or   CRITICAL
+the host's files (subprocess)
+=======================================================================  ===========
+
+"Network reachable" is ``network="allow"``, or ``network="none"`` that could not be enforced
+here (``isolation.network == "not_isolated"``: a subprocess without namespaces). CRITICAL is
+the pair that lets code *take* something: a subprocess reads every file its user can (SSH keys,
+``~/.aws``, browser profiles), so with a network it can send them anywhere; a container sees
+only its scratch directory, so it needs a secret passed in for the same. Without a network a
+secret can still leave through the tool's own result, which goes to the model: that is HIGH.
+
+A variable is secret-named when its name contains KEY, TOKEN, SECRET, PASS, CREDENTIAL, AUTH,
+PRIVATE, COOKIE, SESSION or DSN (in any case). Values are never read: ``DATA_DIR`` stays
+MEDIUM, ``OPENAI_API_KEY`` makes it HIGH. Names are taken from ``env``, from ``inherit_env``
+(a ``PREFIX*`` pattern counts by its prefix and by the names it matches in this process's
+environment when the tool is made). Time and memory limits do not change the level: they bound
+cost, not reach. A provider this table does not know counts as sharing the host's files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewyn_kernel.runtime._result import Isolation, RichOutput, SandboxResult
+from rewyn_kernel.runtime._session import Session
+from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.tools import RiskLevel, Tool
+
+__all__ = ["DEFAULT_MAX_RESULT_CHARS", "risk_of", "sandbox_tool"]
+
+DEFAULT_MAX_RESULT_CHARS = 20_000
+"""Characters of text (stdout, stderr, error, outputs together) in one result, about 5k tokens."""
+MAX_LISTED_OUTPUTS = 20
+MAX_CODE_CHARS = 1_000_000
+MAX_TIMEOUT = 7 * 24 * 3600.0
+SECRET_WORDS = (
+    "KEY",
+    "TOKEN",
+    "SECRET",
+    "PASS",
+    "CREDENTIAL",
+    "AUTH",
+    "PRIVATE",
+    "COOKIE",
+    "SESSION",
+    "DSN",
+)
+CONFINED_PROVIDERS = ("container/",)
+"""Providers whose code sees only its scratch directory of the host's files."""
+
+
+def sandbox_tool(
+    box: Any,
+    name: str = "run_code",
+    *,
+    description: str | None = None,
+    max_result_chars: int = DEFAULT_MAX_RESULT_CHARS,
+) -> Tool:
+    """Return a Tool that runs ``arguments["code"]`` in ``box`` and returns a bounded result.
+
+    ``box`` is a Sandbox: each call runs in a fresh worker, so variables and imports do not
+    carry over (files in the scratch directory do). Pass a ``Session`` (``box.session()``)
+    instead to keep state between calls; you close it. ``arguments["timeout"]`` may shorten
+    the sandbox's timeout, never extend it. The result is a JSON-safe dict: ``ok``,
+    ``exit_code``, ``timed_out``, ``ending``, ``message``, ``stdout``, ``stderr``, ``error``
+    (``ename``, ``evalue``, ``traceback``, or None), ``outputs`` (the text of rich outputs),
+    ``state_lost``, ``duration_ms`` and ``truncated``. Its text fields hold at most
+    ``max_result_chars`` characters together: a longer field keeps its head and tail around a
+    marker that says how much was left out, and ``truncated`` says the same per field.
+    """
+    if max_result_chars < 2_000:
+        raise ValueError("max_result_chars must be at least 2000")
+    spec, isolation, keeps_state = _describe_box(box)
+    level, reasons = _assess(isolation, spec)
+    schema = _input_schema(spec)
+
+    def handler(arguments: dict[str, Any]) -> dict[str, Any]:
+        result: SandboxResult = box.execute(arguments["code"], **_timeout(arguments))
+        return result_payload(result, max_result_chars)
+
+    async def async_handler(arguments: dict[str, Any]) -> dict[str, Any]:
+        result: SandboxResult = await box.aexecute(arguments["code"], **_timeout(arguments))
+        return result_payload(result, max_result_chars)
+
+    return Tool(
+        name=name,
+        description=description or _description(spec, isolation, keeps_state),
+        input_schema=schema,
+        risk_level=level,
+        risk_reason="; ".join(reasons),
+        handler=handler,
+        async_handler=async_handler,
+    )
+
+
+def risk_of(isolation: Isolation, spec: SandboxSpec) -> RiskLevel:
+    """The risk level of code execution in a sandbox with ``isolation`` and ``spec`` (the
+    table above); ``provider.isolation(spec)`` gives it without starting anything."""
+    return _assess(isolation, spec)[0]
+
+
+def _describe_box(box: Any) -> tuple[SandboxSpec, Isolation, bool]:
+    if isinstance(box, Session):
+        # A session holds its sandbox's core (not the sandbox), where spec and isolation live.
+        return box._core.spec, box._core.isolation, box.keep_state
+    if hasattr(box, "spec") and hasattr(box, "isolation") and hasattr(box, "aexecute"):
+        return box.spec, box.isolation, False
+    raise TypeError(f"sandbox_tool needs a Sandbox or a Session, not {type(box).__name__}")
+
+
+def _secret_names(spec: SandboxSpec) -> list[str]:
+    names = set(spec.env) | set(spec.build_env()) | set(spec.inherit_env)
+    return sorted(
+        name for name in names if any(word in name.upper() for word in SECRET_WORDS)
+    )
+
+
+def _assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str]]:
+    confined = isolation.provider.startswith(CONFINED_PROVIDERS)
+    network = isolation.network != "isolated"
+    secrets = _secret_names(spec)
+    reasons = []
+    if isolation.network == "allowed":
+        reasons.append("network='allow': the code can reach the network")
+    elif network:
+        reasons.append("network='none' is not enforced here: the code can reach the network")
+    if secrets:
+        reasons.append(f"secret-named variables are passed in: {', '.join(secrets)}")
+    if not confined:
+        reasons.append(f"{isolation.provider}: the code can read this user's files")
+    if network and (secrets or not confined):
+        return RiskLevel.CRITICAL, reasons
+    if network or secrets:
+        return RiskLevel.HIGH, reasons
+    if not confined:
+        return RiskLevel.MEDIUM, [*reasons, "no network, no secret-named variables"]
+    return RiskLevel.LOW, [f"{isolation.provider}: no network, no secret-named variables"]
+
+
+def _input_schema(spec: SandboxSpec) -> dict[str, Any]:
+    limit = spec.timeout or MAX_TIMEOUT
+    default = f"{spec.timeout:g} s, also the maximum" if spec.timeout else "no limit"
+    return {
+        "type": "object",
+        "properties": {
+            "code": {
+                "type": "string",
+                "description": "Python source to run, like a notebook cell: print what you "
+                "need to see; the value of a last expression is shown too.",
+                "maxLength": MAX_CODE_CHARS,
+            },
+            "timeout": {
+                "type": "number",
+                "description": f"Seconds before the run is stopped (default {default}).",
+                "exclusiveMinimum": 0,
+                "maximum": limit,
+            },
+        },
+        "required": ["code"],
+        "additionalProperties": False,
+    }
+
+
+def _description(spec: SandboxSpec, isolation: Isolation, keeps_state: bool) -> str:
+    state = (
+        "Variables and imports are kept between calls."
+        if keeps_state
+        else "Each call starts a fresh interpreter: variables and imports do not carry over "
+        "between calls, files in the working directory do."
+    )
+    limits = [f"{spec.timeout:g} s per call" if spec.timeout else "no time limit"]
+    if spec.memory_limit_mb:
+        limits.append(f"{spec.memory_limit_mb} MiB of memory")
+    limits.append("no network" if isolation.network == "isolated" else "network available")
+    return (
+        "Run Python code in a sandbox and get back JSON: ok, exit_code, stdout, stderr, error "
+        f"(exception name, value, traceback), outputs and timed_out. {state} Limits: "
+        f"{', '.join(limits)}. Long output is shortened (head and tail kept): write large "
+        "results to a file and print a summary."
+    )
+
+
+def _timeout(arguments: dict[str, Any]) -> dict[str, float]:
+    # Only a timeout the model gave is passed on: None would mean "no limit".
+    return {"timeout": float(arguments["timeout"])} if "timeout" in arguments else {}
+
+
+def result_payload(result: SandboxResult, max_chars: int) -> dict[str, Any]:
+    """The model-facing, JSON-safe form of ``result``, its text within ``max_chars``."""
+    texts = {"stdout": result.stdout, "stderr": result.stderr}
+    if result.error is not None:
+        texts["error.evalue"] = result.error.evalue
+        texts["error.traceback"] = "".join(result.error.traceback)
+    listed = result.outputs[:MAX_LISTED_OUTPUTS]
+    texts.update((f"outputs[{i}]", _plain(output)) for i, output in enumerate(listed))
+    written = {"stdout": result.stdout_bytes, "stderr": result.stderr_bytes}
+    capped = {"stdout": result.stdout_truncated, "stderr": result.stderr_truncated}
+    shown: dict[str, str] = {}
+    truncated: dict[str, dict[str, int]] = {}
+    for (key, text), limit in zip(texts.items(), _share([len(t) for t in texts.values()], max_chars)):
+        shown[key], cut = _shorten(text, limit, written[key] if capped.get(key) else None)
+        if cut:
+            truncated[key] = cut
+    if len(result.outputs) > len(listed):
+        truncated["outputs"] = {"omitted_items": len(result.outputs) - len(listed)}
+    message = result.message or ("completed" if result.ok else result.ending)
+    if truncated or result.stdout_truncated or result.stderr_truncated:
+        message += (
+            "; output was shortened (head and tail kept): write large results to a file and "
+            "print a summary"
+        )
+    error = None
+    if result.error is not None:
+        error = {
+            "ename": _clean(result.error.ename),
+            "evalue": shown["error.evalue"],
+            "traceback": shown["error.traceback"],
+        }
+    return {
+        "ok": result.ok,
+        "exit_code": result.exit_code,
+        "timed_out": result.timed_out,
+        "ending": result.ending,
+        "message": _clean(message),
+        "stdout": shown["stdout"],
+        "stderr": shown["stderr"],
+        "error": error,
+        "outputs": [shown[f"outputs[{i}]"] for i in range(len(listed))],
+        "state_lost": result.state_lost,
+        "duration_ms": round(result.duration_ms, 1),
+        "truncated": truncated,
+    }
+
+
+def _plain(output: RichOutput) -> str:
+    text = output.data.get("text/plain")
+    if isinstance(text, list):
+        text = "".join(str(part) for part in text)
+    if isinstance(text, str):
+        return text
+    kinds = ", ".join(sorted(output.data)) or "nothing"
+    return f"[{output.output_type} with {kinds}; no text/plain form]"
+
+
+def _share(sizes: list[int], budget: int) -> list[int]:
+    """Split ``budget`` over fields: small ones get all they need, big ones share the rest."""
+    limits = [0] * len(sizes)
+    left = budget
+    order = sorted(range(len(sizes)), key=sizes.__getitem__)
+    for done, index in enumerate(order):
+        limits[index] = min(sizes[index], left // (len(sizes) - done))
+        left -= limits[index]
+    return limits
+
+
+def _shorten(text: str, limit: int, written_bytes: int | None) -> tuple[str, dict[str, int]]:
+    """Keep ``text`` within ``limit`` characters, head and tail around a marker that says
+    what was left out: characters of ``text``, or bytes of all the code wrote when the
+    sandbox had already capped the stream (``written_bytes``)."""
+    if len(text) <= limit:
+        return _clean(text), {}
+    omitted = len(text) - limit
+    marker = f"\n[... {omitted:,} characters omitted ...]\n"
+    keep = max(limit - len(marker) - 16, 0)  # room for the marker's number to grow
+    head, tail = text[: keep // 2], text[len(text) - (keep - keep // 2) :]
+    omitted = len(text) - len(head) - len(tail)
+    cut = {"shown_chars": len(head) + len(tail), "omitted_chars": omitted}
+    if written_bytes is None:
+        marker = f"\n[... {omitted:,} characters omitted ...]\n"
+    else:
+        kept_bytes = len(head.encode("utf-8", "replace")) + len(tail.encode("utf-8", "replace"))
+        dropped = max(written_bytes - kept_bytes, 0)
+        marker = f"\n[... {dropped:,} of {written_bytes:,} bytes omitted ...]\n"
+        cut["written_bytes"] = written_bytes
+    return _clean(head + marker + tail), cut
+
+
+def _clean(text: str) -> str:
+    # Lone surrogates (possible in rich output) cannot be encoded as UTF-8 JSON.
+    return text.encode("utf-8", "replace").decode("utf-8")
