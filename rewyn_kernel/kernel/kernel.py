@@ -300,11 +300,15 @@ class SandboxKernel(Kernel):
         return list(filtered.dropped)
 
     def _finish(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
-        """Publish the error (if any) and the event output; build the reply."""
+        """Publish the error (if any), then the event output; build the reply."""
+        reply = self._reply(result, silent)
         event = self._last_event
         if event is not None and self.event_output and not silent:
             data, metadata = event_output(event)
             self._publish("display_data", {"data": data, "metadata": metadata, "transient": {}})
+        return reply
+
+    def _reply(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
         if result.ending in ("completed", "exit") and result.exit_code == 0:
             return self._ok()
         if result.ending == "interrupted":

@@ -12,8 +12,10 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -106,7 +108,10 @@ def run_notebook(
             file=out,
             flush=True,
         )
+
         _save(nb, summary, settings, started)
+        if summary.interrupted:
+            raise _Stopped  # no further cells after a Ctrl-C, errors allowed or not
 
     # The sandbox enforces the cell timeout; nbclient's own is only a backstop.
     backstop = None if settings.timeout is None else settings.timeout + 60
@@ -119,17 +124,41 @@ def run_notebook(
             resources={"metadata": {"path": str(path.parent.resolve())}},
             on_cell_executed=on_cell_executed,
         )
+
+        def execute() -> None:
+            try:
+                client.execute()
+            except (CellExecutionError, _Stopped):
+                pass  # recorded by on_cell_executed: the run stops at the first failing cell
+            except Exception as exc:  # the kernel died, would not start, ...
+                summary.error = f"{type(exc).__name__}: {exc}"
+
+        # nbclient runs in a thread so that Ctrl-C reaches this one: it interrupts the cell
+        # (the kernel passes that on to the sandbox), and the run ends there, recorded.
+        worker = threading.Thread(target=execute, name="rewyn-run")
+        worker.start()
         try:
-            client.execute()
-        except CellExecutionError:
-            pass  # recorded by on_cell_executed; the run stops at the first failing cell
-        except KeyboardInterrupt:
-            summary.interrupted = True
-        except Exception as exc:  # the kernel died, would not start, ...
-            summary.error = f"{type(exc).__name__}: {exc}"
+            while worker.is_alive():
+                try:
+                    worker.join(0.2)
+                except KeyboardInterrupt:
+                    summary.interrupted = True
+                    _interrupt_kernel(client)
         finally:
             _save(nb, summary, settings, started)
     return summary
+
+
+class _Stopped(Exception):
+    """Raised from the cell hook to end a run that was interrupted."""
+
+
+def _interrupt_kernel(client: NotebookClient) -> None:
+    """Interrupt the running cell: SIGINT to the kernel, as jupyter_client's signal mode does."""
+    pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
+    if isinstance(pid, int):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGINT)
 
 
 def _code_cells(nb: Any) -> int:
