@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Set up and run rewyn-kernel from a fresh checkout, with nothing but python3.
 
-    python3 tasks.py demo     the main job: the runtime's examples in real sandboxes
+    python3 tasks.py demo     the main job: the quickstart notebook through the sandbox kernel
     python3 tasks.py test     the whole test suite, with the format, lint and type checks
     python3 tasks.py bench    benchmarks that print figures
 
@@ -52,7 +52,8 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     try:
         if command == "demo":
-            run(BIN / "rewyn-kernel", "demo")
+            output = ROOT / "runs" / "quickstart.ipynb"
+            run(BIN / "rewyn-kernel", "run", ROOT / "notebooks" / "quickstart.ipynb", "-o", output)
         elif command == "bench":
             run(BIN / "python", "-m", "benchmarks.bench_runtime", *argv[1:])
         else:

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from rewyn_kernel.errors import ProviderUnavailableError
 from rewyn_kernel.runtime._base import BaseSandbox
 from rewyn_kernel.runtime._process import PopenWorker
 from rewyn_kernel.runtime._protocol import BOOTSTRAP
@@ -203,7 +204,13 @@ class ContainerProvider:
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
         if self.user == NOBODY and os.getuid() == 0 and workdir.stat().st_uid != 65534:
-            os.chown(workdir, 65534, 65534)  # the container's user must be able to write there
+            try:
+                os.chown(workdir, 65534, 65534)  # the container's user must write there
+            except OSError as exc:
+                raise ProviderUnavailableError(
+                    f"cannot hand the scratch directory to the container's user (65534): {exc}; "
+                    "run as real root, or pass user='UID:GID' owning the directory"
+                ) from exc
         inherited = {k: v for k, v in spec.build_env().items() if k != "PATH"}
         inside = {**inherited, **spec.env}
         # The CLI needs its own environment (DOCKER_HOST, its config); values for the
