@@ -48,7 +48,7 @@ def check_schema(schema: Mapping[str, Any]) -> None:
         raise ValueError(f"input_schema uses unsupported keywords: {', '.join(sorted(unknown))}")
     properties = schema.get("properties", {})
     if not isinstance(properties, Mapping):
-        raise ValueError('input_schema "properties" must be an object')
+        raise ValueError('input_schema "properties" must be an object')  # noqa: TRY004
     for name, prop in properties.items():
         unknown = set(prop) - PROPERTY_KEYWORDS
         if unknown:
@@ -110,8 +110,7 @@ def _value_problems(name: str, prop: Mapping[str, Any], value: Any) -> list[str]
             found.append(f"{name!r} must have at least {prop['minLength']:,} characters")
         if "maxLength" in prop and len(value) > prop["maxLength"]:
             found.append(
-                f"{name!r} must have at most {prop['maxLength']:,} characters "
-                f"(got {len(value):,})"
+                f"{name!r} must have at most {prop['maxLength']:,} characters (got {len(value):,})"
             )
     return found
 

@@ -144,8 +144,7 @@ class MaxRiskLevel(BaseModel):
             return PermissionDecision(
                 allowed=True,
                 requires_approval=True,
-                reason=f"{what}; this policy needs a person's approval above "
-                f"{self.approve_above}",
+                reason=f"{what}; this policy needs a person's approval above {self.approve_above}",
             )
         return PermissionDecision(
             allowed=True, reason=f"{what}, within this policy's limit ({self.deny_above})"
@@ -186,10 +185,10 @@ class Tool:
         """Return the arguments as a dict, from a JSON string (OpenAI's ``arguments``) or a
         mapping (Anthropic's ``input``); raise ``ToolArgumentsError`` saying what is wrong."""
         if isinstance(arguments, (str, bytes)):
-            text = arguments.decode() if isinstance(arguments, bytes) else arguments
             try:
+                text = arguments.decode() if isinstance(arguments, bytes) else arguments
                 arguments = json.loads(text) if text.strip() else {}
-            except ValueError as exc:
+            except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError alike
                 raise ToolArgumentsError(
                     f"arguments for tool {self.name!r} are not valid JSON: {exc}"
                 ) from exc
@@ -200,7 +199,9 @@ class Tool:
             )
         found = _schema.problems(self.input_schema, arguments)
         if found:
-            raise ToolArgumentsError(f"invalid arguments for tool {self.name!r}: " + "; ".join(found))
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self.name!r}: " + "; ".join(found)
+            )
         return dict(arguments)
 
     def call(self, arguments: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
@@ -209,10 +210,7 @@ class Tool:
 
     async def acall(self, arguments: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
         """``call`` without blocking the event loop."""
-        valid = self.validate(arguments)
-        if self.async_handler is not None:
-            return dict(await self.async_handler(valid))
-        return dict(await asyncio.to_thread(self.handler, valid))
+        return await self._ainvoke(self.validate(arguments))
 
     def run(
         self,
@@ -223,7 +221,7 @@ class Tool:
         """Validate, check ``policy`` (asking ``approve`` when it needs approval), then run.
 
         Raises ``PolicyError`` when the call is denied, needs approval and no ``approve`` was
-        given, or ``approve`` said no; nothing runs then.
+        given, or ``approve`` did not return True; nothing runs then.
         """
         valid = self.validate(arguments)
         decision = self._decide(valid, policy)
@@ -247,9 +245,12 @@ class Tool:
                 raise PolicyError(f"{decision.reason}; pass approve= to ask a person")
             answer = approve(self, valid, decision)
             self._approved(await answer if inspect.isawaitable(answer) else answer, decision)
+        return await self._ainvoke(valid)
+
+    async def _ainvoke(self, arguments: dict[str, Any]) -> dict[str, Any]:
         if self.async_handler is not None:
-            return dict(await self.async_handler(valid))
-        return dict(await asyncio.to_thread(self.handler, valid))
+            return dict(await self.async_handler(arguments))
+        return dict(await asyncio.to_thread(self.handler, arguments))
 
     def _decide(
         self, arguments: dict[str, Any], policy: PermissionPolicy | None

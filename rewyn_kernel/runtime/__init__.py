@@ -18,6 +18,7 @@ from rewyn_kernel.runtime.sandbox import (
     acreate,
     create,
     get_default_provider,
+    sandbox_tool,
     set_default_provider,
 )
 
@@ -39,5 +40,6 @@ __all__ = [
     "events",
     "get_default_provider",
     "sandbox",
+    "sandbox_tool",
     "set_default_provider",
 ]

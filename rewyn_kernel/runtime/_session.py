@@ -40,7 +40,8 @@ from rewyn_kernel.runtime._protocol import (
     TruncatedFrameError,
 )
 from rewyn_kernel.runtime._provider import ExitInfo
-from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo, SandboxResult
+from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo, Isolation, SandboxResult
+from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime._sync import ask_on_loop, on_loop, run_in_thread
 from rewyn_kernel.runtime.events import emit
 
@@ -105,6 +106,16 @@ class Session:
     @property
     def provider_name(self) -> str:
         return self._core.provider.name
+
+    @property
+    def spec(self) -> SandboxSpec:
+        """The spec of the sandbox this session runs in."""
+        return self._core.spec
+
+    @property
+    def isolation(self) -> Isolation:
+        """What the provider applies to this session's sandbox."""
+        return self._core.isolation
 
     def execute(
         self,

@@ -3,16 +3,15 @@
 The tool's risk level follows from what the sandbox actually applies (``box.isolation``, never
 what was merely asked for) and from the names of the variables passed in (``box.spec``):
 
-=======================================================================  ===========
-sandbox                                                                   risk level
-=======================================================================  ===========
-container (any OCI runtime), network isolated, no secret-named variable   LOW
-subprocess, network isolated (namespaces applied), no secret-named one    MEDIUM
-network isolated, but a secret-named variable is passed in                HIGH
-container with network reachable, no secret-named variable                HIGH
-network reachable and secrets within reach: a secret-named variable, or   CRITICAL
-the host's files (subprocess)
-=======================================================================  ===========
+========  ==========================================================================
+risk      sandbox
+========  ==========================================================================
+LOW       container (any OCI runtime), network isolated, no secret-named variable
+MEDIUM    subprocess, network isolated (namespaces applied), no secret-named variable
+HIGH      network isolated, but a secret-named variable is passed in
+HIGH      container with the network reachable, no secret-named variable
+CRITICAL  network reachable, and a secret-named variable or the host's files (subprocess)
+========  ==========================================================================
 
 "Network reachable" is ``network="allow"``, or ``network="none"`` that could not be enforced
 here (``isolation.network == "not_isolated"``: a subprocess without namespaces). CRITICAL is
@@ -33,8 +32,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rewyn_kernel.runtime._provider import Sandbox
 from rewyn_kernel.runtime._result import Isolation, RichOutput, SandboxResult
-from rewyn_kernel.runtime._session import Session
+from rewyn_kernel.runtime._session import UNSET, Session
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.tools import RiskLevel, Tool
 
@@ -43,6 +43,7 @@ __all__ = ["DEFAULT_MAX_RESULT_CHARS", "risk_of", "sandbox_tool"]
 DEFAULT_MAX_RESULT_CHARS = 20_000
 """Characters of text (stdout, stderr, error, outputs together) in one result, about 5k tokens."""
 MAX_LISTED_OUTPUTS = 20
+MAX_MESSAGE_CHARS = 300
 MAX_CODE_CHARS = 1_000_000
 MAX_TIMEOUT = 7 * 24 * 3600.0
 SECRET_WORDS = (
@@ -62,7 +63,7 @@ CONFINED_PROVIDERS = ("container/",)
 
 
 def sandbox_tool(
-    box: Any,
+    box: Sandbox | Session,
     name: str = "run_code",
     *,
     description: str | None = None,
@@ -75,10 +76,12 @@ def sandbox_tool(
     instead to keep state between calls; you close it. ``arguments["timeout"]`` may shorten
     the sandbox's timeout, never extend it. The result is a JSON-safe dict: ``ok``,
     ``exit_code``, ``timed_out``, ``ending``, ``message``, ``stdout``, ``stderr``, ``error``
-    (``ename``, ``evalue``, ``traceback``, or None), ``outputs`` (the text of rich outputs),
-    ``state_lost``, ``duration_ms`` and ``truncated``. Its text fields hold at most
-    ``max_result_chars`` characters together: a longer field keeps its head and tail around a
-    marker that says how much was left out, and ``truncated`` says the same per field.
+    (``ename``, ``evalue``, ``traceback``, or None), ``outputs`` (the text of the first 20
+    rich outputs), ``state_lost``, ``duration_ms`` and ``truncated``. The text fields hold at
+    most ``max_result_chars`` characters together (``message`` is kept short on its own): a
+    longer field keeps its head and tail around a marker that says how much was left out, and
+    ``truncated`` says the same per field (``shown_chars``, ``omitted_chars``, and
+    ``written_bytes`` when the sandbox's own output cap already applied).
     """
     if max_result_chars < 2_000:
         raise ValueError("max_result_chars must be at least 2000")
@@ -87,11 +90,11 @@ def sandbox_tool(
     schema = _input_schema(spec)
 
     def handler(arguments: dict[str, Any]) -> dict[str, Any]:
-        result: SandboxResult = box.execute(arguments["code"], **_timeout(arguments))
+        result: SandboxResult = box.execute(arguments["code"], timeout=_timeout(arguments))
         return result_payload(result, max_result_chars)
 
     async def async_handler(arguments: dict[str, Any]) -> dict[str, Any]:
-        result: SandboxResult = await box.aexecute(arguments["code"], **_timeout(arguments))
+        result: SandboxResult = await box.aexecute(arguments["code"], timeout=_timeout(arguments))
         return result_payload(result, max_result_chars)
 
     return Tool(
@@ -111,20 +114,17 @@ def risk_of(isolation: Isolation, spec: SandboxSpec) -> RiskLevel:
     return _assess(isolation, spec)[0]
 
 
-def _describe_box(box: Any) -> tuple[SandboxSpec, Isolation, bool]:
+def _describe_box(box: Sandbox | Session) -> tuple[SandboxSpec, Isolation, bool]:
     if isinstance(box, Session):
-        # A session holds its sandbox's core (not the sandbox), where spec and isolation live.
-        return box._core.spec, box._core.isolation, box.keep_state
-    if hasattr(box, "spec") and hasattr(box, "isolation") and hasattr(box, "aexecute"):
-        return box.spec, box.isolation, False
-    raise TypeError(f"sandbox_tool needs a Sandbox or a Session, not {type(box).__name__}")
+        return box.spec, box.isolation, box.keep_state
+    if not isinstance(box, Sandbox):
+        raise TypeError(f"sandbox_tool needs a Sandbox or a Session, not {type(box).__name__}")
+    return box.spec, box.isolation, False
 
 
 def _secret_names(spec: SandboxSpec) -> list[str]:
     names = set(spec.env) | set(spec.build_env()) | set(spec.inherit_env)
-    return sorted(
-        name for name in names if any(word in name.upper() for word in SECRET_WORDS)
-    )
+    return sorted(name for name in names if any(word in name.upper() for word in SECRET_WORDS))
 
 
 def _assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str]]:
@@ -175,7 +175,7 @@ def _input_schema(spec: SandboxSpec) -> dict[str, Any]:
 
 def _description(spec: SandboxSpec, isolation: Isolation, keeps_state: bool) -> str:
     state = (
-        "Variables and imports are kept between calls."
+        "Variables and imports are kept between calls (unless a result says state_lost)."
         if keeps_state
         else "Each call starts a fresh interpreter: variables and imports do not carry over "
         "between calls, files in the working directory do."
@@ -192,9 +192,9 @@ def _description(spec: SandboxSpec, isolation: Isolation, keeps_state: bool) -> 
     )
 
 
-def _timeout(arguments: dict[str, Any]) -> dict[str, float]:
-    # Only a timeout the model gave is passed on: None would mean "no limit".
-    return {"timeout": float(arguments["timeout"])} if "timeout" in arguments else {}
+def _timeout(arguments: dict[str, Any]) -> float | None:
+    # UNSET keeps the spec's timeout; None would mean "no limit".
+    return float(arguments["timeout"]) if "timeout" in arguments else UNSET
 
 
 def result_payload(result: SandboxResult, max_chars: int) -> dict[str, Any]:
@@ -209,14 +209,22 @@ def result_payload(result: SandboxResult, max_chars: int) -> dict[str, Any]:
     capped = {"stdout": result.stdout_truncated, "stderr": result.stderr_truncated}
     shown: dict[str, str] = {}
     truncated: dict[str, dict[str, int]] = {}
-    for (key, text), limit in zip(texts.items(), _share([len(t) for t in texts.values()], max_chars)):
+    outputs_cut = {"shortened_items": 0, "omitted_chars": 0}
+    for (key, text), limit in zip(
+        texts.items(), _share([len(t) for t in texts.values()], max_chars), strict=True
+    ):
         shown[key], cut = _shorten(text, limit, written[key] if capped.get(key) else None)
-        if cut:
+        if cut and key.startswith("outputs["):
+            outputs_cut["shortened_items"] += 1
+            outputs_cut["omitted_chars"] += cut["omitted_chars"]
+        elif cut:
             truncated[key] = cut
     if len(result.outputs) > len(listed):
-        truncated["outputs"] = {"omitted_items": len(result.outputs) - len(listed)}
-    message = result.message or ("completed" if result.ok else result.ending)
-    if truncated or result.stdout_truncated or result.stderr_truncated:
+        outputs_cut["omitted_items"] = len(result.outputs) - len(listed)
+    if any(outputs_cut.values()):
+        truncated["outputs"] = outputs_cut
+    message, _ = _shorten(result.message or result.ending, MAX_MESSAGE_CHARS, None)
+    if truncated:
         message += (
             "; output was shortened (head and tail kept): write large results to a file and "
             "print a summary"
@@ -224,7 +232,7 @@ def result_payload(result: SandboxResult, max_chars: int) -> dict[str, Any]:
     error = None
     if result.error is not None:
         error = {
-            "ename": _clean(result.error.ename),
+            "ename": _shorten(result.error.ename, MAX_MESSAGE_CHARS, None)[0],
             "evalue": shown["error.evalue"],
             "traceback": shown["error.traceback"],
         }
@@ -233,7 +241,7 @@ def result_payload(result: SandboxResult, max_chars: int) -> dict[str, Any]:
         "exit_code": result.exit_code,
         "timed_out": result.timed_out,
         "ending": result.ending,
-        "message": _clean(message),
+        "message": message,
         "stdout": shown["stdout"],
         "stderr": shown["stderr"],
         "error": error,
@@ -266,19 +274,24 @@ def _share(sizes: list[int], budget: int) -> list[int]:
 
 
 def _shorten(text: str, limit: int, written_bytes: int | None) -> tuple[str, dict[str, int]]:
-    """Keep ``text`` within ``limit`` characters, head and tail around a marker that says
-    what was left out: characters of ``text``, or bytes of all the code wrote when the
-    sandbox had already capped the stream (``written_bytes``)."""
+    """Keep ``text`` within ``limit`` characters: its head and tail around a marker that says
+    what was left out, in characters of ``text``, or in bytes of all the code wrote when the
+    sandbox had already capped the stream (``written_bytes``; its own marker is then dropped
+    with the middle)."""
     if len(text) <= limit:
-        return _clean(text), {}
-    omitted = len(text) - limit
-    marker = f"\n[... {omitted:,} characters omitted ...]\n"
-    keep = max(limit - len(marker) - 16, 0)  # room for the marker's number to grow
-    head, tail = text[: keep // 2], text[len(text) - (keep - keep // 2) :]
-    omitted = len(text) - len(head) - len(tail)
-    cut = {"shown_chars": len(head) + len(tail), "omitted_chars": omitted}
+        if written_bytes is None:
+            return _clean(text), {}
+        return _clean(text), {"shown_chars": len(text), "written_bytes": written_bytes}
+    # The longest the marker can be, so that head + marker + tail fits in ``limit``.
     if written_bytes is None:
-        marker = f"\n[... {omitted:,} characters omitted ...]\n"
+        longest = f"\n[... {len(text):,} characters omitted ...]\n"
+    else:
+        longest = f"\n[... {written_bytes:,} of {written_bytes:,} bytes omitted ...]\n"
+    keep = max(limit - len(longest), 0)
+    head, tail = text[: keep // 2], text[len(text) - (keep - keep // 2) :]
+    cut = {"shown_chars": len(head) + len(tail), "omitted_chars": len(text) - keep}
+    if written_bytes is None:
+        marker = f"\n[... {len(text) - keep:,} characters omitted ...]\n"
     else:
         kept_bytes = len(head.encode("utf-8", "replace")) + len(tail.encode("utf-8", "replace"))
         dropped = max(written_bytes - kept_bytes, 0)

@@ -24,6 +24,7 @@ from rewyn_kernel.runtime._result import Ending, ErrorInfo, Isolation, RichOutpu
 from rewyn_kernel.runtime._session import Session
 from rewyn_kernel.runtime._spec import DEFAULT_INHERIT_ENV, SandboxSpec
 from rewyn_kernel.runtime._subprocess import SubprocessProvider, SubprocessSandbox
+from rewyn_kernel.runtime._tool import sandbox_tool
 
 __all__ = [
     "BaseSandbox",
@@ -45,5 +46,6 @@ __all__ = [
     "acreate",
     "create",
     "get_default_provider",
+    "sandbox_tool",
     "set_default_provider",
 ]
