@@ -9,7 +9,9 @@
     │   └── ProtocolError             the sandbox broke the channel protocol (internal; it ends
     │                                 that sandbox and becomes a result, never an exception to
     │                                 the caller)
-    └── PolicyError                   a permission policy refused a tool call
+    ├── PolicyError                   a permission policy refused a tool call
+    └── ToolArgumentsError            a tool call's arguments do not fit its schema
+                                      (defined in rewyn_kernel.tools)
 
 Execution failures (timeouts, crashes, exceptions in the sandboxed code) are never raised: they
 are reported in ``SandboxResult``.
