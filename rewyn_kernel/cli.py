@@ -375,6 +375,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     install_parser = _add_install_parser(commands)
     run_parser = _add_run_parser(commands)
+    from rewyn_kernel.kernel import review  # here, so importing cli does not load nbformat
+
+    review_parser = review.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
@@ -382,6 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return install(args, install_parser)
     if args.command == "run":
         return run(args, run_parser)
+    if args.command == "review":
+        return review.main(args, review_parser)
     return doctor(args.image, args.oci_runtime)
 
 

@@ -1,0 +1,487 @@
+"""rewyn-kernel review: run logs from real sandboxes into notebooks, re-run on real kernels."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from rewyn_kernel import cli
+from rewyn_kernel.kernel.kernelspec import KERNEL_NAME
+from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_json, summary_line
+from rewyn_kernel.kernel.review import (
+    DEFAULT_LIMITS,
+    compare,
+    install_command,
+    kernel_name_for,
+    limits_of,
+    read_log,
+)
+from rewyn_kernel.runtime import JsonlRunLog, create
+from rewyn_kernel.runtime.events import SandboxEvent
+from tests.kernel_client import write_spec
+
+LONG_CODE = "# " + "x" * 300_000 + "\nprint('long')"
+CODES = [
+    "print('hello')",
+    "1 / 0",
+    "while True:\n    pass",
+    "display({'text/plain': 'a chart', 'image/png': 'iVBORw0KGgo='}, raw=True)\n6 * 7",
+    LONG_CODE,
+]
+LIMITS = {"provider": "subprocess", "timeout": 1.0, "memory_limit_mb": None, "network": "none"}
+
+
+@pytest.fixture(scope="module")
+def run_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run log written by real executions: ok, exception, timeout, display, long code."""
+    path = tmp_path_factory.mktemp("log") / "run.jsonl"
+    with create(timeout=1, listeners=[JsonlRunLog(path)]) as box, box.session() as session:
+        for code in CODES:
+            session.execute(code)
+    return path
+
+
+def events_of(path: Path) -> list[SandboxEvent]:
+    return JsonlRunLog.read(path)
+
+
+def review(*args: str | Path) -> int:
+    return cli.main(["review", *map(str, args)])
+
+
+def load(path: Path) -> dict[str, Any]:
+    nb: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    nbformat.validate(nb)
+    return nb
+
+
+def text(value: str | list[str]) -> str:
+    return value if isinstance(value, str) else "".join(value)
+
+
+def event_text(cell: dict[str, Any]) -> str:
+    (output,) = [o for o in cell["outputs"] if EVENT_MIME in o.get("data", {})]
+    return text(output["data"]["text/plain"])
+
+
+def test_a_real_run_becomes_one_cell_per_execution(
+    run_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "review.ipynb"
+    assert review(run_log, "-o", out) == 0
+    assert capsys.readouterr().err == ""
+    nb = load(out)
+    events = events_of(run_log)
+    header, *cells = nb["cells"]
+    assert [c["id"] for c in cells] == [f"line-{n}" for n in range(1, 6)]
+    for cell, event in zip(cells, events, strict=True):
+        assert cell["metadata"][METADATA_KEY] == {"events": [event_json(event)], "recorded": True}
+        assert cell["execution_count"] == event.execution_count
+        last = cell["outputs"][-1]
+        assert last["data"][EVENT_MIME]["id"] == event.id
+        assert text(last["data"]["text/plain"]) == summary_line(event)
+    ok, exception, timeout, display, long = cells
+    assert text(ok["source"]) == "print('hello')"
+    assert [(o["output_type"], text(o.get("text", ""))) for o in ok["outputs"][:-1]] == [
+        ("stream", "hello\n")
+    ]
+    (error,) = exception["outputs"][:-1]
+    assert (error["output_type"], error["ename"]) == ("error", "ZeroDivisionError")
+    assert "1 / 0" in "".join(error["traceback"])
+    (error,) = timeout["outputs"][:-1]
+    assert error["ename"] == "TimeoutError"
+    assert "timed out after 1 s" in error["evalue"]
+    shown, result = display["outputs"][:-1]
+    assert shown["output_type"] == "display_data"
+    assert shown["data"] == {"text/plain": ["a chart"]}  # only text/plain is in the event
+    assert shown["metadata"][METADATA_KEY]["mime_types"] == ["image/png", "text/plain"]
+    assert result["output_type"] == "execute_result"
+    assert (result["data"], result["execution_count"]) == ({"text/plain": ["42"]}, 4)
+    assert text(long["outputs"][0]["text"]) == "long\n"
+
+    source = text(header["source"])
+    command = install_command(kernel_name_for(LIMITS), LIMITS)
+    assert command.endswith("--provider subprocess --timeout 1 --network none")
+    for line in (
+        f"# Review of an agent's run: `{run_log}`",
+        "in the order of the log's lines",
+        "- **Executions:** 5 in 1 sandbox(es)",
+        "- **Endings:** completed 3 · exception 1 · timeout 1",
+        "- **Not ok:** 2 of 5, 1 timed out; line 2: exception (`ZeroDivisionError`); line 3",
+        "- **Provider** `subprocess` (5 executions): network isolated",
+        "- **Time:** ",
+        f"    {command}",
+        "only the `text/plain` of rich outputs",
+        "`rewyn-kernel review --check review.ipynb`",
+    ):
+        assert line in source
+    assert "Lines not converted" not in source
+
+    name = kernel_name_for(LIMITS)
+    assert name.startswith("rewyn-review-")
+    assert nb["metadata"]["kernelspec"] == {
+        "name": name,
+        "display_name": f"Python (sandboxed, {name})",
+        "language": "python",
+    }
+    assert nb["metadata"][METADATA_KEY]["review"] == {
+        "source": str(run_log),
+        "limits": LIMITS,
+        "install_command": command,
+        "problems": [],
+    }
+
+
+def test_code_cut_short_in_the_log_is_marked_and_kept(run_log: Path, tmp_path: Path) -> None:
+    assert review(run_log, "-o", tmp_path / "r.ipynb") == 0
+    cell = load(tmp_path / "r.ipynb")["cells"][5]
+    event = events_of(run_log)[4]
+    assert event.code_truncated
+    comment, kept = text(cell["source"]).split("\n", 1)
+    assert comment.startswith("# rewyn-kernel review: the run log kept only the start and end")
+    assert f"{event.code_bytes:,} bytes in all" in comment
+    assert kept == event.code
+    assert "characters omitted" in kept
+
+
+def test_kernel_names_and_limits(run_log: Path) -> None:
+    event = events_of(run_log)[0]
+    assert limits_of(event) == LIMITS
+    default = event.model_copy(update={"spec": {**event.spec, "timeout": 30.0}})
+    assert limits_of(default) == DEFAULT_LIMITS
+    assert kernel_name_for(DEFAULT_LIMITS) == KERNEL_NAME
+    assert kernel_name_for(LIMITS) == kernel_name_for(dict(reversed(LIMITS.items())))
+    assert kernel_name_for(LIMITS) != kernel_name_for({**LIMITS, "network": "allow"})
+
+    gvisor = event.model_copy(update={"provider": "container/docker+runsc"})
+    limits = limits_of(gvisor)
+    assert limits == {
+        **LIMITS,
+        "provider": "container",
+        "container_runtime": "docker",
+        "oci_runtime": "runsc",
+    }
+    assert install_command("rv", limits).endswith(
+        "--name rv --provider container --runtime docker --oci-runtime runsc "
+        "--timeout 1 --network none"
+    )
+    capped = event.model_copy(update={"spec": {**event.spec, "memory_limit_mb": 256}})
+    assert "--memory 256" in install_command("rv", limits_of(capped) or {})
+    assert limits_of(event.model_copy(update={"provider": "bubblewrap"})) is None
+
+
+def test_most_executions_choose_the_kernel_and_the_others_are_named(
+    run_log: Path, tmp_path: Path
+) -> None:
+    first, *rest = run_log.read_text().splitlines(keepends=True)
+    data = json.loads(first)
+    data["spec"]["network"] = "allow"
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(json.dumps(data) + "\n" + "".join(rest))
+    assert review(mixed, "-o", tmp_path / "m.ipynb") == 0
+    nb = load(tmp_path / "m.ipynb")
+    assert nb["metadata"]["kernelspec"]["name"] == kernel_name_for(LIMITS)
+    assert "Line 1 ran under other limits" in text(nb["cells"][0]["source"])
+
+
+def test_a_damaged_log_names_each_bad_line_and_converts_the_rest(
+    run_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = run_log.read_text().splitlines(keepends=True)
+    missing = json.loads(good[0])
+    del missing["exit_code"]
+    log = tmp_path / "damaged.jsonl"
+    log.write_bytes(
+        "".join(
+            [
+                good[0],
+                "this is not json\n",
+                "[1, 2]\n",
+                '{"type": "SOMETHING_ELSE"}\n',
+                json.dumps(missing) + "\n",
+                "\n",
+                good[1],
+            ]
+        ).encode()
+        + b"\xff\xfe\n"
+        + good[2][: len(good[2]) // 2].encode()
+    )
+    out = tmp_path / "damaged.ipynb"
+    assert review(log, "-o", out) == 1
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == [
+        f"rewyn-kernel review: {log}:2: not JSON (Expecting value at column 1)",
+        f"rewyn-kernel review: {log}:3: a JSON list, not an event object",
+        f"rewyn-kernel review: {log}:4: an event of 'SOMETHING_ELSE', not SANDBOX_EXECUTED",
+        f"rewyn-kernel review: {log}:5: not a valid SANDBOX_EXECUTED event: exit_code: "
+        "Field required",
+        f"rewyn-kernel review: {log}:8: not UTF-8 text (byte 1 of the line)",
+        f"rewyn-kernel review: {log}:9: the last line is cut off: no newline at its end and "
+        "incomplete JSON (the log was copied while being written, or its writer was killed)",
+    ]
+    nb = load(out)
+    assert [c["id"] for c in nb["cells"][1:]] == ["line-1", "line-7"]
+    header = text(nb["cells"][0]["source"])
+    assert "- **Lines not converted:** 6" in header
+    assert f"  - `{log}:3: a JSON list, not an event object`" in header
+    assert len(nb["metadata"][METADATA_KEY]["review"]["problems"]) == 6
+
+
+def test_a_complete_last_line_without_newline_is_accepted(run_log: Path, tmp_path: Path) -> None:
+    log = tmp_path / "no-newline.jsonl"
+    log.write_text(run_log.read_text().rstrip("\n"))
+    lines, problems = read_log(log)
+    assert (len(lines), problems) == (5, [])
+
+
+def test_a_line_cut_mid_log_says_where_the_json_stops(tmp_path: Path) -> None:
+    log = tmp_path / "cut.jsonl"
+    log.write_text('{"type": "SANDBOX_EXECUTED", "id": "ab\n{}\n')
+    _, problems = read_log(log)
+    assert problems[0].startswith(f"{log}:1: not JSON (Unterminated string starting at column")
+    assert problems[0].endswith("; the line ends before the JSON does)")
+    assert problems[1] == f"{log}:2: an event of no type, not SANDBOX_EXECUTED"
+
+
+def test_lone_surrogates_in_a_log_do_not_stop_the_notebook(run_log: Path, tmp_path: Path) -> None:
+    event = events_of(run_log)[0]
+    log = tmp_path / "surrogates.jsonl"
+    JsonlRunLog(log)(event.model_copy(update={"stdout": "a\udc80b\n", "message": "\ud800"}))
+    assert review(log, "-o", tmp_path / "s.ipynb") == 0
+    cell = load(tmp_path / "s.ipynb")["cells"][1]
+    assert text(cell["outputs"][0]["text"]) == "a\ufffdb\n"
+    assert cell["metadata"][METADATA_KEY]["events"][0]["message"] == "\ufffd"
+
+
+def test_the_header_shows_text_from_the_log_as_text(run_log: Path, tmp_path: Path) -> None:
+    event = events_of(run_log)[0]
+    assert event.isolation is not None
+    isolation = event.isolation.model_copy(update={"notes": ("<script>alert(1)</script>",)})
+    hostile = event.model_copy(
+        update={"sandbox_id": "`<img src=x onerror=alert(1)>`\n# title", "isolation": isolation}
+    )
+    log = tmp_path / "hostile.jsonl"
+    JsonlRunLog(log)(hostile)
+    assert review(log, "-o", tmp_path / "h.ipynb") == 0
+    header = text(load(tmp_path / "h.ipynb")["cells"][0]["source"])
+    assert "`'<img src=x onerror=alert(1)>' # title`" in header  # one code span, one line
+    assert "note: &lt;script&gt;alert(1)&lt;/script&gt;" in header
+    assert "<script>" not in header
+
+
+def test_an_empty_log_gives_a_notebook_with_only_the_header(tmp_path: Path) -> None:
+    log = tmp_path / "empty.jsonl"
+    log.write_text("")
+    assert review(log) == 0  # default output: next to the log
+    nb = load(tmp_path / "empty.review.ipynb")
+    assert len(nb["cells"]) == 1
+    assert "- **Executions:** 0" in text(nb["cells"][0]["source"])
+    assert nb["metadata"]["kernelspec"]["name"] == KERNEL_NAME
+
+
+def test_compare_names_each_difference(run_log: Path) -> None:
+    ok, exception, timeout, display, _ = events_of(run_log)
+    assert compare(ok, ok) == []
+    assert compare(ok, exception) == [
+        "exit 1 (was 0)",
+        "ending exception (was completed)",
+        "stdout differs (0 bytes, was 6)",
+        "error ZeroDivisionError (was none)",
+    ]
+    assert compare(exception, timeout) == [
+        "exit 124 (was 1)",
+        "ending timeout (was exception)",
+        "error TimeoutError (was ZeroDivisionError)",
+    ]
+    assert compare(ok, ok.model_copy(update={"stdout": "hellO\n"})) == ["stdout differs"]
+    assert compare(ok, ok.model_copy(update={"stderr": "warn\n", "stderr_bytes": 5})) == [
+        "stderr differs (5 bytes, was 0)"
+    ]
+    assert compare(display, display.model_copy(update={"outputs": display.outputs[:1]})) == [
+        "rich outputs differ"
+    ]
+    # Not outcomes: ids, timing, the code itself (--check says "code changed" separately).
+    other = timeout.model_copy(update={"id": "x", "duration_ms": 5.0, "code": "pass"})
+    assert compare(timeout, other) == []
+
+
+def test_check_reruns_and_marks_what_differs(
+    run_log: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "review.ipynb"
+    assert review(run_log, "-o", path) == 0
+    nb = load(path)
+    nb["cells"][1]["source"] = "print('changed')"  # the reviewer edits the first step
+    path.write_text(json.dumps(nb))
+    write_spec(tmp_path / "jupyter", "rv-check", ["--SandboxKernel.timeout=1.0"])
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    capsys.readouterr()
+
+    checked = tmp_path / "checked.ipynb"
+    assert review("--check", path, "--kernel-name", "rv-check", "-o", checked) == 1
+    out, err = capsys.readouterr()
+    assert "does not apply the recorded limits" not in err
+    assert out.splitlines()[0] == (
+        "cell line-1: code changed since the recording; differs from the recorded run: "
+        "stdout differs (8 bytes, was 6)"
+    )
+    assert "cell line-2: same as the recorded run" in out
+    result = load(checked)
+    cells = result["cells"][1:]
+    first = cells[0]
+    assert event_text(first).endswith(
+        " — code changed since the recording; differs from the recorded run: "
+        "stdout differs (8 bytes, was 6)"
+    )
+    record = first["metadata"][METADATA_KEY]
+    assert record["recorded"] is True
+    assert [e["code"] for e in record["events"]] == ["print('hello')", "print('changed')"]
+    assert record["check"] == {
+        "differences": ["stdout differs (8 bytes, was 6)"],
+        "code_changed": True,
+    }
+    assert text(first["outputs"][0]["text"]) == "changed\n"
+    for cell in cells[1:4]:
+        assert event_text(cell).endswith(" — same as the recorded run"), event_text(cell)
+        assert len(cell["metadata"][METADATA_KEY]["events"]) == 2
+    # The long code ran as cut short in the log: not what the agent ran, and it says so.
+    assert "code changed since the recording; differs" in event_text(cells[4])
+    last_check = result["metadata"][METADATA_KEY]["review"]["last_check"]
+    assert last_check["kernel"] == "rv-check"
+    assert last_check["differing"] == ["line-1", "line-5"]
+    assert (last_check["checked"], last_check["kernel_mismatches"], last_check["error"]) == (
+        5,
+        [],
+        "",
+    )
+    assert load(path)["cells"][1]["outputs"][0]["text"] == ["hello\n"]  # -o: input untouched
+
+
+def test_check_of_an_unchanged_step_is_the_same_and_warns_of_other_limits(
+    run_log: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hello = tmp_path / "hello.jsonl"
+    hello.write_text(run_log.read_text().splitlines(keepends=True)[0])
+    path = tmp_path / "hello.ipynb"
+    assert review(hello, "-o", path) == 0
+    write_spec(tmp_path / "jupyter", "rv-default")  # no flags: the kernel's 30 s timeout
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    capsys.readouterr()
+    assert review("--check", path, "--kernel-name", "rv-default") == 0
+    out, err = capsys.readouterr()
+    assert (
+        "warning: kernel rv-default does not apply the recorded limits: timeout 30.0 "
+        "(recorded 1.0)" in err
+    )
+    assert "cell line-1: same as the recorded run" in out
+    nb = load(path.with_name("hello.checked.ipynb"))  # no -o: the record stays as it was
+    assert event_text(nb["cells"][1]).endswith(" — same as the recorded run")
+    assert not event_text(load(path)["cells"][1]).endswith(" — same as the recorded run")
+    assert nb["metadata"][METADATA_KEY]["review"]["last_check"]["kernel_mismatches"] == [
+        "timeout 30.0 (recorded 1.0)"
+    ]
+
+
+def test_install_kernel_then_check_on_the_notebooks_own_kernel(
+    run_log: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    hello = tmp_path / "hello.jsonl"
+    hello.write_text(run_log.read_text().splitlines(keepends=True)[0])
+    path = tmp_path / "hello.ipynb"
+    assert review(hello, "-o", path, "--install-kernel") == 0
+    name = kernel_name_for(LIMITS)
+    spec = json.loads((tmp_path / "data" / "kernels" / name / "kernel.json").read_text())
+    assert spec["argv"][-3:] == [
+        "--SandboxKernel.provider=subprocess",
+        "--SandboxKernel.timeout=1.0",
+        "--SandboxKernel.network=none",
+    ]
+    capsys.readouterr()
+    assert review("--check", path) == 0
+    out, err = capsys.readouterr()
+    assert "warning" not in err
+    assert "1 of 1 cells as recorded" in out
+
+
+def test_check_never_runs_the_code_outside_the_sandbox_kernel(
+    run_log: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "r.ipynb"
+    assert review(run_log, "-o", path) == 0
+    before = path.read_text()
+    plain = tmp_path / "jupyter" / "kernels" / "plain"
+    plain.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (plain / "kernel.json").write_text(json.dumps({"argv": argv, "display_name": "plain"}))
+    write_spec(tmp_path / "jupyter", kernel_name_for(LIMITS))  # the notebook's, limits unset
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    capsys.readouterr()
+
+    assert review("--check", path, "--kernel-name", "plain") == 1
+    assert "kernel plain is not the rewyn-kernel sandbox kernel" in capsys.readouterr().err
+    assert review("--check", path) == 1  # its own kernel, installed with other limits
+    assert (
+        f"kernel {kernel_name_for(LIMITS)} does not apply the recorded limits (timeout 30.0 "
+        f"(recorded 1.0)): install it again with {install_command(kernel_name_for(LIMITS), LIMITS)}"
+        ", or choose one with --kernel-name"
+    ) in capsys.readouterr().err
+    assert path.read_text() == before  # nothing ran, nothing was written
+
+
+def test_check_without_the_kernel_says_how_to_create_it(
+    run_log: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "nothing"))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "nothing"))
+    path = tmp_path / "r.ipynb"
+    assert review(run_log, "-o", path) == 0
+    before = load(path)
+    capsys.readouterr()
+    assert review("--check", path) == 1
+    err = capsys.readouterr().err
+    name = kernel_name_for(LIMITS)
+    assert f"kernel {name} is not installed: create it with rewyn-kernel install" in err
+    assert load(path)["cells"] == before["cells"]
+    after = load(path.with_name("r.checked.ipynb"))
+    assert after["cells"] == before["cells"]
+    assert after["metadata"][METADATA_KEY]["review"]["last_check"]["error"].startswith(
+        f"kernel {name} is not installed"
+    )
+
+
+def test_bad_options_fail_clearly(
+    run_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for args in (
+        [tmp_path / "missing.jsonl"],
+        [run_log, "--kernel-name", "not a name"],
+        ["--check", run_log, "--install-kernel"],
+    ):
+        with pytest.raises(SystemExit) as exc:
+            review(*args)
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "missing.jsonl: no such file" in err
+    assert "--kernel-name: kernel name 'not a name' is not valid" in err
+    assert "--install-kernel: only when converting a run log" in err
