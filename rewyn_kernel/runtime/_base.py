@@ -16,15 +16,14 @@ from rewyn_kernel.runtime._execution import OutputCallback, StreamCallback
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._session import UNSET, Session
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime._sync import Closeable
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
-
     from rewyn_kernel.runtime._provider import SandboxProvider
     from rewyn_kernel.runtime.events import EventListener
 
 
-class BaseSandbox:
+class BaseSandbox(Closeable):
     """A sandbox: a spec, a provider, a scratch directory and the sessions running in it.
 
     ``execute`` follows the spec: nothing carries over between calls (each runs in a fresh
@@ -155,23 +154,6 @@ class BaseSandbox:
         for session in sessions:
             session.close()
         self._finalizer()
-
-    async def aclose(self) -> None:
-        import asyncio
-
-        await asyncio.to_thread(self.close)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

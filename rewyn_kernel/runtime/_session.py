@@ -42,7 +42,7 @@ from rewyn_kernel.runtime._protocol import (
 from rewyn_kernel.runtime._provider import ExitInfo
 from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo, Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime._sync import ask_on_loop, on_loop, run_in_thread
+from rewyn_kernel.runtime._sync import Closeable, ask_on_loop, on_loop, run_in_thread
 from rewyn_kernel.runtime.events import emit
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class _StartFailure:
         self.diagnostics = diagnostics
 
 
-class Session:
+class Session(Closeable):
     """A live worker in a sandbox: run code many times, interrupt it, restart it.
 
     Get one with ``sandbox.session()``; with ``keep_state=True`` (the default there) variables
@@ -245,15 +245,8 @@ class Session:
         with self._lock:
             if self._closed:
                 raise SandboxClosedError("this session is closed; open a new one with session()")
-            current = self._current
-        if current is not None:
-            self._ending_reason = "the session was restarted while the code ran"
-            current[1].kill()
+        self._kill_workers("the session was restarted while the code ran")
         with self._exec_lock:
-            self._wait_fill()
-            if isinstance(self._next, LiveWorker):
-                self._next.kill()
-            self._next = None
             self._used = False
             self._state_lost = False
             self._fill(background=False)
@@ -276,32 +269,20 @@ class Session:
             if self._closed:
                 return
             self._closed = True
+        self._kill_workers("the sandbox was closed while the code ran")
+
+    def _kill_workers(self, reason: str) -> None:
+        """Kill the running worker (its execution ends with ``reason``) and the next one."""
+        with self._lock:
             current = self._current
         if current is not None:
-            self._ending_reason = "the sandbox was closed while the code ran"
+            self._ending_reason = reason
             current[1].kill()
         with self._exec_lock:
             self._wait_fill()
             if isinstance(self._next, LiveWorker):
                 self._next.kill()
             self._next = None
-
-    async def aclose(self) -> None:
-        import asyncio
-
-        await asyncio.to_thread(self.close)
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Session:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # -- workers -----------------------------------------------------------------------------
 

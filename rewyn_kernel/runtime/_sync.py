@@ -7,7 +7,10 @@ import contextlib
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 T = TypeVar("T")
 
@@ -81,3 +84,25 @@ def ask_on_loop(
         return asyncio.run_coroutine_threadsafe(call(*args), loop).result()
 
     return ask
+
+
+class Closeable:
+    """``close()`` also as ``aclose()`` and both context managers (sync and async)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
