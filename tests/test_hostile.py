@@ -261,3 +261,47 @@ def test_no_process_of_many_sandboxes_outlives_them(marker: str) -> None:
     for box in boxes:
         box.close()
     assert wait_until_gone(marker) == []
+
+
+@pytest.mark.providers("subprocess")
+def test_an_input_left_open_in_a_thread_does_not_stop_the_clock(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    def never(prompt: str, password: bool) -> str:
+        time.sleep(20)
+        return "too late"
+
+    code = (
+        "import threading\n"
+        "threading.Thread(target=input, args=('hold> ',), daemon=True).start()\n"
+        "while True: pass"
+    )
+    with make_box(timeout=2).session() as session:
+        started = time.monotonic()
+        result = session.execute(code, on_input=never)
+        assert result.timed_out
+        assert time.monotonic() - started < 5
+
+
+@pytest.mark.providers("subprocess")
+def test_only_one_input_question_is_open_at_a_time(make_box: Callable[..., Sandbox]) -> None:
+    def slow(prompt: str, password: bool) -> str:
+        time.sleep(0.5)
+        return "answer"
+
+    code = (
+        "import threading\n"
+        "answers = []\n"
+        "def ask():\n"
+        "    try:\n"
+        "        answers.append(input('q> '))\n"
+        "    except EOFError as exc:\n"
+        "        answers.append(str(exc))\n"
+        "threads = [threading.Thread(target=ask) for _ in range(2)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "print(sorted(answers))"
+    )
+    with make_box(timeout=10).session() as session:
+        result = session.execute(code, on_input=slow)
+    assert "'answer'" in result.stdout
+    assert "another input() is already waiting for an answer" in result.stdout

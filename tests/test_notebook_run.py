@@ -113,3 +113,13 @@ def test_every_example_notebook_runs_clean(tmp_path: Path, name: str) -> None:
     NotebookClient(nb, kernel_name="python3", timeout=300, resources=resources).execute()
     outputs = [o for cell in nb.cells for o in cell.get("outputs", [])]
     assert [o for o in outputs if o.get("output_type") == "error"] == []
+
+
+def test_a_cell_tagged_raises_exception_is_not_a_failure(tmp_path: Path) -> None:
+    path = notebook(tmp_path / "tagged.ipynb", "raise ValueError('expected')", "print('after')")
+    nb = read(path)
+    nb.cells[0].metadata["tags"] = ["raises-exception"]
+    nbformat.write(nb, path)  # type: ignore[no-untyped-call]
+    done = run(str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: 2 of 2 code cells run, 0 failed" in done.stdout

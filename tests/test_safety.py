@@ -365,8 +365,14 @@ def test_xss_vector_in_markdown_is_dropped_or_inert(vector: str) -> None:
 
 
 def test_markdown_links_to_ordinary_urls_are_kept() -> None:
-    text = "[docs](https://example.org/a?b=c) and ![plot](data:image/png;base64,AAAA)"
+    text = "[docs](https://example.org/a?b=c) and **bold**"
     assert filter_bundle({"text/markdown": text}, {}).data == {"text/markdown": text}
+
+
+def test_markdown_with_any_image_is_dropped() -> None:
+    # Even an inline data: image: the spellings of Markdown images are too many to vet.
+    text = "![plot](data:image/png;base64,AAAA)"
+    assert "text/markdown" in filter_bundle({"text/markdown": text}, {}).dropped
 
 
 # -- SVG -------------------------------------------------------------------------------------
@@ -578,7 +584,12 @@ def test_inline_images_still_show() -> None:
 
 @pytest.mark.parametrize(
     "markdown",
-    ["![x](https://attacker.example/?s=1)", "![x][r]\n\n[r]: https://attacker.example/a.png"],
+    [
+        "![x](https://attacker.example/?s=1)",
+        "![x][r]\n\n[r]: https://attacker.example/a.png",
+        "![ok](data:image/png;base64,iVBORw0KGgo=)\n\n![r]\n\n[r]: https://attacker.example/a",
+        "![a [b] c](https://attacker.example/n.png)",
+    ],
 )
 def test_markdown_images_from_elsewhere_are_dropped(markdown: str) -> None:
     result = filter_bundle({"text/markdown": markdown, "text/plain": "md"}, {})

@@ -517,3 +517,13 @@ def test_sandbox_tool_rejects_what_it_cannot_use(box: Sandbox, tmp_path: Path) -
         sandbox_tool(box, max_result_chars=100)
     with pytest.raises(ValueError, match="not allowed"):
         sandbox_tool(box, name="run code")
+
+
+def test_a_container_with_a_mounted_directory_of_yours_is_not_low_risk(tmp_path: Path) -> None:
+    from rewyn_kernel.runtime import ContainerProvider
+    from rewyn_kernel.runtime.sandbox import SandboxSpec
+
+    spec = SandboxSpec(network="none", inherit_env=(), workdir=tmp_path)
+    assert risk_of(ContainerProvider().isolation(spec), spec) is RiskLevel.MEDIUM
+    fresh = SandboxSpec(network="none", inherit_env=())
+    assert risk_of(ContainerProvider().isolation(fresh), fresh) is RiskLevel.LOW

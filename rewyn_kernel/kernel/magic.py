@@ -229,19 +229,18 @@ class SandboxMagics(Magics):
         while True:
             try:
                 kind, value = items.get(timeout=0.1)
+                if kind == "end":
+                    break
+                if kind == "rich":
+                    dropped.update(_publish(value))
+                else:
+                    stream = sys.stdout if kind == "stdout" else sys.stderr
+                    stream.write(value)
+                    stream.flush()
             except queue.Empty:
                 continue
-            except KeyboardInterrupt:
+            except KeyboardInterrupt:  # wherever it lands, the code in the sandbox gets it
                 target.interrupt()
-                continue
-            if kind == "end":
-                break
-            if kind == "rich":
-                dropped.update(_publish(value))
-            else:
-                stream = sys.stdout if kind == "stdout" else sys.stderr
-                stream.write(value)
-                stream.flush()
         if "error" in done:
             raise done["error"]
         result: SandboxResult = done["result"]

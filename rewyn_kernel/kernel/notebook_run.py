@@ -99,7 +99,8 @@ def run_notebook(
         duration = event["duration_ms"] if event else 0.0
         message = (event or {}).get("message", "") or reply["content"].get("ename", "")
         summary.rows.append((index, ending, exit_code, duration, message))
-        if status != "ok":
+        expected = "raises-exception" in cell.metadata.get("tags", [])  # as nbclient reads it
+        if status != "ok" and not expected:
             summary.failed.append({"cell_index": index, "ending": ending, "message": message})
         mark = "ok " if status == "ok" else "ERR"
         print(
@@ -108,8 +109,7 @@ def run_notebook(
             file=out,
             flush=True,
         )
-
-        _save(nb, summary, settings, started)
+        _save(nb, summary, settings, started)  # this thread only, while the run goes on
         if summary.interrupted:
             raise _Stopped  # no further cells after a Ctrl-C, errors allowed or not
 
@@ -125,6 +125,8 @@ def run_notebook(
             on_cell_executed=on_cell_executed,
         )
 
+        finished = threading.Event()
+
         def execute() -> None:
             try:
                 client.execute()
@@ -132,20 +134,23 @@ def run_notebook(
                 pass  # recorded by on_cell_executed: the run stops at the first failing cell
             except Exception as exc:  # the kernel died, would not start, ...
                 summary.error = f"{type(exc).__name__}: {exc}"
+            finally:
+                finished.set()
 
         # nbclient runs in a thread so that Ctrl-C reaches this one: it interrupts the cell
-        # (the kernel passes that on to the sandbox), and the run ends there, recorded.
+        # (the kernel passes that on to the sandbox), and the run ends there, recorded. The
+        # wait is on an Event: a KeyboardInterrupt inside Thread.join can mark a thread that
+        # still runs as finished (CPython bpo-45274).
         worker = threading.Thread(target=execute, name="rewyn-run")
         worker.start()
-        try:
-            while worker.is_alive():
-                try:
-                    worker.join(0.2)
-                except KeyboardInterrupt:
-                    summary.interrupted = True
-                    _interrupt_kernel(client)
-        finally:
-            _save(nb, summary, settings, started)
+        while not finished.is_set():
+            try:
+                finished.wait(0.2)
+            except KeyboardInterrupt:
+                summary.interrupted = True
+                _interrupt_kernel(client)
+        worker.join()
+        _save(nb, summary, settings, started)
     return summary
 
 

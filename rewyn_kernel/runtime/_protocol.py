@@ -93,6 +93,7 @@ class InputRequestFrame(_Frame):
     prompt: str
     password: bool
     id: int | None = None
+    main: bool = False
 
 
 class CompleteReplyFrame(_Frame):

@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 GRACE_SECONDS = 0.5
 """After a timeout the code gets an interrupt and this long to report where it was stuck."""
 DEATH_WAIT_SECONDS = 2.0
+MAX_INPUT_PAUSE = 900.0
+"""Seconds of waiting for input() answers that do not count against one execution's timeout."""
 
 
 class _Unset:
@@ -379,7 +381,7 @@ class Session(Closeable):
         grace_until: float | None = None
         questions = _Questions()
         while True:
-            polling = grace_until is None and questions.pending > 0
+            polling = grace_until is None and questions.waiting_for_a_person()
             if grace_until is not None:
                 limit: float | None = grace_until
             elif polling:  # a person typing is not the code running: no deadline meanwhile
@@ -410,7 +412,11 @@ class Session(Closeable):
             elif isinstance(frame, InputRequestFrame):
                 # Answered in a thread, so an interrupt or the end of the code is still seen
                 # while the person types; a late answer is dropped by the worker (its id).
-                questions.ask(functools.partial(self._reply, worker, execution, frame))
+                answer = functools.partial(self._reply, worker, execution, frame)
+                if not questions.ask(answer, pauses=frame.main):
+                    refusal = {"t": "input_reply", "id": frame.id}
+                    refusal["error"] = "another input() is already waiting for an answer"
+                    worker.send(refusal, timeout=5.0)
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:
                 if grace_until is None:
                     execution.finish(
@@ -511,24 +517,41 @@ class Session(Closeable):
 
 
 class _Questions:
-    """The input() questions of one execution still waiting for an answer."""
+    """The input() question of one execution waiting for an answer (one at a time).
+
+    Only the code's main thread asking stops the clock (a person typing is not the code
+    running), and for at most MAX_INPUT_PAUSE in all: a question left open from a background
+    thread, or forged, cannot switch the deadline off.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.pending = 0
+        self.pending = False
+        self._pauses = False
+        self._asked = 0.0
         self.paused = 0.0
 
-    def ask(self, answer: Callable[[], object]) -> None:
-        asked = time.monotonic()
+    def ask(self, answer: Callable[[], object], *, pauses: bool) -> bool:
+        """Answer in a thread; False (and nothing done) if a question is already open."""
         with self._lock:
-            self.pending += 1
+            if self.pending:
+                return False
+            self.pending, self._pauses, self._asked = True, pauses, time.monotonic()
 
         def run() -> None:
             try:
                 answer()
             finally:
                 with self._lock:
-                    self.pending -= 1
-                    self.paused += time.monotonic() - asked
+                    if self._pauses:
+                        self.paused += time.monotonic() - self._asked
+                    self.pending = self._pauses = False
 
         threading.Thread(target=run, daemon=True, name="rewyn-input").start()
+        return True
+
+    def waiting_for_a_person(self) -> bool:
+        with self._lock:
+            if not (self.pending and self._pauses):
+                return False
+            return self.paused + (time.monotonic() - self._asked) < MAX_INPUT_PAUSE

@@ -128,10 +128,14 @@ def _secret_names(spec: SandboxSpec) -> list[str]:
 
 
 def _assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str]]:
-    confined = isolation.provider.startswith(CONFINED_PROVIDERS)
+    # A container sees only its scratch dir: a fresh one, unless the caller mounted their own
+    # (a home directory, say), which then counts as the host's files.
+    confined = isolation.provider.startswith(CONFINED_PROVIDERS) and spec.workdir is None
     network = isolation.network != "isolated"
     secrets = _secret_names(spec)
     reasons = []
+    if spec.workdir is not None and isolation.provider.startswith(CONFINED_PROVIDERS):
+        reasons.append(f"the code can read and write the directory mounted: {spec.workdir}")
     if isolation.network == "allowed":
         reasons.append("network='allow': the code can reach the network")
     elif network:

@@ -232,7 +232,10 @@ class Worker:
         self.executing = None
         self.in_user_code = False
         self.requests = queue.Queue()
-        self.replies = queue.Queue()
+        self.reply_cond = threading.Condition()
+        self.reply_store = {}  # question id -> reply, until its asker takes it
+        self.waiting = set()  # ids of questions still waiting
+        self.reply_reading = False
         self.main_ident = threading.get_ident()
         self.module = types.ModuleType("__main__")
         self.namespace = self.module.__dict__
@@ -425,7 +428,7 @@ class Worker:
                     except OSError:
                         pass
                 else:
-                    self.replies.put(header)
+                    self.deliver_reply(header)
             else:
                 self.requests.put((header, payload))
 
@@ -870,19 +873,55 @@ class Worker:
         self.finish_output()
         self.ask_count += 1
         ask_id = self.ask_count
+        main = threading.current_thread() is threading.main_thread()
         self.channel.send(
-            {"t": "input_request", "prompt": prompt[:65536], "password": password, "id": ask_id}
+            {
+                "t": "input_request",
+                "prompt": prompt[:65536],
+                "password": password,
+                "id": ask_id,
+                "main": main,
+            }
         )
-        reply = self.next_reply()
-        while reply.get("id") != ask_id:  # the answer to an input() that was interrupted
-            reply = self.next_reply()
+        reply = self.await_reply(ask_id)
         if reply.get("error"):
             raise EOFError(reply["error"])
         return reply.get("value", "")
 
-    def next_reply(self):
-        if self.child_replies is None:
-            return self.replies.get()
+    def deliver_reply(self, reply):
+        """File a reply under its question's id; one nobody waits for (stale) is dropped."""
+        with self.reply_cond:
+            if reply.get("id") in self.waiting:
+                self.reply_store[reply["id"]] = reply
+                self.reply_cond.notify_all()
+
+    def await_reply(self, ask_id):
+        """Wait for the reply to question ``ask_id``; other threads may be asking too."""
+        with self.reply_cond:
+            self.waiting.add(ask_id)
+        try:
+            while True:
+                with self.reply_cond:
+                    if ask_id in self.reply_store:
+                        return self.reply_store.pop(ask_id)
+                    if self.child_replies is None or self.reply_reading:
+                        self.reply_cond.wait()  # the reader thread (or another asker) reads
+                        continue
+                    self.reply_reading = True
+                try:
+                    reply = self.read_reply_line()
+                finally:
+                    with self.reply_cond:
+                        self.reply_reading = False
+                        self.reply_cond.notify_all()
+                self.deliver_reply(reply)
+        finally:
+            with self.reply_cond:
+                self.waiting.discard(ask_id)
+                self.reply_store.pop(ask_id, None)
+
+    def read_reply_line(self):
+        """In a forked child: the next reply from the pipe the worker relays them through."""
         while b"\n" not in self.reply_buffer:
             chunk = os.read(self.child_replies, 65536)
             if not chunk:

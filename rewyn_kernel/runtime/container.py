@@ -203,7 +203,8 @@ class ContainerProvider:
         return {"memory_limit_bytes": None, "cwd": SCRATCH, "oom_counter": True}
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
-        if self.user == NOBODY and os.getuid() == 0 and workdir.stat().st_uid != 65534:
+        owned = spec.workdir is None  # never re-own a directory the caller chose
+        if owned and self.user == NOBODY and os.getuid() == 0 and workdir.stat().st_uid != 65534:
             try:
                 os.chown(workdir, 65534, 65534)  # the container's user must write there
             except OSError as exc:
