@@ -219,10 +219,31 @@ def read_frame(fd: int) -> tuple[WorkerFrame, bytes, int] | None:
     return frame, payload, header_len
 
 
+WORKER_PARTS = ("_worker_wire.py", "_worker_frontend.py", "_worker_exec.py", "_worker.py")
+"""The worker program, in the order its parts are put together (each uses the ones before)."""
+STRIP_MARK = "# worker-source: strip"
+
+
 @cache
 def worker_source() -> str:
-    """Return the worker program's source text (read once per process)."""
-    return resources.files("rewyn_kernel.runtime").joinpath("_worker.py").read_text("utf-8")
+    """Return the worker program's source text (read once per process).
+
+    The parts are files of their own for people and linters; in the sandbox they are one
+    program, so the imports between them (marked ``worker-source: strip``) are dropped.
+    """
+    package = resources.files("rewyn_kernel.runtime")
+    kept: list[str] = []
+    for name in WORKER_PARTS:
+        in_import = False
+        for line in package.joinpath(name).read_text("utf-8").splitlines():
+            if in_import:  # the rest of a parenthesised import marked for stripping
+                in_import = line.strip() != ")"
+            elif STRIP_MARK in line:
+                in_import = line.split("#", 1)[0].rstrip().endswith("(")
+            else:
+                kept.append(line)
+        kept.append("")
+    return "\n".join(kept)
 
 
 def worker_program(config: dict[str, Any]) -> bytes:
