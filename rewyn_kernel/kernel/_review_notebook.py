@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rewyn_kernel.kernel import kernelspec
-from rewyn_kernel.kernel.record import METADATA_KEY, event_json, event_output
+from rewyn_kernel.kernel.record import ERROR_NAMES, METADATA_KEY, event_json, event_output
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import SandboxSpec
 
@@ -32,15 +32,6 @@ DEFAULT_LIMITS: dict[str, Any] = {
     "network": "none",
 }
 """The limits of the shipped ``rewyn-sandbox`` kernelspec (a kernel with no flags)."""
-_ERROR_NAMES = {  # as the kernel names endings without an exception (kernel.py)
-    "timeout": "TimeoutError",
-    "crashed": "SandboxCrashed",
-    "oom": "MemoryError",
-    "start_failed": "SandboxStartFailed",
-    "protocol_error": "SandboxProtocolError",
-    "interrupted": "KeyboardInterrupt",
-    "exit": "SystemExit",
-}
 
 
 # -- limits and the kernel that applies them ----------------------------------------------------
@@ -257,7 +248,7 @@ def _outputs(event: SandboxEvent) -> list[dict[str, Any]]:
             output["execution_count"] = event.execution_count
         outputs.append(output)
     if event.error is not None or not event.ok:
-        ename = event.error.ename if event.error else _ERROR_NAMES.get(event.ending, "SandboxError")
+        ename = event.error.ename if event.error else ERROR_NAMES.get(event.ending, "SandboxError")
         evalue = event.error.evalue if event.error else event.message or str(event.exit_code)
         traceback = list(event.error.traceback) if event.error else [f"{ename}: {evalue}"]
         outputs.append(

@@ -24,7 +24,7 @@ from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel._relay import StreamRelay
-from rewyn_kernel.kernel.record import METADATA_KEY, event_json, event_output
+from rewyn_kernel.kernel.record import ERROR_NAMES, METADATA_KEY, event_json, event_output
 from rewyn_kernel.kernel.safety import drop_note, filter_bundle
 from rewyn_kernel.runtime import ContainerProvider, JsonlRunLog, SubprocessProvider, create
 from rewyn_kernel.runtime.events import EventListener, SandboxEvent
@@ -39,14 +39,6 @@ from rewyn_kernel.runtime.sandbox import (
 )
 
 logger = logging.getLogger(__name__)
-
-_ERROR_NAMES = {
-    "timeout": "TimeoutError",
-    "crashed": "SandboxCrashed",
-    "oom": "MemoryError",
-    "start_failed": "SandboxStartFailed",
-    "protocol_error": "SandboxProtocolError",
-}
 
 
 class SandboxKernel(Kernel):
@@ -318,7 +310,7 @@ class SandboxKernel(Kernel):
         elif result.ending == "exit":
             ename, evalue = "SystemExit", str(result.exit_code)
         else:
-            ename, evalue = _ERROR_NAMES.get(result.ending, "SandboxError"), result.message
+            ename, evalue = ERROR_NAMES.get(result.ending, "SandboxError"), result.message
         traceback = list(result.error.traceback) if result.error else []
         if result.ending == "timeout":
             traceback = [*traceback, self._timeout_text(result)]

@@ -13,6 +13,16 @@ from typing import Any
 from rewyn_kernel.runtime.events import SandboxEvent
 
 METADATA_KEY = "rewyn_kernel"
+ERROR_NAMES = {
+    "timeout": "TimeoutError",
+    "crashed": "SandboxCrashed",
+    "oom": "MemoryError",
+    "start_failed": "SandboxStartFailed",
+    "protocol_error": "SandboxProtocolError",
+    "interrupted": "KeyboardInterrupt",
+    "exit": "SystemExit",
+}
+"""The error name a cell shows for an ending that raised no exception in the code."""
 EVENT_MIME = "application/vnd.rewyn.sandbox-event+json"
 
 # The persisted output keeps what a reviewer needs to judge the run, not the output itself

@@ -40,7 +40,13 @@ from rewyn_kernel.runtime._protocol import (
     TruncatedFrameError,
 )
 from rewyn_kernel.runtime._provider import ExitInfo
-from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo, Isolation, SandboxResult
+from rewyn_kernel.runtime._result import (
+    EXIT_INTERRUPTED,
+    EXIT_KILLED,
+    ErrorInfo,
+    Isolation,
+    SandboxResult,
+)
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime._sync import Closeable, ask_on_loop, on_loop, run_in_thread
 from rewyn_kernel.runtime.events import emit
@@ -64,10 +70,9 @@ UNSET: Any = _Unset()
 
 
 class _StartFailure:
-    def __init__(self, message: str, exit_code: int = 1, diagnostics: str = "") -> None:
+    def __init__(self, message: str, exit_code: int = 1) -> None:
         self.message = message
         self.exit_code = exit_code
-        self.diagnostics = diagnostics
 
 
 class Session(Closeable):
@@ -156,7 +161,7 @@ class Session(Closeable):
             raised: BaseException | None = None
             worker = None if execution.cancel.is_set() else self._take(execution)
             if execution.cancel.is_set():
-                execution.fail("interrupted", 130, "cancelled before the code started")
+                execution.fail("interrupted", EXIT_INTERRUPTED, "cancelled before the code started")
             elif worker is not None:
                 if worker.dropped_between:
                     execution.note(
