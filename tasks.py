@@ -4,15 +4,19 @@
     python3 tasks.py demo     the main job: the quickstart notebook through the sandbox kernel
     python3 tasks.py test     the whole test suite, with the format, lint and type checks
     python3 tasks.py bench    benchmarks that print figures
+    python3 tasks.py labextension
+                              rebuild the JupyterLab extension from labextension/ into
+                              rewyn_kernel/labextension (needs Node.js >= 18 and npm)
 
-Each command creates or updates ``.venv`` first (reinstalling when pyproject.toml changes), so
-it works on a machine that has never seen the project.
+Each command creates or updates ``.venv`` first (reinstalling when pyproject.toml, the kernelspec
+or the built extension change), so it works on a machine that has never seen the project.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -22,16 +26,36 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / "bin"
 STAMP = VENV / ".rewyn-installed"
+LABEXTENSION = ROOT / "labextension"
+NODE_MODULES = LABEXTENSION / "node_modules"
+NODE_STAMP = NODE_MODULES / ".rewyn-installed"
+# What an install copies into .venv/share (wheel shared-data), so a change must reinstall.
+INSTALLED_INPUTS = [
+    ROOT / "pyproject.toml",
+    ROOT / "kernelspec",
+    ROOT / "rewyn_kernel" / "labextension",
+    LABEXTENSION / "install.json",
+]
 
 
-def run(*argv: str | Path) -> None:
+def run(*argv: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
     print("+", " ".join(str(a) for a in argv), flush=True)
-    subprocess.run([str(a) for a in argv], cwd=ROOT, check=True)
+    subprocess.run([str(a) for a in argv], cwd=cwd, check=True, env=env)
+
+
+def digest(paths: list[Path]) -> str:
+    """sha256 over the names and bytes of ``paths`` (directories walked in sorted order)."""
+    hasher = hashlib.sha256()
+    for path in paths:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            hasher.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
+    return hasher.hexdigest()
 
 
 def ensure_venv() -> None:
     """Create .venv and install the project with its dev extras, unless already current."""
-    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    wanted = digest(INSTALLED_INPUTS)
     if STAMP.exists() and STAMP.read_text() == wanted and (BIN / "python").exists():
         return
     if not (BIN / "python").exists():
@@ -43,9 +67,33 @@ def ensure_venv() -> None:
     STAMP.write_text(wanted)
 
 
+def ensure_node_modules() -> bool:
+    """``npm ci`` in labextension/ unless current with its lock file; False without npm."""
+    npm = shutil.which("npm")
+    if npm is None:
+        return False
+    wanted = digest([LABEXTENSION / "package.json", LABEXTENSION / "package-lock.json"])
+    if NODE_STAMP.exists() and NODE_STAMP.read_text() == wanted:
+        return True
+    run(npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts", cwd=LABEXTENSION)
+    NODE_STAMP.write_text(wanted)
+    return True
+
+
+def build_labextension() -> None:
+    """Compile the TypeScript and bundle it where the wheel takes it from."""
+    if not ensure_node_modules():
+        raise SystemExit("tasks.py labextension: needs Node.js and npm (apt-get install npm)")
+    shutil.rmtree(ROOT / "rewyn_kernel" / "labextension", ignore_errors=True)
+    shutil.rmtree(LABEXTENSION / "lib", ignore_errors=True)
+    (LABEXTENSION / "tsconfig.tsbuildinfo").unlink(missing_ok=True)
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run("npm", "run", "build", cwd=LABEXTENSION, env=env)
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else ""
-    if command not in {"demo", "test", "bench"}:
+    if command not in {"demo", "test", "bench", "labextension"}:
         print(__doc__)
         return 2
     ensure_venv()
@@ -56,7 +104,11 @@ def main(argv: list[str]) -> int:
             run(BIN / "rewyn-kernel", "run", ROOT / "notebooks" / "quickstart.ipynb", "-o", output)
         elif command == "bench":
             run(BIN / "python", "-m", "benchmarks.bench_runtime", *argv[1:])
+        elif command == "labextension":
+            build_labextension()
+            ensure_venv()  # put the new build where Jupyter finds it
         else:
+            ensure_node_modules()  # for the test that rebuilds the extension (skipped without)
             run(BIN / "ruff", "format", "--check", ".")
             run(BIN / "ruff", "check", ".")
             run(BIN / "mypy")

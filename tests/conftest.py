@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -40,6 +40,13 @@ def build_provider(kind: str) -> SandboxProvider:
     return ContainerProvider(image=TEST_IMAGE, runtime=cli, oci_runtime=oci or None, pull="never")
 
 
+def unavailable(message: str) -> NoReturn:
+    """Skip a test whose tool is missing here; under CI (which installs it), fail instead."""
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 @functools.cache
 def engine_problem(kind: str) -> str | None:
     """Why a container provider cannot run here, or None when it can."""
@@ -54,10 +61,7 @@ def provider(request: pytest.FixtureRequest) -> SandboxProvider:
     """The provider under test. A missing engine skips, except under CI, where it fails."""
     kind: str = request.param
     if kind != "subprocess" and (problem := engine_problem(kind)) is not None:
-        message = f"{kind} is not usable here ({problem}); run scripts/container-engines.sh"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"{kind} is not usable here ({problem}); run scripts/container-engines.sh")
     return build_provider(kind)
 
 

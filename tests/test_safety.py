@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from rewyn_kernel.kernel import safety
+from rewyn_kernel.kernel.record import EVENT_MIME
 from rewyn_kernel.kernel.safety import MAX_SVG_BYTES, MAX_VALUE_BYTES, drop_note, filter_bundle
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(64)).decode("ascii")
@@ -443,6 +444,14 @@ def test_other_types_are_dropped(mime: str) -> None:
     assert result.data == {"text/plain": "repr"}
     assert result.dropped == (mime,)
     assert result.metadata == {}
+
+
+def test_the_sandbox_cannot_forge_the_kernels_event_output() -> None:
+    """The frontend extension shows EVENT_MIME as the status line: only the kernel sends it."""
+    forged = {"ending": "completed", "exit_code": 0, "ok": True, "provider": "container"}
+    result = filter_bundle({EVENT_MIME: forged, "text/plain": "sandbox: exit 0"}, {})
+    assert result.data == {"text/plain": "sandbox: exit 0"}
+    assert result.dropped == (EVENT_MIME,)
 
 
 def test_empty_result_falls_back_to_the_note() -> None:

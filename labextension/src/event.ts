@@ -1,0 +1,43 @@
+/**
+ * What the sandbox kernel sends and what a notebook keeps of it. The Python side of the same
+ * contract is rewyn_kernel/kernel/record.py: the reply metadata holds
+ * `{rewyn_kernel: {event}}`, a cell's metadata `{rewyn_kernel: {events: [...]}}` (appended per
+ * execution), and the persisted output a summary of the event under EVENT_MIME.
+ */
+import { JSONObject, PartialJSONObject } from '@lumino/coreutils';
+
+export const METADATA_KEY = 'rewyn_kernel';
+export const EVENT_MIME = 'application/vnd.rewyn.sandbox-event+json';
+export const EVENT_TYPE = 'SANDBOX_EXECUTED';
+/** `implementation` in the sandbox kernel's kernel_info_reply, whatever its kernelspec's name. */
+export const KERNEL_IMPLEMENTATION = 'rewyn-kernel';
+
+export function isObject(value: unknown): value is JSONObject {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The event an execute_reply carries in its metadata, or null when it carries none. */
+export function replyEvent(metadata: unknown): JSONObject | null {
+  if (!isObject(metadata)) {
+    return null;
+  }
+  const record = metadata[METADATA_KEY];
+  const event = isObject(record) ? record['event'] : undefined;
+  if (!isObject(event) || event['type'] !== EVENT_TYPE || typeof event['id'] !== 'string') {
+    return null;
+  }
+  return event;
+}
+
+/**
+ * The cell's record with `event` appended to its events, other keys kept; null when the event
+ * is there already (the same reply seen twice changes nothing).
+ */
+export function withEvent(record: unknown, event: JSONObject): PartialJSONObject | null {
+  const base: PartialJSONObject = isObject(record) ? record : {};
+  const events = Array.isArray(base['events']) ? base['events'] : [];
+  if (events.some(known => isObject(known) && known['id'] === event['id'])) {
+    return null;
+  }
+  return { ...base, events: [...events, event] };
+}

@@ -1,0 +1,183 @@
+/**
+ * The event output as one status line, with the details a reviewer asks next folded beneath it.
+ *
+ * The summary comes from the kernel, but strings in it (the message, isolation notes) can carry
+ * text the sandboxed code chose, so everything is set as text, never parsed as HTML, and every
+ * field is checked for its type and cut to a bounded length.
+ */
+import { isObject } from './event';
+
+const MAX_TEXT = 400;
+const MAX_NOTES = 10;
+
+type Tone = 'ok' | 'error' | 'warn';
+
+export function renderEvent(summary: unknown, fallback: string): HTMLElement {
+  const root = element('div', 'rewyn-Event');
+  if (!isObject(summary)) {
+    root.append(element('span', 'rewyn-Event-fallback', text(fallback)));
+    return root;
+  }
+  const [status, tone] = statusOf(summary);
+  const details = element('details', 'rewyn-Event-details');
+  const line = element('summary', 'rewyn-Event-line');
+  const badge = element('span', 'rewyn-Event-status', status);
+  badge.dataset.tone = tone;
+  line.append(badge, element('span', 'rewyn-Event-facts', facts(summary).join(' · ')));
+  for (const warning of warnings(summary)) {
+    line.append(element('span', 'rewyn-Event-badge', warning));
+  }
+  details.append(line, rows(summary));
+  root.dataset.ending = text(summary['ending']);
+  root.title = text(summary['message']) || 'sandbox execution: click for details';
+  root.append(details);
+  return root;
+}
+
+function statusOf(summary: Record<string, unknown>): [string, Tone] {
+  const exitCode = numberOr(summary['exit_code'], NaN);
+  switch (summary['ending']) {
+    case 'completed':
+      return ['ok', 'ok'];
+    case 'exit':
+      return exitCode === 0 ? ['ok', 'ok'] : [`exit ${exitCode}`, 'error'];
+    case 'exception':
+      return ['error', 'error'];
+    case 'timeout':
+      return ['timed out', 'error'];
+    case 'interrupted':
+      return ['interrupted', 'warn'];
+    case 'oom':
+      return ['out of memory', 'error'];
+    case 'crashed':
+      return ['crashed', 'error'];
+    case 'start_failed':
+      return ['did not start', 'error'];
+    case 'protocol_error':
+      return ['protocol error', 'error'];
+    default:
+      return [text(summary['ending']) || 'unknown', 'warn'];
+  }
+}
+
+function facts(summary: Record<string, unknown>): string[] {
+  const isolation = isObject(summary['isolation']) ? summary['isolation'] : {};
+  const network = text(isolation['network']) || 'unknown';
+  return [
+    'sandbox',
+    `exit ${numberOr(summary['exit_code'], NaN)}`,
+    duration(summary['duration_ms']),
+    `${text(summary['provider']) || 'unknown provider'}, network ${network}`
+  ];
+}
+
+function warnings(summary: Record<string, unknown>): string[] {
+  const found: string[] = [];
+  if (summary['stdout_truncated'] === true || summary['stderr_truncated'] === true) {
+    const total = numberOr(summary['stdout_bytes'], 0) + numberOr(summary['stderr_bytes'], 0);
+    found.push(`output truncated (${bytes(total)} printed)`);
+  }
+  if (summary['state_lost'] === true) {
+    found.push('state lost before this cell');
+  }
+  if (summary['sandbox_restarted'] === true) {
+    found.push('sandbox restarted: variables lost');
+  }
+  return found;
+}
+
+function rows(summary: Record<string, unknown>): HTMLElement {
+  const list = element('dl', 'rewyn-Event-rows');
+  const add = (name: string, value: string): void => {
+    if (value) {
+      list.append(element('dt', '', name), element('dd', '', value));
+    }
+  };
+  const spec = isObject(summary['spec']) ? summary['spec'] : {};
+  const isolation = isObject(summary['isolation']) ? summary['isolation'] : {};
+  add('message', text(summary['message']));
+  add('started', text(summary['started_at']));
+  add('limits', limits(spec));
+  add('isolation', isolationText(isolation));
+  const notes = Array.isArray(isolation['notes']) ? isolation['notes'] : [];
+  for (const note of notes.slice(0, MAX_NOTES)) {
+    add('note', text(note));
+  }
+  add('stdout', streamText(summary, 'stdout'));
+  add('stderr', streamText(summary, 'stderr'));
+  const hash = text(summary['code_hash']).slice(0, 16);
+  add('code', `${bytes(numberOr(summary['code_bytes'], 0))}${hash ? `, sha256 ${hash}…` : ''}`);
+  add('event', text(summary['id']));
+  return list;
+}
+
+function limits(spec: Record<string, unknown>): string {
+  const timeout = spec['timeout'];
+  const memory = spec['memory_limit_mb'];
+  const output = spec['output_limit_bytes'];
+  return [
+    typeof timeout === 'number' ? `timeout ${timeout} s` : 'no timeout',
+    typeof memory === 'number' ? `memory ${memory} MB` : 'no memory cap',
+    `network ${text(spec['network']) || 'unknown'}`,
+    typeof output === 'number' ? `output cap ${bytes(output)} per stream` : ''
+  ]
+    .filter(Boolean)
+    .join(' · ');
+}
+
+function isolationText(isolation: Record<string, unknown>): string {
+  const parts = [text(isolation['filesystem'])];
+  if (typeof isolation['pid_namespace'] === 'boolean') {
+    parts.push(isolation['pid_namespace'] ? 'own PID namespace' : 'host PID namespace');
+  }
+  if (typeof isolation['user_namespace'] === 'boolean') {
+    parts.push(isolation['user_namespace'] ? 'own user namespace' : 'host user namespace');
+  }
+  return parts.filter(Boolean).join(' · ');
+}
+
+function streamText(summary: Record<string, unknown>, stream: 'stdout' | 'stderr'): string {
+  const size = numberOr(summary[`${stream}_bytes`], 0);
+  return `${bytes(size)}${summary[`${stream}_truncated`] === true ? ', truncated' : ''}`;
+}
+
+function duration(value: unknown): string {
+  const ms = numberOr(value, NaN);
+  if (!Number.isFinite(ms)) {
+    return 'duration unknown';
+  }
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+}
+
+function bytes(value: number): string {
+  const units = ['bytes', 'KiB', 'MiB', 'GiB'];
+  let size = value;
+  let unit = 0;
+  while (size >= 1024 && unit < units.length - 1) {
+    size /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${size} bytes` : `${size.toFixed(1)} ${units[unit]}`;
+}
+
+function numberOr(value: unknown, otherwise: number): number {
+  return typeof value === 'number' && Number.isFinite(value) ? value : otherwise;
+}
+
+function text(value: unknown): string {
+  if (typeof value !== 'string') {
+    return '';
+  }
+  return value.length > MAX_TEXT ? `${value.slice(0, MAX_TEXT)}…` : value;
+}
+
+function element(tag: string, className: string, content?: string): HTMLElement {
+  const node = document.createElement(tag);
+  if (className) {
+    node.className = className;
+  }
+  if (content !== undefined) {
+    node.textContent = content;
+  }
+  return node;
+}

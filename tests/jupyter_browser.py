@@ -1,0 +1,247 @@
+"""A real Jupyter server and headless Chromium, for the frontend extension's end-to-end tests.
+
+The page is driven through the application object that ``expose_app_in_browser`` puts on
+``window.jupyterapp`` (how JupyterLab's own browser tests drive it): commands, not keystrokes, so
+a test waits on what the application says it has done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from playwright.sync_api import Locator, Page
+
+CHROMIUM = os.environ.get("REWYN_CHROMIUM", "/usr/bin/chromium")
+# What this machine's Chromium needs to start without reaching for the (closed) internet.
+CHROMIUM_ARGS = [
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+FRONTENDS = ("lab", "notebook")
+"""JupyterLab 4 (/lab/tree/PATH) and Notebook 7 (/notebooks/PATH), one server for both."""
+
+
+@dataclass(frozen=True)
+class JupyterServer:
+    url: str
+    token: str
+    root: Path
+    runtime_dir: Path
+    log: Path
+
+    def notebook_url(self, frontend: str, path: str) -> str:
+        if frontend == "lab":  # reset: open only this notebook, not the last test's workspace
+            return f"{self.url}/lab/tree/{path}?reset&token={self.token}"
+        return f"{self.url}/notebooks/{path}?token={self.token}"
+
+    def api(self, path: str, method: str = "GET") -> Any:
+        request = urllib.request.Request(
+            f"{self.url}/api/{path}",
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextmanager
+def jupyter_server(root: Path, jupyter_path: Path, work: Path) -> Iterator[JupyterServer]:
+    """Run ``jupyter lab`` over ``root`` with kernelspecs from ``jupyter_path``; stop it after.
+
+    Config, runtime, settings and workspaces live under ``work``, so the user's own Jupyter set-up
+    plays no part; extensions come from the environment, as a user's ``pip install`` puts them.
+    """
+    token = secrets.token_hex(16)
+    port = free_port()
+    runtime_dir = work / "runtime"
+    env = {
+        **os.environ,
+        "JUPYTER_PATH": str(jupyter_path),
+        "JUPYTER_CONFIG_DIR": str(work / "config"),
+        "JUPYTER_RUNTIME_DIR": str(runtime_dir),
+        "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(work / "workspaces"),
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.expose_app_in_browser=True",
+        "--JupyterNotebookApp.expose_app_in_browser=True",
+        "--LabApp.extension_manager=readonly",  # no PyPI queries from the test server
+        *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else []),
+    ]
+    log = work / "jupyter-server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    server = JupyterServer(f"http://127.0.0.1:{port}", token, root, runtime_dir, log)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"jupyter lab exited with {process.returncode}:\n{server.log_tail()}"
+                )
+            with suppress(OSError):
+                server.api("status")
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"jupyter lab did not answer in 60 s:\n{server.log_tail()}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        process.send_signal(signal.SIGTERM)  # the server shuts its kernels down on SIGTERM
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def kernels_left(runtime_dir: Path) -> list[int]:
+    """Pids of processes started with a connection file in ``runtime_dir`` (kernels)."""
+    marker = str(runtime_dir).encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with suppress(OSError):
+            if marker in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+def write_notebook(path: Path, kernel: str, cells: list[tuple[str, str]]) -> None:
+    """Write an nbformat 4 notebook of (cell_type, source) pairs for the kernelspec ``kernel``."""
+    notebook = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": kernel, "display_name": kernel, "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "cells": [
+            {
+                "id": f"cell-{index}",
+                "cell_type": kind,
+                "metadata": {},
+                "source": source,
+                **({"outputs": [], "execution_count": None} if kind == "code" else {}),
+            }
+            for index, (kind, source) in enumerate(cells)
+        ],
+    }
+    path.write_text(json.dumps(notebook, indent=1))
+
+
+# The notebook open in the page, once the application shows it with a kernel ready.
+_OPEN = """async (path) => {
+  const app = window.jupyterapp;
+  await app.restored;
+  const panel = () => app.shell.currentWidget;
+  const deadline = Date.now() + 60000;
+  while (!(panel() && panel().context && panel().context.path === path)) {
+    if (Date.now() > deadline) throw new Error('the notebook did not open: ' + path);
+    await new Promise(resolve => setTimeout(resolve, 100));
+  }
+  await panel().context.ready;
+  await panel().sessionContext.ready;
+  const kernel = panel().sessionContext.session.kernel;
+  return (await kernel.info).implementation;
+}"""
+
+# Run the given cells one at a time (an error in one does not stop the next, unlike run-all).
+_RUN = """async (indices) => {
+  const app = window.jupyterapp;
+  const panel = app.shell.currentWidget;
+  for (const index of indices) {
+    panel.content.activeCellIndex = index;
+    await app.commands.execute('notebook:run-cell');
+  }
+}"""
+
+_SAVE = """async () => {
+  const app = window.jupyterapp;
+  const panel = app.shell.currentWidget;
+  await app.commands.execute('docmanager:save');
+  while (panel.context.model.dirty) {
+    await new Promise(resolve => setTimeout(resolve, 50));
+  }
+}"""
+
+# Counts of rewyn_kernel events per cell in the live model (what a save would write).
+_EVENT_COUNTS = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  return Array.from(panel.content.model.cells).map(cell => {
+    const record = cell.getMetadata('rewyn_kernel');
+    return record && Array.isArray(record.events) ? record.events.length : 0;
+  });
+}"""
+
+
+def open_notebook(page: Page, server: JupyterServer, frontend: str, path: str) -> str:
+    """Open ``path`` in ``frontend``; return the kernel's ``implementation`` once it is ready."""
+    page.goto(server.notebook_url(frontend, path))
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+    implementation: str = page.evaluate(_OPEN, path)
+    return implementation
+
+
+def current_notebook(page: Page) -> Locator:
+    """The open notebook's panel (JupyterLab keeps other open documents in the page too)."""
+    panel_id = page.evaluate("() => window.jupyterapp.shell.currentWidget.id")
+    return page.locator(f"[id='{panel_id}']")
+
+
+def run_cells(page: Page, indices: list[int]) -> None:
+    page.evaluate(_RUN, indices)
+
+
+def save(page: Page) -> None:
+    page.evaluate(_SAVE)
+
+
+def wait_for_event_counts(page: Page, expected: list[int], timeout: float = 30.0) -> None:
+    """Wait until the cells' metadata hold ``expected`` event counts (replies may lag a run)."""
+    deadline = time.monotonic() + timeout
+    while (counts := page.evaluate(_EVENT_COUNTS)) != expected:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"event counts per cell: {counts}, expected {expected}")
+        time.sleep(0.1)

@@ -1,0 +1,116 @@
+"""The prebuilt JupyterLab extension: rebuilt from its sources it gives the committed bytes, the
+wheel ships it where Jupyter looks, and Jupyter finds it installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import rewyn_kernel
+from tests.conftest import unavailable
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = ROOT / "labextension"
+BUILT = ROOT / "rewyn_kernel" / "labextension"
+SHARE = "share/jupyter/labextensions/rewyn-kernel"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+def build_outputs(directory: str, names: list[str]) -> set[str]:
+    """The compiler's output in labextension/ itself (node_modules has lib/ folders to keep)."""
+    return {"lib", "tsconfig.tsbuildinfo"} & set(names) if Path(directory) == SOURCES else set()
+
+
+def link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
+
+
+@pytest.mark.slow
+def test_building_the_sources_gives_the_committed_extension(tmp_path: Path) -> None:
+    npm = shutil.which("npm")
+    if npm is None or not (SOURCES / "node_modules").is_dir():
+        unavailable("npm or labextension/node_modules is missing: python3 tasks.py labextension")
+    # A copy of the sources next to an empty package dir, so the build cannot touch the
+    # committed output; node_modules is the one `npm ci` installed from the lock file, hard
+    # linked rather than symlinked: the bundler names modules by their real paths.
+    copy = tmp_path / "labextension"
+    shutil.copytree(SOURCES, copy, ignore=build_outputs, copy_function=link_or_copy)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    build = subprocess.run(
+        [npm, "run", "build"],
+        cwd=copy,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+
+    rebuilt = tree(tmp_path / "rewyn_kernel" / "labextension")
+    committed = tree(BUILT)
+    assert sorted(rebuilt) == sorted(committed), "rebuild with: python3 tasks.py labextension"
+    changed = [name for name in rebuilt if rebuilt[name] != committed[name]]
+    assert changed == [], "rebuild with: python3 tasks.py labextension"
+
+
+def test_the_extension_and_the_package_have_one_version() -> None:
+    sources = json.loads((SOURCES / "package.json").read_text())
+    built = json.loads((BUILT / "package.json").read_text())
+    assert sources["version"] == built["version"] == rewyn_kernel.__version__
+    assert built["jupyterlab"]["_build"]["load"].startswith("static/remoteEntry.")
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_the_built_extension_in_share_only(tmp_path: Path) -> None:
+    build = subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path)],
+        cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    (wheel,) = tmp_path.glob("rewyn_kernel-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        data = next(n for n in names if n.endswith(".data/data/" + SHARE + "/package.json"))
+        prefix = data.removesuffix("package.json")
+        shipped = {n.removeprefix(prefix): archive.read(n) for n in names if n.startswith(prefix)}
+    assert shipped.pop("install.json") == (SOURCES / "install.json").read_bytes()
+    assert shipped == tree(BUILT)
+    assert not [n for n in names if n.startswith("rewyn_kernel/labextension/")]
+
+
+def test_jupyter_lists_the_extension_as_installed_and_enabled() -> None:
+    listing = subprocess.run(
+        [sys.executable, "-m", "jupyter", "labextension", "list"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    if listing.returncode != 0 and "No module named" in listing.stderr:
+        unavailable("JupyterLab is not installed: pip install -e '.[dev]'")
+    lines = listing.stderr.splitlines() + listing.stdout.splitlines()
+    (line,) = [line for line in lines if " rewyn-kernel v" in line]
+    assert "enabled" in line
+    assert "OK" in line
+    assert "(python, rewyn-kernel)" in line
