@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Locator, Page
 
 CHROMIUM = os.environ.get("REWYN_CHROMIUM", "/usr/bin/chromium")
@@ -87,6 +88,7 @@ def jupyter_server(root: Path, jupyter_path: Path, work: Path) -> Iterator[Jupyt
         **os.environ,
         "JUPYTER_PATH": str(jupyter_path),
         "JUPYTER_CONFIG_DIR": str(work / "config"),
+        "JUPYTER_DATA_DIR": str(work / "data"),  # notebook signatures, user extensions
         "JUPYTER_RUNTIME_DIR": str(runtime_dir),
         "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(work / "workspaces"),
@@ -148,8 +150,15 @@ def kernels_left(runtime_dir: Path) -> list[int]:
     return found
 
 
-def write_notebook(path: Path, kernel: str, cells: list[tuple[str, str]]) -> None:
-    """Write an nbformat 4 notebook of (cell_type, source) pairs for the kernelspec ``kernel``."""
+def write_notebook(
+    path: Path,
+    kernel: str,
+    cells: list[tuple[str, str]],
+    outputs: dict[int, list[dict[str, Any]]] | None = None,
+) -> None:
+    """Write an nbformat 4 notebook of (cell_type, source) pairs for the kernelspec ``kernel``,
+    with ``outputs`` of code cells by index (unsigned: the page treats them as untrusted)."""
+    outputs = outputs or {}
     notebook = {
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -163,7 +172,11 @@ def write_notebook(path: Path, kernel: str, cells: list[tuple[str, str]]) -> Non
                 "cell_type": kind,
                 "metadata": {},
                 "source": source,
-                **({"outputs": [], "execution_count": None} if kind == "code" else {}),
+                **(
+                    {"outputs": outputs.get(index, []), "execution_count": None}
+                    if kind == "code"
+                    else {}
+                ),
             }
             for index, (kind, source) in enumerate(cells)
         ],
@@ -173,18 +186,20 @@ def write_notebook(path: Path, kernel: str, cells: list[tuple[str, str]]) -> Non
 
 # The notebook open in the page, once the application shows it with a kernel ready.
 _OPEN = """async (path) => {
-  const app = window.jupyterapp;
-  await app.restored;
-  const panel = () => app.shell.currentWidget;
   const deadline = Date.now() + 60000;
+  const within = (promise, what) => Promise.race([promise, new Promise((_, reject) =>
+    setTimeout(() => reject(new Error('no ' + what + ' in 60 s')), deadline - Date.now()))]);
+  const app = window.jupyterapp;
+  await within(app.restored, 'application');
+  const panel = () => app.shell.currentWidget;
   while (!(panel() && panel().context && panel().context.path === path)) {
     if (Date.now() > deadline) throw new Error('the notebook did not open: ' + path);
     await new Promise(resolve => setTimeout(resolve, 100));
   }
-  await panel().context.ready;
-  await panel().sessionContext.ready;
+  await within(panel().context.ready, 'notebook model');
+  await within(panel().sessionContext.ready, 'kernel session');
   const kernel = panel().sessionContext.session.kernel;
-  return (await kernel.info).implementation;
+  return (await within(kernel.info, 'kernel_info reply')).implementation;
 }"""
 
 # Run the given cells one at a time (an error in one does not stop the next, unlike run-all).
@@ -195,6 +210,20 @@ _RUN = """async (indices) => {
     panel.content.activeCellIndex = index;
     await app.commands.execute('notebook:run-cell');
   }
+}"""
+
+_RUN_ALL = """async () => {
+  await window.jupyterapp.commands.execute('notebook:run-all-cells');
+}"""
+
+_RESTART = """async () => {
+  await window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.restart();
+}"""
+
+# The federated extensions the server told this page to load ({name: load path}).
+_EXTENSIONS = """() => {
+  const config = JSON.parse(document.getElementById('jupyter-config-data').textContent);
+  return Object.fromEntries(config.federated_extensions.map(e => [e.name, e.load]));
 }"""
 
 _SAVE = """async () => {
@@ -219,9 +248,17 @@ _EVENT_COUNTS = """() => {
 def open_notebook(page: Page, server: JupyterServer, frontend: str, path: str) -> str:
     """Open ``path`` in ``frontend``; return the kernel's ``implementation`` once it is ready."""
     page.goto(server.notebook_url(frontend, path))
-    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
-    implementation: str = page.evaluate(_OPEN, path)
+    try:
+        page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+        implementation: str = page.evaluate(_OPEN, path)
+    except PlaywrightError as exc:
+        raise AssertionError(f"{exc}\n--- jupyter server log ---\n{server.log_tail()}") from exc
     return implementation
+
+
+def loaded_extensions(page: Page) -> dict[str, str]:
+    extensions: dict[str, str] = page.evaluate(_EXTENSIONS)
+    return extensions
 
 
 def current_notebook(page: Page) -> Locator:
@@ -232,6 +269,14 @@ def current_notebook(page: Page) -> Locator:
 
 def run_cells(page: Page, indices: list[int]) -> None:
     page.evaluate(_RUN, indices)
+
+
+def run_all(page: Page) -> None:
+    page.evaluate(_RUN_ALL)
+
+
+def restart_kernel(page: Page) -> None:
+    page.evaluate(_RESTART)
 
 
 def save(page: Page) -> None:

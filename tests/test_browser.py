@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, Request, sync_playwright
 
-from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY
+from rewyn_kernel.kernel.record import CELL_EVENTS_KEPT, EVENT_MIME, METADATA_KEY
 from rewyn_kernel.runtime.events import SandboxEvent
 from tests.conftest import unavailable
 from tests.jupyter_browser import (
@@ -27,7 +28,10 @@ from tests.jupyter_browser import (
     current_notebook,
     jupyter_server,
     kernels_left,
+    loaded_extensions,
     open_notebook,
+    restart_kernel,
+    run_all,
     run_cells,
     save,
     wait_for_event_counts,
@@ -38,7 +42,8 @@ from tests.kernel_client import write_spec
 pytestmark = pytest.mark.slow
 
 SANDBOX_KERNEL = "rewyn-browser"
-PLAIN_KERNEL = "python3"
+OTHER_KERNEL = "forging"  # an IPython kernel whose replies carry made-up rewyn_kernel events
+BUILT = Path(__file__).resolve().parent.parent / "rewyn_kernel" / "labextension"
 
 # Each part would set window.pwned and call the server's API if the browser ran it.
 HOSTILE_HTML = (
@@ -55,7 +60,7 @@ SANDBOX_HOSTILE_CELL = (
     f"display({{'application/javascript': {HOSTILE_JS!r}, 'text/plain': 'js'}}, raw=True)\n"
     f"display({{'image/svg+xml': {HOSTILE_SVG!r}}}, raw=True)\n"
 )
-PLAIN_HOSTILE_CELL = (
+OTHER_HOSTILE_CELL = (
     "from IPython.display import HTML, SVG, Javascript, display\n"
     f"display(HTML({HOSTILE_HTML!r}))\n"
     f"display(Javascript({HOSTILE_JS!r}))\n"
@@ -87,6 +92,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
         SANDBOX_KERNEL,
         ["--SandboxKernel.timeout=3", "--SandboxKernel.output_limit_bytes=4096"],
     )
+    forging = kernels / "kernels" / OTHER_KERNEL
+    forging.mkdir(parents=True)
+    argv = [
+        sys.executable,
+        str(Path(__file__).with_name("forging_kernel.py")),
+        "-f",
+        "{connection_file}",
+    ]
+    spec = {"argv": argv, "display_name": "forging", "language": "python"}
+    (forging / "kernel.json").write_text(json.dumps(spec))
     with jupyter_server(root, kernels, work) as running:
         yield running
     assert kernels_left(running.runtime_dir) == [], "a kernel outlived the server"
@@ -154,6 +169,8 @@ def test_events_are_saved_in_the_metadata_of_the_cells_that_ran(
     name = f"events-{frontend}.ipynb"
     write_notebook(server.root / name, SANDBOX_KERNEL, SANDBOX_CELLS)
     assert open_notebook(page.page, server, frontend, name) == "rewyn-kernel"
+    committed = json.loads((BUILT / "package.json").read_text())["jupyterlab"]["_build"]["load"]
+    assert loaded_extensions(page.page)["rewyn-kernel"].endswith(committed), "pip install -e ."
 
     run_cells(page.page, [FIRST, SECOND, FLOOD, HOSTILE, RAISES, SLEEPS, FIRST])
     wait_for_event_counts(page.page, [0, 2, 1, 1, 1, 1, 1])
@@ -244,14 +261,15 @@ def test_hostile_output_stays_inert_in_the_live_page_and_after_reopening(
 
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
-def test_on_a_plain_kernel_the_same_output_runs_and_nothing_is_recorded(
+def test_on_another_kernel_the_same_output_runs_and_nothing_is_recorded(
     server: JupyterServer, page: Watched, frontend: str
 ) -> None:
     """The control: without the sandbox kernel the browser does run it (so the check above can
-    fail), and the extension leaves other kernels' cells alone."""
-    name = f"plain-{frontend}.ipynb"
+    fail), and the extension leaves other kernels' cells alone, even when their replies carry
+    what looks like an event."""
+    name = f"other-{frontend}.ipynb"
     write_notebook(
-        server.root / name, PLAIN_KERNEL, [("code", "print('plain')"), ("code", PLAIN_HOSTILE_CELL)]
+        server.root / name, OTHER_KERNEL, [("code", "print('other')"), ("code", OTHER_HOSTILE_CELL)]
     )
     assert open_notebook(page.page, server, frontend, name) == "ipython"
     run_cells(page.page, [0, 1])
@@ -263,3 +281,71 @@ def test_on_a_plain_kernel_the_same_output_runs_and_nothing_is_recorded(
     for cell in saved_cells(server, name):
         assert METADATA_KEY not in cell["metadata"]
         assert cell["execution_count"] is not None
+
+
+@pytest.mark.parametrize("frontend", FRONTENDS)
+def test_run_all_stops_at_an_error_and_recording_goes_on_after_a_restart(
+    server: JupyterServer, page: Watched, frontend: str
+) -> None:
+    name = f"run-all-{frontend}.ipynb"
+    cells = [("code", "raise ValueError('stop here')"), ("code", "print(1)"), ("code", "print(2)")]
+    write_notebook(server.root / name, SANDBOX_KERNEL, cells)
+    open_notebook(page.page, server, frontend, name)
+
+    run_all(page.page)  # the kernel aborts the cells queued behind the error: no events for them
+    page.page.wait_for_timeout(500)
+    wait_for_event_counts(page.page, [1, 0, 0])
+
+    restart_kernel(page.page)
+    runs = CELL_EVENTS_KEPT + 2
+    run_cells(page.page, [1] * runs)
+    wait_for_event_counts(page.page, [1, CELL_EVENTS_KEPT, 0])
+    save(page.page)
+
+    saved = saved_cells(server, name)
+    assert saved[0]["metadata"][METADATA_KEY]["events"][0]["id"] == event_output(saved[0])["id"]
+    record = saved[1]["metadata"][METADATA_KEY]
+    assert record["events_dropped"] == 2  # the same rule as `rewyn-kernel run`
+    counts = [event["execution_count"] for event in record["events"]]
+    assert counts == list(range(3, runs + 1))  # the latest, in order, after the restart
+    assert record["events"][-1]["id"] == event_output(saved[1])["id"]
+    assert METADATA_KEY not in saved[2]["metadata"]
+
+
+def test_a_hostile_event_output_renders_as_inert_text(server: JupyterServer, page: Watched) -> None:
+    """The status line treats the saved event as untrusted: a notebook from anywhere can hold
+    any JSON under the event's MIME type."""
+    hostile = "<img src=x onerror=\"window.pwned='event'; fetch('/api/contents?rewyn-pwned=e')\">"
+    summary = {
+        "ending": "<script>window.pwned='ending'</script>" + "E" * 5000,
+        "provider": "P" * 5000,
+        "exit_code": "0",
+        "duration_ms": -1,
+        "stdout_bytes": -5,
+        "stdout_truncated": True,
+        "message": hostile,
+        "isolation": {"network": "isolated", "notes": [hostile] * 30 + [{"not": "text"}]},
+        "spec": {"timeout": "<b>x</b>", "network": "none"},
+    }
+    output = {
+        "output_type": "display_data",
+        "data": {EVENT_MIME: summary, "text/plain": "sandbox: forged"},
+        "metadata": {},
+    }
+    name = "hostile-event.ipynb"
+    write_notebook(server.root / name, SANDBOX_KERNEL, [("code", "pass")], {0: [output]})
+    open_notebook(page.page, server, "lab", name)
+
+    line = current_notebook(page.page).locator(".rewyn-Event")
+    assert line.count() == 1
+    line.locator(".rewyn-Event-line").click()
+    page.page.wait_for_timeout(500)
+    assert page.pwned() is None
+    assert page.hostile_requests() == []
+    shown = line.inner_text()
+    assert "onerror=" in shown  # shown as text
+    assert "exit ?" in shown
+    assert "output truncated (0 bytes printed)" in shown
+    assert line.locator("dt").all_inner_texts().count("note") == 10  # bounded
+    width = line.evaluate("node => [node.scrollWidth, node.clientWidth]")
+    assert width[0] <= width[1] + 1, f"the line overflows: {width}"

@@ -103,6 +103,25 @@ def test_each_cell_carries_its_event(kernel: Kernel) -> None:
     assert output["content"]["data"]["text/plain"].startswith("sandbox: exit 0")
 
 
+def test_requests_aborted_after_an_error_carry_no_event(kernel: Kernel) -> None:
+    """Run All after a failing cell: the queued cells ran nothing, so they have no event (the
+    frontend extension would otherwise file the failed cell's event under each of them)."""
+    _, kc = kernel
+    failing = kc.execute("import time; time.sleep(0.5); raise ValueError('first')")
+    queued = [kc.execute(f"print({n})") for n in range(2)]
+    replies: dict[str, dict[str, Any]] = {}
+    while len(replies) < 3:
+        reply = kc.get_shell_msg(timeout=30)
+        replies[reply["parent_header"]["msg_id"]] = reply
+    assert replies[failing]["content"]["status"] == "error"
+    assert replies[failing]["metadata"][METADATA_KEY]["event"]["ending"] == "exception"
+    for msg_id in queued:
+        assert replies[msg_id]["content"]["status"] == "aborted"
+        assert METADATA_KEY not in replies[msg_id]["metadata"]
+    after = run_cell(kc, "print('after')")
+    assert after.reply["metadata"][METADATA_KEY]["event"]["stdout"] == "after\n"
+
+
 def test_the_event_output_can_be_turned_off(kernel_root: Path) -> None:
     with running_kernel(kernel_root, "rewyn-test-quiet") as (_, kc):
         cell = run_cell(kc, "print(1)")

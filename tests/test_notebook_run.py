@@ -7,11 +7,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 
-from rewyn_kernel.kernel.record import METADATA_KEY
+from rewyn_kernel.kernel.record import CELL_EVENTS_KEPT, METADATA_KEY, append_cell_event
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,3 +124,20 @@ def test_a_cell_tagged_raises_exception_is_not_a_failure(tmp_path: Path) -> None
     done = run(str(path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok: 2 of 2 code cells run, 0 failed" in done.stdout
+
+
+def test_a_cell_keeps_its_latest_events_and_counts_the_rest() -> None:
+    record: dict[str, Any] = {}
+    for n in range(CELL_EVENTS_KEPT + 3):
+        append_cell_event(record, {"id": str(n)})
+    assert [e["id"] for e in record["events"]] == [str(n) for n in range(3, CELL_EVENTS_KEPT + 3)]
+    assert record["events_dropped"] == 3
+    append_cell_event(record, {"id": str(CELL_EVENTS_KEPT + 2)})  # the same reply seen twice
+    assert len(record["events"]) == CELL_EVENTS_KEPT
+    assert record["events_dropped"] == 3
+
+
+def test_a_malformed_cell_record_starts_its_events_afresh() -> None:
+    record: dict[str, Any] = {"events": "garbage", "other": 1}
+    append_cell_event(record, {"id": "a"})
+    assert record == {"events": [{"id": "a"}], "other": 1}

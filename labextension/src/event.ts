@@ -30,14 +30,28 @@ export function replyEvent(metadata: unknown): JSONObject | null {
 }
 
 /**
+ * A cell keeps its latest this many events and counts older ones in `events_dropped`: the
+ * frontend sends a cell's metadata with every execute_request, so an unbounded list would grow
+ * each request (and the notebook) with every re-run. Same rule as CELL_EVENTS_KEPT in record.py.
+ */
+export const CELL_EVENTS_KEPT = 20;
+
+/**
  * The cell's record with `event` appended to its events, other keys kept; null when the event
  * is there already (the same reply seen twice changes nothing).
  */
 export function withEvent(record: unknown, event: JSONObject): PartialJSONObject | null {
   const base: PartialJSONObject = isObject(record) ? record : {};
-  const events = Array.isArray(base['events']) ? base['events'] : [];
-  if (events.some(known => isObject(known) && known['id'] === event['id'])) {
+  const known = Array.isArray(base['events']) ? base['events'] : [];
+  if (known.some(old => isObject(old) && old['id'] === event['id'])) {
     return null;
   }
-  return { ...base, events: [...events, event] };
+  const events = [...known, event];
+  const excess = events.length - CELL_EVENTS_KEPT;
+  if (excess <= 0) {
+    return { ...base, events };
+  }
+  const dropped = base['events_dropped'];
+  const before = typeof dropped === 'number' && Number.isInteger(dropped) ? dropped : 0;
+  return { ...base, events: events.slice(excess), events_dropped: before + excess };
 }

@@ -20,9 +20,13 @@ const MAX_PENDING = 1000;
 
 export class CellEventRecorder {
   constructor(private readonly panel: NotebookPanel) {
-    panel.sessionContext.kernelChanged.connect(this.onKernelChanged, this);
-    this.attach(panel.sessionContext.session?.kernel ?? null);
-    panel.disposed.connect(() => this.attach(null));
+    const sessionContext = panel.sessionContext; // shared by every view of the notebook
+    sessionContext.kernelChanged.connect(this.onKernelChanged, this);
+    this.attach(sessionContext.session?.kernel ?? null);
+    panel.disposed.connect(() => {
+      sessionContext.kernelChanged.disconnect(this.onKernelChanged, this);
+      this.attach(null);
+    });
   }
 
   private onKernelChanged(
@@ -56,6 +60,9 @@ export class CellEventRecorder {
       return;
     }
     this.pending.delete(requestId);
+    if ((msg.content as { status?: unknown }).status === 'aborted') {
+      return; // queued behind an error: it ran nothing (the kernel sends no event either)
+    }
     const event = replyEvent(msg.metadata);
     if (event === null) {
       return;

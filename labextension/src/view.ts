@@ -8,6 +8,7 @@
 import { isObject } from './event';
 
 const MAX_TEXT = 400;
+const MAX_LABEL = 40;
 const MAX_NOTES = 10;
 
 type Tone = 'ok' | 'error' | 'warn';
@@ -35,12 +36,12 @@ export function renderEvent(summary: unknown, fallback: string): HTMLElement {
 }
 
 function statusOf(summary: Record<string, unknown>): [string, Tone] {
-  const exitCode = numberOr(summary['exit_code'], NaN);
+  const exitCode = exitText(summary['exit_code']);
   switch (summary['ending']) {
     case 'completed':
       return ['ok', 'ok'];
     case 'exit':
-      return exitCode === 0 ? ['ok', 'ok'] : [`exit ${exitCode}`, 'error'];
+      return exitCode === '0' ? ['ok', 'ok'] : [`exit ${exitCode}`, 'error'];
     case 'exception':
       return ['error', 'error'];
     case 'timeout':
@@ -56,25 +57,30 @@ function statusOf(summary: Record<string, unknown>): [string, Tone] {
     case 'protocol_error':
       return ['protocol error', 'error'];
     default:
-      return [text(summary['ending']) || 'unknown', 'warn'];
+      return [label(summary['ending']) || 'unknown', 'warn'];
   }
 }
 
 function facts(summary: Record<string, unknown>): string[] {
   const isolation = isObject(summary['isolation']) ? summary['isolation'] : {};
-  const network = text(isolation['network']) || 'unknown';
+  const network = label(isolation['network']) || 'unknown';
   return [
     'sandbox',
-    `exit ${numberOr(summary['exit_code'], NaN)}`,
+    `exit ${exitText(summary['exit_code'])}`,
     duration(summary['duration_ms']),
-    `${text(summary['provider']) || 'unknown provider'}, network ${network}`
+    `${label(summary['provider']) || 'unknown provider'}, network ${network}`
   ];
 }
 
 function warnings(summary: Record<string, unknown>): string[] {
   const found: string[] = [];
+  const spec = isObject(summary['spec']) ? summary['spec'] : {};
+  const isolation = isObject(summary['isolation']) ? summary['isolation'] : {};
+  if (spec['network'] === 'none' && isolation['network'] !== 'isolated') {
+    found.push('network not isolated'); // asked for none, but this provider could not cut it
+  }
   if (summary['stdout_truncated'] === true || summary['stderr_truncated'] === true) {
-    const total = numberOr(summary['stdout_bytes'], 0) + numberOr(summary['stderr_bytes'], 0);
+    const total = count(summary['stdout_bytes']) + count(summary['stderr_bytes']);
     found.push(`output truncated (${bytes(total)} printed)`);
   }
   if (summary['state_lost'] === true) {
@@ -106,7 +112,7 @@ function rows(summary: Record<string, unknown>): HTMLElement {
   add('stdout', streamText(summary, 'stdout'));
   add('stderr', streamText(summary, 'stderr'));
   const hash = text(summary['code_hash']).slice(0, 16);
-  add('code', `${bytes(numberOr(summary['code_bytes'], 0))}${hash ? `, sha256 ${hash}…` : ''}`);
+  add('code', `${bytes(count(summary['code_bytes']))}${hash ? `, sha256 ${hash}…` : ''}`);
   add('event', text(summary['id']));
   return list;
 }
@@ -137,7 +143,7 @@ function isolationText(isolation: Record<string, unknown>): string {
 }
 
 function streamText(summary: Record<string, unknown>, stream: 'stdout' | 'stderr'): string {
-  const size = numberOr(summary[`${stream}_bytes`], 0);
+  const size = count(summary[`${stream}_bytes`]);
   return `${bytes(size)}${summary[`${stream}_truncated`] === true ? ', truncated' : ''}`;
 }
 
@@ -162,6 +168,21 @@ function bytes(value: number): string {
 
 function numberOr(value: unknown, otherwise: number): number {
   return typeof value === 'number' && Number.isFinite(value) ? value : otherwise;
+}
+
+/** A byte count: a whole number, not negative; anything else counts as 0. */
+function count(value: unknown): number {
+  return Number.isSafeInteger(value) && (value as number) > 0 ? (value as number) : 0;
+}
+
+function exitText(value: unknown): string {
+  return Number.isSafeInteger(value) ? String(value) : '?';
+}
+
+/** Text for the one-line summary, where a long value would push the line out of shape. */
+function label(value: unknown): string {
+  const whole = text(value);
+  return whole.length > MAX_LABEL ? `${whole.slice(0, MAX_LABEL)}…` : whole;
 }
 
 function text(value: unknown): string {

@@ -341,10 +341,15 @@ class SandboxKernel(Kernel):
     def finish_metadata(
         self, parent: dict[str, Any], metadata: dict[str, Any], reply_content: dict[str, Any]
     ) -> dict[str, Any]:
-        """Put the cell's SANDBOX_EXECUTED event in the execute_reply metadata."""
+        """Put the cell's SANDBOX_EXECUTED event in the execute_reply metadata.
+
+        Each event goes into one reply: after an error ipykernel answers the queued requests
+        with "aborted" replies through this method too, and those ran nothing.
+        """
         metadata = super().finish_metadata(parent, metadata, reply_content)  # type: ignore[no-untyped-call]
-        if self._last_event is not None:
-            metadata[METADATA_KEY] = {"event": event_json(self._last_event)}
+        event, self._last_event = self._last_event, None
+        if event is not None and reply_content.get("status") != "aborted":
+            metadata[METADATA_KEY] = {"event": event_json(event)}
         return metadata
 
     @property

@@ -24,6 +24,11 @@ ERROR_NAMES = {
 }
 """The error name a cell shows for an ending that raised no exception in the code."""
 EVENT_MIME = "application/vnd.rewyn.sandbox-event+json"
+CELL_EVENTS_KEPT = 20
+"""A cell's metadata keeps its latest this many events and counts older ones in
+``events_dropped``: JupyterLab sends a cell's metadata with every execute_request, so an
+unbounded list would grow each request, and the notebook, with every re-run. The run log keeps
+every event. The frontend extension (labextension/src/event.ts) applies the same rule."""
 
 # The persisted output keeps what a reviewer needs to judge the run, not the output itself
 # (that is in the cell already) nor the code (likewise).
@@ -76,6 +81,25 @@ def summary_line(event: SandboxEvent) -> str:
     if event.state_lost:
         parts.append("state lost before this cell")
     return "sandbox: " + " · ".join(parts)
+
+
+def append_cell_event(record: dict[str, Any], event: dict[str, Any]) -> None:
+    """Append ``event`` to a cell's record ({"events": [...]}), keeping CELL_EVENTS_KEPT.
+
+    An event already there (by id) is not added twice; a malformed ``events`` starts afresh.
+    """
+    events = record.get("events")
+    if not isinstance(events, list):
+        events = []
+    if any(isinstance(known, dict) and known.get("id") == event.get("id") for known in events):
+        return
+    events.append(event)
+    excess = len(events) - CELL_EVENTS_KEPT
+    if excess > 0:
+        del events[:excess]
+        dropped = record.get("events_dropped")
+        record["events_dropped"] = (dropped if type(dropped) is int else 0) + excess
+    record["events"] = events
 
 
 def event_output(event: SandboxEvent) -> tuple[dict[str, Any], dict[str, Any]]:
