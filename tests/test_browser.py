@@ -151,6 +151,20 @@ def page(browser: Browser, server: JupyterServer) -> Iterator[Watched]:
         server.api(f"sessions/{session['id']}", method="DELETE")
 
 
+def start(
+    server: JupyterServer,
+    page: Watched,
+    name: str,
+    frontend: str = "lab",
+    *,
+    kernel: str = SANDBOX_KERNEL,
+    cells: list[tuple[str, str]] = SANDBOX_CELLS,
+) -> str:
+    """Write the notebook ``name`` and open it; return its kernel's implementation."""
+    write_notebook(server.root / name, kernel, cells)
+    return open_notebook(page.page, server, frontend, name)
+
+
 def saved_cells(server: JupyterServer, name: str) -> list[dict[str, Any]]:
     cells: list[dict[str, Any]] = json.loads((server.root / name).read_text())["cells"]
     return cells
@@ -167,8 +181,7 @@ def test_events_are_saved_in_the_metadata_of_the_cells_that_ran(
     server: JupyterServer, page: Watched, frontend: str
 ) -> None:
     name = f"events-{frontend}.ipynb"
-    write_notebook(server.root / name, SANDBOX_KERNEL, SANDBOX_CELLS)
-    assert open_notebook(page.page, server, frontend, name) == "rewyn-kernel"
+    assert start(server, page, name, frontend) == "rewyn-kernel"
     committed = json.loads((BUILT / "package.json").read_text())["jupyterlab"]["_build"]["load"]
     assert loaded_extensions(page.page)["rewyn-kernel"].endswith(committed), "pip install -e ."
 
@@ -206,9 +219,7 @@ def test_events_are_saved_in_the_metadata_of_the_cells_that_ran(
 def test_the_event_output_reads_as_one_status_line(
     server: JupyterServer, page: Watched, frontend: str
 ) -> None:
-    name = f"line-{frontend}.ipynb"
-    write_notebook(server.root / name, SANDBOX_KERNEL, SANDBOX_CELLS)
-    open_notebook(page.page, server, frontend, name)
+    start(server, page, f"line-{frontend}.ipynb", frontend)
     run_cells(page.page, [FIRST, FLOOD, RAISES, SLEEPS])
     wait_for_event_counts(page.page, [0, 1, 0, 1, 0, 1, 1])
 
@@ -239,8 +250,7 @@ def test_hostile_output_stays_inert_in_the_live_page_and_after_reopening(
     server: JupyterServer, page: Watched, frontend: str
 ) -> None:
     name = f"hostile-{frontend}.ipynb"
-    write_notebook(server.root / name, SANDBOX_KERNEL, SANDBOX_CELLS)
-    open_notebook(page.page, server, frontend, name)
+    start(server, page, name, frontend)
     run_cells(page.page, [HOSTILE])
     wait_for_event_counts(page.page, [0, 0, 0, 0, 1, 0, 0])
     page.page.wait_for_timeout(1000)  # time for a handler or an image load to fire
@@ -268,10 +278,8 @@ def test_on_another_kernel_the_same_output_runs_and_nothing_is_recorded(
     fail), and the extension leaves other kernels' cells alone, even when their replies carry
     what looks like an event."""
     name = f"other-{frontend}.ipynb"
-    write_notebook(
-        server.root / name, OTHER_KERNEL, [("code", "print('other')"), ("code", OTHER_HOSTILE_CELL)]
-    )
-    assert open_notebook(page.page, server, frontend, name) == "ipython"
+    cells = [("code", "print('other')"), ("code", OTHER_HOSTILE_CELL)]
+    assert start(server, page, name, frontend, kernel=OTHER_KERNEL, cells=cells) == "ipython"
     run_cells(page.page, [0, 1])
     page.page.wait_for_function("() => window.pwned !== undefined", timeout=15000)
     save(page.page)
@@ -289,8 +297,7 @@ def test_run_all_stops_at_an_error_and_recording_goes_on_after_a_restart(
 ) -> None:
     name = f"run-all-{frontend}.ipynb"
     cells = [("code", "raise ValueError('stop here')"), ("code", "print(1)"), ("code", "print(2)")]
-    write_notebook(server.root / name, SANDBOX_KERNEL, cells)
-    open_notebook(page.page, server, frontend, name)
+    start(server, page, name, frontend, cells=cells)
 
     run_all(page.page)  # the kernel aborts the cells queued behind the error: no events for them
     page.page.wait_for_timeout(500)
