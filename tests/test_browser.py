@@ -296,10 +296,13 @@ def test_run_all_stops_at_an_error_and_recording_goes_on_after_a_restart(
     server: JupyterServer, page: Watched, frontend: str
 ) -> None:
     name = f"run-all-{frontend}.ipynb"
-    cells = [("code", "raise ValueError('stop here')"), ("code", "print(1)"), ("code", "print(2)")]
+    # The kernel aborts the requests queued when the error happens (one arriving later runs):
+    # the failing cell waits until Run All has sent them all.
+    failing = "import time\ntime.sleep(0.5)\nraise ValueError('stop here')"
+    cells = [("code", failing), ("code", "print(1)"), ("code", "print(2)")]
     start(server, page, name, frontend, cells=cells)
 
-    run_all(page.page)  # the kernel aborts the cells queued behind the error: no events for them
+    run_all(page.page)  # the cells queued behind the error ran nothing: no events for them
     page.page.wait_for_timeout(500)
     wait_for_event_counts(page.page, [1, 0, 0])
 
