@@ -14,34 +14,24 @@ import logging
 import signal
 import sys
 import warnings
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from ipykernel.kernelbase import Kernel
 from jupyter_client.session import Session as JupyterSession
-from traitlets import Bool, Dict, Enum, Float, Int, List, Unicode
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel._relay import StreamRelay
-from rewyn_kernel.kernel.record import ERROR_NAMES, METADATA_KEY, event_json, event_output
+from rewyn_kernel.kernel._settings import SandboxSettings
+from rewyn_kernel.kernel.record import METADATA_KEY, cell_error, event_json, event_output
 from rewyn_kernel.kernel.safety import drop_note, filter_bundle
-from rewyn_kernel.runtime import ContainerProvider, JsonlRunLog, SubprocessProvider, create
-from rewyn_kernel.runtime.events import EventListener, SandboxEvent
-from rewyn_kernel.runtime.sandbox import (
-    DEFAULT_INHERIT_ENV,
-    RichOutput,
-    Sandbox,
-    SandboxProvider,
-    SandboxResult,
-    SandboxSpec,
-    Session,
-)
+from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, Session, SubprocessProvider
 
 logger = logging.getLogger(__name__)
 
 
-class SandboxKernel(Kernel):
+class SandboxKernel(Kernel, SandboxSettings):
     """Run each cell in a sandbox; state is kept between cells in one sandbox session."""
 
     implementation = "rewyn-kernel"
@@ -49,104 +39,19 @@ class SandboxKernel(Kernel):
     language = "python"
     banner = f"rewyn-kernel {__version__}: Python in a sandbox"
 
-    provider = Enum(
-        ["subprocess", "container"],
-        default_value="subprocess",
-        help="Where cells run: 'subprocess' (bounds accidents) or 'container' (for code you "
-        "did not write).",
-    ).tag(config=True)
-    image = Unicode(
-        "python:3.13-slim", help="Container image (provider='container'); needs python3."
-    ).tag(config=True)
-    container_runtime = Unicode(
-        "docker", help="Container CLI: docker, podman, nerdctl, or a path."
-    ).tag(config=True)
-    oci_runtime = Unicode(
-        None,
-        allow_none=True,
-        help="OCI runtime for containers, e.g. 'runsc' (gVisor); None: the engine's default.",
-    ).tag(config=True)
-    timeout = Float(
-        30.0,
-        allow_none=True,
-        help="Seconds a cell may run before the sandbox is killed (its state is lost); None: "
-        "no limit.",
-    ).tag(config=True)
-    memory_limit_mb = Int(
-        None, allow_none=True, help="Memory cap of the sandbox in MiB; None: no cap."
-    ).tag(config=True)
-    network = Enum(
-        ["none", "allow"], default_value="none", help="'none' cuts the sandbox off any network."
-    ).tag(config=True)
-    inherit_env = List(
-        Unicode(),
-        default_value=list(DEFAULT_INHERIT_ENV),
-        help="Variables of the kernel's environment passed into the sandbox ('PREFIX*' allowed).",
-    ).tag(config=True)
-    env = Dict(
-        value_trait=Unicode(),
-        help="Variables set in the sandbox (keep secrets out of kernel.json).",
-    ).tag(config=True)
-    output_limit_bytes = Int(
-        1024 * 1024, help="Bytes of stdout and of stderr shown per cell (head and tail kept)."
-    ).tag(config=True)
-    workdir = Unicode(
-        None,
-        allow_none=True,
-        help="Scratch directory (the code's cwd and HOME); None: a fresh "
-        "one, removed when the kernel stops.",
-    ).tag(config=True)
-    run_log = Unicode(
-        None, allow_none=True, help="Append every SANDBOX_EXECUTED event to this JSONL file."
-    ).tag(config=True)
-    event_output = Bool(
-        True, help="Add a one-line persisted output per cell with its SANDBOX_EXECUTED event."
-    ).tag(config=True)
-    trust_output = Bool(
-        False,
-        help="Relay the sandbox's rich output unfiltered (HTML with scripts, JavaScript). Only "
-        "for code you trust: in a live frontend it runs with your Jupyter credentials.",
-    ).tag(config=True)
-
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
         self._last_event: SandboxEvent | None = None
         self._parent: dict[str, Any] = {}
         self._stdin_ident: Any = None
         self._asking: set[asyncio.Task[Any]] = set()
-        self._sandbox = self._make_sandbox()
+        self._sandbox = self.make_sandbox([self._remember])
         self._session: Session = self._sandbox.session()
         if self.trust_output:
             logger.warning(
                 "trust_output is on: rich output from the sandbox (HTML with scripts, "
                 "JavaScript) reaches the browser unfiltered, with your Jupyter credentials"
             )
-
-    # -- set-up ------------------------------------------------------------------------------
-
-    def _make_sandbox(self) -> Sandbox:
-        provider: SandboxProvider
-        if self.provider == "container":
-            provider = ContainerProvider(
-                image=self.image, runtime=self.container_runtime, oci_runtime=self.oci_runtime
-            )
-        else:
-            provider = SubprocessProvider()
-        listeners: list[EventListener] = [self._remember]
-        if self.run_log:
-            listeners.append(JsonlRunLog(self.run_log))
-        spec = SandboxSpec.model_validate(
-            {
-                "timeout": self.timeout,
-                "network": self.network,
-                "memory_limit_mb": self.memory_limit_mb,
-                "inherit_env": tuple(self.inherit_env),
-                "env": dict(self.env),
-                "output_limit_bytes": self.output_limit_bytes,
-                "workdir": Path(self.workdir) if self.workdir else None,
-            }
-        )
-        return create(spec, provider=provider, listeners=listeners)
 
     def _remember(self, event: SandboxEvent) -> None:
         self._last_event = event
@@ -301,34 +206,12 @@ class SandboxKernel(Kernel):
         return reply
 
     def _reply(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
-        if result.ending in ("completed", "exit") and result.exit_code == 0:
+        error = cell_error(result, self.timeout)
+        if error is None:
             return self._ok()
-        if result.ending == "interrupted":
-            ename, evalue = "KeyboardInterrupt", ""
-        elif result.error is not None and result.ending in ("exception",):
-            ename, evalue = result.error.ename, result.error.evalue
-        elif result.ending == "exit":
-            ename, evalue = "SystemExit", str(result.exit_code)
-        else:
-            ename, evalue = ERROR_NAMES.get(result.ending, "SandboxError"), result.message
-        traceback = list(result.error.traceback) if result.error else []
-        if result.ending == "timeout":
-            traceback = [*traceback, self._timeout_text(result)]
-        elif result.ending not in ("exception", "interrupted") and result.message:
-            traceback = [*traceback, f"{ename}: {result.message}"]
-        if not traceback:
-            traceback = [f"{ename}: {evalue}" if evalue else ename]
-        error = {"ename": ename, "evalue": evalue, "traceback": traceback}
         if not silent:
             self._publish("error", error)
         return {"status": "error", "execution_count": self.execution_count, **error}
-
-    def _timeout_text(self, result: SandboxResult) -> str:
-        return (
-            f"TimeoutError: the cell ran past the kernel's limit of {self.timeout:g} s. The "
-            "sandbox was restarted and its state lost: run the cells this one needs again. "
-            "Raise the limit with --SandboxKernel.timeout=SECONDS (or None for no limit)."
-        )
 
     def _ok(self) -> dict[str, Any]:
         return {

@@ -2,8 +2,10 @@
 
 Three places, one shape: ``execute_reply`` metadata under ``METADATA_KEY`` (``{"event": ...}``),
 a small persisted ``display_data`` output of type ``EVENT_MIME`` with a one-line ``text/plain``
-summary, and (for runners that see the replies, such as ``rewyn-kernel run``) the cell's
-metadata under ``METADATA_KEY`` as ``{"events": [...]}``, appended per execution.
+summary, and (for what sees the replies: ``rewyn-kernel run``, the JupyterLab extension) the
+cell's metadata under ``METADATA_KEY`` as ``{"events": [...]}``, appended per execution. Also
+the error a cell shows when its execution did not end well (``cell_error``; the review
+notebooks name errors from the same ``ERROR_NAMES``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.sandbox import SandboxResult
 
 METADATA_KEY = "rewyn_kernel"
 ERROR_NAMES = {
@@ -56,6 +59,35 @@ _SUMMARY_FIELDS = (
     "stdout_truncated",
     "stderr_truncated",
 )
+
+
+def cell_error(result: SandboxResult, timeout: float | None) -> dict[str, Any] | None:
+    """Return the error a cell shows for ``result`` (ename, evalue, traceback), or None.
+
+    ``timeout`` is the kernel's limit, named in the text of a timed-out cell with how to raise it.
+    """
+    if result.ending in ("completed", "exit") and result.exit_code == 0:
+        return None
+    if result.ending == "interrupted":
+        ename, evalue = "KeyboardInterrupt", ""
+    elif result.error is not None and result.ending == "exception":
+        ename, evalue = result.error.ename, result.error.evalue
+    elif result.ending == "exit":
+        ename, evalue = "SystemExit", str(result.exit_code)
+    else:
+        ename, evalue = ERROR_NAMES.get(result.ending, "SandboxError"), result.message
+    traceback = list(result.error.traceback) if result.error else []
+    if result.ending == "timeout":
+        traceback.append(
+            f"TimeoutError: the cell ran past the kernel's limit of {timeout:g} s. The sandbox "
+            "was restarted and its state lost: run the cells this one needs again. Raise the "
+            "limit with --SandboxKernel.timeout=SECONDS (or None for no limit)."
+        )
+    elif result.ending not in ("exception", "interrupted") and result.message:
+        traceback.append(f"{ename}: {result.message}")
+    if not traceback:
+        traceback = [f"{ename}: {evalue}" if evalue else ename]
+    return {"ename": ename, "evalue": evalue, "traceback": traceback}
 
 
 def event_json(event: SandboxEvent) -> dict[str, Any]:
