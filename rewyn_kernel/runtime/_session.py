@@ -4,12 +4,11 @@ A session that keeps state runs every execution on the same worker until it dies
 then the next execution starts a fresh one and its result says ``state_lost``. The one-shot
 ``Sandbox.execute`` is a session that does not keep state: each execution takes a fresh worker
 (started ahead of time, so it costs a pipe round trip, not an interpreter start) and retires it
-afterwards. Both are this one class.
+afterwards. Both are this one class; the loop of one execution on a worker is in ``_drive``.
 """
 
 from __future__ import annotations
 
-import functools
 import signal
 import threading
 import time
@@ -18,7 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from rewyn_kernel.errors import SandboxClosedError
-from rewyn_kernel.runtime._channel import ChannelEnded, LiveWorker
+from rewyn_kernel.runtime._channel import LiveWorker
+from rewyn_kernel.runtime._drive import DEATH_WAIT_SECONDS, drive
 from rewyn_kernel.runtime._execution import (
     Callbacks,
     Execution,
@@ -29,21 +29,13 @@ from rewyn_kernel.runtime._execution import (
 )
 from rewyn_kernel.runtime._protocol import (
     CompleteReplyFrame,
-    DisplayFrame,
-    DoneFrame,
-    ErrorFrame,
-    InputRequestFrame,
     InspectReplyFrame,
-    OutFrame,
     ReadyFrame,
-    ResultFrame,
-    TruncatedFrameError,
 )
 from rewyn_kernel.runtime._provider import ExitInfo
 from rewyn_kernel.runtime._result import (
     EXIT_INTERRUPTED,
     EXIT_KILLED,
-    ErrorInfo,
     Isolation,
     SandboxResult,
 )
@@ -53,12 +45,6 @@ from rewyn_kernel.runtime.events import emit
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime._core import SandboxCore
-
-GRACE_SECONDS = 0.5
-"""After a timeout the code gets an interrupt and this long to report where it was stuck."""
-DEATH_WAIT_SECONDS = 2.0
-MAX_INPUT_PAUSE = 900.0
-"""Seconds of waiting for input() answers that do not count against one execution's timeout."""
 
 
 class _Unset:
@@ -172,7 +158,14 @@ class Session(Closeable):
                 with self._lock:
                     self._current = (execution, worker)
                 try:
-                    self._drive(worker, execution, spec.timeout if timeout is UNSET else timeout)
+                    drive(
+                        worker,
+                        execution,
+                        spec.timeout if timeout is UNSET else timeout,
+                        keep_state=self.keep_state,
+                        memory_limit_mb=spec.memory_limit_mb,
+                        take_ending_reason=self._take_ending_reason,
+                    )
                 except BaseException as exc:
                     # The host stopped waiting (a KeyboardInterrupt in this thread, say):
                     # nothing may go on running unseen, and the execution still gets its event.
@@ -375,114 +368,9 @@ class Session(Closeable):
 
     # -- one execution ---------------------------------------------------------------------
 
-    def _drive(self, worker: LiveWorker, execution: Execution, timeout: float | None) -> None:
-        payload = execution.code.encode("utf-8", "surrogatepass")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not worker.send({"t": "exec", "id": execution.id}, payload, timeout=timeout or 60.0):
-            self._ended(worker, execution, ChannelEnded())
-            return
-        if execution.cancel.is_set():  # cancelled while the frame was on its way
-            worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
-        grace_until: float | None = None
-        questions = _Questions()
-        while True:
-            polling = grace_until is None and questions.waiting_for_a_person()
-            if grace_until is not None:
-                limit: float | None = grace_until
-            elif polling:  # a person typing is not the code running: no deadline meanwhile
-                limit = time.monotonic() + 0.1
-            else:
-                limit = None if deadline is None else deadline + questions.paused
-            item = worker.next_frame(None if limit is None else max(0.0, limit - time.monotonic()))
-            if item is None and polling:
-                continue
-            if item is None:
-                if grace_until is not None:
-                    break
-                worker.send({"t": "interrupt", "id": execution.id}, timeout=GRACE_SECONDS)
-                grace_until = time.monotonic() + GRACE_SECONDS
-                continue
-            if isinstance(item, ChannelEnded):
-                if grace_until is None:
-                    self._ended(worker, execution, item)
-                    return
-                break
-            frame, data, size = item
-            if isinstance(frame, OutFrame):
-                execution.on_stream(frame.s, data)
-            elif isinstance(frame, DisplayFrame | ResultFrame):
-                execution.on_rich(frame, size)
-            elif isinstance(frame, ErrorFrame):
-                execution.on_error(frame)
-            elif isinstance(frame, InputRequestFrame):
-                # Answered in a thread, so an interrupt or the end of the code is still seen
-                # while the person types; a late answer is dropped by the worker (its id).
-                answer = functools.partial(self._reply, worker, execution, frame)
-                if not questions.ask(answer, pauses=frame.main):
-                    refusal = {"t": "input_reply", "id": frame.id}
-                    refusal["error"] = "another input() is already waiting for an answer"
-                    worker.send(refusal, timeout=5.0)
-            elif isinstance(frame, DoneFrame) and frame.id == execution.id:
-                if grace_until is None:
-                    execution.finish(
-                        frame.exit_code, frame.status, frame.signal, frame.oom, frame.detail
-                    )
-                    return
-                break
-        assert timeout is not None
-        where = execution.error.traceback if execution.error else ()
-        restarted = " and its state lost" if self.keep_state else ""
-        message = f"timed out after {timeout:g} s; the sandbox was killed{restarted}"
-        execution.fail("timeout", 0, message)
-        execution.error = ErrorInfo(ename="TimeoutError", evalue=message, traceback=where)
-
-    def _reply(self, worker: LiveWorker, execution: Execution, frame: InputRequestFrame) -> None:
-        worker.send(self._answer(execution, frame), timeout=5.0)
-
-    @staticmethod
-    def _answer(execution: Execution, frame: InputRequestFrame) -> dict[str, Any]:
-        ask = execution.callbacks.on_input
-        reply: dict[str, Any] = {"t": "input_reply", "id": frame.id}
-        if ask is None:
-            return {**reply, "error": "input() is not available in this sandbox"}
-        try:
-            return {**reply, "value": str(ask(frame.prompt, frame.password))}
-        except Exception as exc:
-            return {**reply, "error": f"input() failed: {exc}"}
-
-    def _ended(self, worker: LiveWorker, execution: Execution, end: ChannelEnded) -> None:
-        """The channel ended mid-execution: say why, as precisely as the provider can."""
-        execution.worker_lost = True
-        if end.error is not None and not isinstance(end.error, TruncatedFrameError):
-            worker.kill()
-            execution.fail("protocol_error", EXIT_KILLED, f"{end.error}; the sandbox was killed")
-            return
-        # The channel ended (perhaps mid-frame): a sandbox that died says why by its exit.
-        exited = worker.process.wait(DEATH_WAIT_SECONDS) is not None
-        worker.kill()
-        if not exited:
-            what = end.error or "the sandbox closed its channel"
-            execution.fail(
-                "protocol_error", EXIT_KILLED, f"{what} but kept running; the sandbox was killed"
-            )
-            return
-        info = worker.process.exit_info()
-        diagnostics = worker.diagnostics(wait=1.0)
-        if diagnostics:
-            execution.note(diagnostics)
-        if self._ending_reason:
-            execution.fail("crashed", info.exit_code, self._ending_reason)
-            self._ending_reason = ""
-        elif info.oom_killed:
-            limit = self._core.spec.memory_limit_mb
-            note = f" ({info.note})" if info.note else ""
-            execution.fail(
-                "oom",
-                info.exit_code,
-                f"the sandbox was killed for exceeding its memory limit of {limit} MiB{note}",
-            )
-        else:
-            execution.finish(info.exit_code, "crashed", info.signal, detail=info.note)
+    def _take_ending_reason(self) -> str:
+        reason, self._ending_reason = self._ending_reason, ""
+        return reason
 
     def _cancel(self, token: threading.Event) -> None:
         """An awaiting task was cancelled: interrupt its execution (not before it starts: it
@@ -519,44 +407,3 @@ class Session(Closeable):
             )
         finally:
             self._exec_lock.release()
-
-
-class _Questions:
-    """The input() question of one execution waiting for an answer (one at a time).
-
-    Only the code's main thread asking stops the clock (a person typing is not the code
-    running), and for at most MAX_INPUT_PAUSE in all: a question left open from a background
-    thread, or forged, cannot switch the deadline off.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.pending = False
-        self._pauses = False
-        self._asked = 0.0
-        self.paused = 0.0
-
-    def ask(self, answer: Callable[[], object], *, pauses: bool) -> bool:
-        """Answer in a thread; False (and nothing done) if a question is already open."""
-        with self._lock:
-            if self.pending:
-                return False
-            self.pending, self._pauses, self._asked = True, pauses, time.monotonic()
-
-        def run() -> None:
-            try:
-                answer()
-            finally:
-                with self._lock:
-                    if self._pauses:
-                        self.paused += time.monotonic() - self._asked
-                    self.pending = self._pauses = False
-
-        threading.Thread(target=run, daemon=True, name="rewyn-input").start()
-        return True
-
-    def waiting_for_a_person(self) -> bool:
-        with self._lock:
-            if not (self.pending and self._pauses):
-                return False
-            return self.paused + (time.monotonic() - self._asked) < MAX_INPUT_PAUSE
