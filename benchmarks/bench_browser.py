@@ -1,9 +1,11 @@
 """Print what a cell costs in a real JupyterLab page: plain ipykernel, the sandbox kernel, and the
 sandbox kernel with the frontend extension turned off, one run each. Never asserts on timings.
 
-Each figure is the time the page's ``notebook:run-cell`` command takes for the cell ``1``
-(request to reply and idle, rendering included), measured in the page with performance.now(),
-after warm-up cells. Needs Chromium (scripts/browser-tests.sh).
+Each figure is the time the page's ``notebook:run-cell`` command takes (request to reply and
+idle, rendering included), measured in the page with performance.now() after warm-up runs, for
+the cell ``1`` and for a cell printing 16 KiB (whose events, kept in the cell's metadata with
+the extension on, go back to the kernel with every request). Each configuration gets its own
+server and page in one browser. Needs Chromium (scripts/browser-tests.sh).
 
     python -m benchmarks.bench_browser            # 100 cells per kernel
     python -m benchmarks.bench_browser --cells 30
@@ -30,10 +32,11 @@ from tests.jupyter_browser import (
 from tests.kernel_client import write_spec
 
 SANDBOX = "rewyn-bench-browser"
-_TIME_CELLS = """async (n) => {
+CELLS = {"cell '1'": "1", "cell printing 16 KiB": "print('x' * 16_384)"}
+_TIME_CELLS = """async ([index, n]) => {
   const app = window.jupyterapp;
   const panel = app.shell.currentWidget;
-  panel.content.activeCellIndex = 0;
+  panel.content.activeCellIndex = index;
   const times = [];
   for (let i = 0; i < n; i++) {
     const started = performance.now();
@@ -46,8 +49,8 @@ _TIME_CELLS = """async (n) => {
 
 def measure(
     browser: Browser, work: Path, kernel: str, cells: int, *, extension: bool
-) -> list[float]:
-    """Run ``cells`` cells of ``1`` on ``kernel`` in JupyterLab; return each one's milliseconds."""
+) -> dict[str, list[float]]:
+    """Run each of CELLS ``cells`` times on ``kernel`` in JupyterLab; return the milliseconds."""
     root = work / f"{kernel}-{extension}"
     (root / "notebooks").mkdir(parents=True)
     config = root / "config" / "labconfig"
@@ -55,13 +58,15 @@ def measure(
     disabled = {} if extension else {"rewyn-kernel": True}
     (config / "page_config.json").write_text(json.dumps({"disabledExtensions": disabled}))
     name = "bench.ipynb"
-    write_notebook(root / "notebooks" / name, kernel, [("code", "1")])
+    write_notebook(root / "notebooks" / name, kernel, [("code", code) for code in CELLS.values()])
+    times: dict[str, list[float]] = {}
     with jupyter_server(root / "notebooks", work / "kernels-path", root) as server:
         context = browser.new_context()
         page = context.new_page()
         open_notebook(page, server, "lab", name)
-        page.evaluate(_TIME_CELLS, 10)  # warm up: first cells load renderers and fill caches
-        times: list[float] = page.evaluate(_TIME_CELLS, cells)
+        for index, label in enumerate(CELLS):
+            page.evaluate(_TIME_CELLS, [index, 10])  # warm up: renderers, caches, 10 events
+            times[label] = page.evaluate(_TIME_CELLS, [index, cells])
         loaded = page.evaluate("() => window.jupyterapp.hasPlugin('rewyn-kernel:cell-events')")
         context.close()
     if loaded != extension:
@@ -88,13 +93,16 @@ def main(argv: list[str]) -> int:
             "sandbox, extension on": measure(browser, work, SANDBOX, args.cells, extension=True),
         }
         browser.close()
-    baseline = statistics.median(runs["python3 (plain ipykernel)"])
-    print(f"cell '1' in JupyterLab, {args.cells} cells each, ms (same run, same browser)")
-    for label, times in runs.items():
-        ordered = sorted(times)
-        p50 = statistics.median(ordered)
-        p90 = ordered[int(0.9 * (len(ordered) - 1))]
-        print(f"  {label:28} p50 {p50:6.1f}  p90 {p90:6.1f}  ({p50 / baseline:.2f}x plain)")
+    plain = runs["python3 (plain ipykernel)"]
+    print(f"JupyterLab, {args.cells} runs of each cell per kernel, ms (same run, same browser)")
+    for cell in CELLS:
+        print(f"  {cell}")
+        baseline = statistics.median(plain[cell])
+        for label, times in runs.items():
+            ordered = sorted(times[cell])
+            p50 = statistics.median(ordered)
+            p90 = ordered[int(0.9 * (len(ordered) - 1))]
+            print(f"    {label:28} p50 {p50:6.1f}  p90 {p90:6.1f}  ({p50 / baseline:.2f}x plain)")
     return 0
 
 

@@ -235,12 +235,13 @@ _SAVE = """async () => {
   }
 }"""
 
-# Counts of rewyn_kernel events per cell in the live model (what a save would write).
+# Events recorded per cell in the live model (what a save would write): kept plus dropped.
 _EVENT_COUNTS = """() => {
   const panel = window.jupyterapp.shell.currentWidget;
   return Array.from(panel.content.model.cells).map(cell => {
     const record = cell.getMetadata('rewyn_kernel');
-    return record && Array.isArray(record.events) ? record.events.length : 0;
+    if (!record || !Array.isArray(record.events)) return 0;
+    return record.events.length + (record.events_dropped || 0);
   });
 }"""
 
@@ -284,7 +285,8 @@ def save(page: Page) -> None:
 
 
 def wait_for_event_counts(page: Page, expected: list[int], timeout: float = 30.0) -> None:
-    """Wait until the cells' metadata hold ``expected`` event counts (replies may lag a run)."""
+    """Wait until the cells' metadata have recorded ``expected`` events each, kept or dropped
+    (replies may lag a run)."""
     deadline = time.monotonic() + timeout
     while (counts := page.evaluate(_EVENT_COUNTS)) != expected:
         if time.monotonic() > deadline:

@@ -107,7 +107,7 @@ def test_requests_aborted_after_an_error_carry_no_event(kernel: Kernel) -> None:
     """Run All after a failing cell: the queued cells ran nothing, so they have no event (the
     frontend extension would otherwise file the failed cell's event under each of them)."""
     _, kc = kernel
-    failing = kc.execute("import time; time.sleep(0.5); raise ValueError('first')")
+    failing = kc.execute("import time; time.sleep(1); raise ValueError('first')")
     queued = [kc.execute(f"print({n})") for n in range(2)]
     replies: dict[str, dict[str, Any]] = {}
     while len(replies) < 3:

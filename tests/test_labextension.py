@@ -3,6 +3,7 @@ wheel ships it where Jupyter looks, and Jupyter finds it installed."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -10,10 +11,18 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import rewyn_kernel
+from rewyn_kernel.kernel.record import (
+    CELL_EVENTS_BUDGET,
+    CELL_EVENTS_KEPT,
+    METADATA_KEY,
+    append_cell_event,
+    cell_record,
+)
 from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,20 +49,21 @@ def link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-@pytest.mark.slow
-def test_building_the_sources_gives_the_committed_extension(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def rebuilt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The extension built from a copy of its sources; returns the copy's directory."""
     npm = shutil.which("npm")
     if npm is None or not (SOURCES / "node_modules").is_dir():
         unavailable("npm or labextension/node_modules is missing: python3 tasks.py labextension")
     # A copy of the sources next to an empty package dir, so the build cannot touch the
     # committed output; node_modules is the one `npm ci` installed from the lock file, hard
     # linked rather than symlinked: the bundler names modules by their real paths.
-    copy = tmp_path / "labextension"
-    shutil.copytree(SOURCES, copy, ignore=build_outputs, copy_function=link_or_copy)
+    sources = tmp_path_factory.mktemp("rebuild") / "labextension"
+    shutil.copytree(SOURCES, sources, ignore=build_outputs, copy_function=link_or_copy)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     build = subprocess.run(
         [npm, "run", "build"],
-        cwd=copy,
+        cwd=sources,
         env=env,
         check=False,
         capture_output=True,
@@ -61,12 +71,78 @@ def test_building_the_sources_gives_the_committed_extension(tmp_path: Path) -> N
         timeout=300,
     )
     assert build.returncode == 0, build.stdout + build.stderr
+    return sources
 
-    rebuilt = tree(tmp_path / "rewyn_kernel" / "labextension")
+
+@pytest.mark.slow
+def test_building_the_sources_gives_the_committed_extension(rebuilt: Path) -> None:
+    output = tree(rebuilt.parent / "rewyn_kernel" / "labextension")
     committed = tree(BUILT)
-    assert sorted(rebuilt) == sorted(committed), "rebuild with: python3 tasks.py labextension"
-    changed = [name for name in rebuilt if rebuilt[name] != committed[name]]
+    assert sorted(output) == sorted(committed), "rebuild with: python3 tasks.py labextension"
+    changed = [name for name in output if output[name] != committed[name]]
     assert changed == [], "rebuild with: python3 tasks.py labextension"
+
+
+def event(n: int, **fields: Any) -> dict[str, Any]:
+    return {"type": "SANDBOX_EXECUTED", "id": f"e{n}", **fields}
+
+
+# (the cell's record before, the events appended in turn); no floats or non-ASCII text, where
+# JSON text lengths in Python and JavaScript could differ.
+CELL_EVENT_CASES: list[tuple[Any, list[dict[str, Any]]]] = [
+    ({}, [event(n) for n in range(CELL_EVENTS_KEPT + 5)]),
+    ({}, [event(n, stdout="x" * (CELL_EVENTS_BUDGET // 2 - 200)) for n in range(5)]),  # two fit
+    ({}, [event(1), event(2, stdout="y" * (CELL_EVENTS_BUDGET * 2))]),  # the newest stays
+    ({}, [event(1), event(1), event(2)]),  # the same reply seen twice
+    ({}, [{"type": "SANDBOX_EXECUTED"}, {"type": "SANDBOX_EXECUTED"}]),  # no id: no dedupe
+    ("garbage", [event(1)]),
+    (None, [event(1)]),
+    ({"events": "x", "other": 1}, [event(1)]),
+    ({"events": [event(n) for n in range(20)], "events_dropped": 2.0}, [event(99)]),
+    ({"events": [event(n) for n in range(20)], "events_dropped": -3}, [event(99)]),
+    ({"events": [event(n) for n in range(20)], "events_dropped": True}, [event(99)]),
+    ({"events": [event(n) for n in range(20)], "events_dropped": "7"}, [event(99)]),
+    ({"events": [event(n) for n in range(20)], "events_dropped": 7}, [event(99), event(98)]),
+]
+_APPLY_IN_NODE = """
+import { readFileSync } from 'node:fs';
+import { withEvent } from './event.mjs';
+const cases = JSON.parse(readFileSync(0, 'utf8'));
+const results = cases.map(([record, events]) => {
+  let current = record;
+  for (const event of events) {
+    current = withEvent(current, event) ?? current;
+  }
+  return current;
+});
+process.stdout.write(JSON.stringify(results));
+"""
+
+
+@pytest.mark.slow
+def test_the_extension_and_rewyn_kernel_run_keep_events_by_one_rule(rebuilt: Path) -> None:
+    expected = []
+    for record, events in CELL_EVENT_CASES:
+        metadata = {METADATA_KEY: copy.deepcopy(record)}
+        for item in events:
+            append_cell_event(cell_record(metadata), item)
+        expected.append(metadata[METADATA_KEY])
+    shutil.copy(rebuilt / "lib" / "event.js", rebuilt / "lib" / "event.mjs")
+    node = subprocess.run(
+        ["node", "--input-type=module", "-e", _APPLY_IN_NODE],
+        cwd=rebuilt / "lib",
+        input=json.dumps(CELL_EVENT_CASES),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert node.returncode == 0, node.stderr
+    results = json.loads(node.stdout)
+    for case, (python, javascript) in enumerate(zip(expected, results, strict=True)):
+        assert javascript == python, f"case {case}"
+    assert [len(r["events"]) for r in expected[:3]] == [CELL_EVENTS_KEPT, 2, 1]
+    assert [r.get("events_dropped") for r in expected[:3]] == [5, 3, 1]
 
 
 def test_the_extension_and_the_package_have_one_version() -> None:

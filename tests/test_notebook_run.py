@@ -12,7 +12,12 @@ from typing import Any
 import nbformat
 import pytest
 
-from rewyn_kernel.kernel.record import CELL_EVENTS_KEPT, METADATA_KEY, append_cell_event
+from rewyn_kernel.kernel.record import (
+    CELL_EVENTS_KEPT,
+    METADATA_KEY,
+    append_cell_event,
+    cell_record,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,6 +143,10 @@ def test_a_cell_keeps_its_latest_events_and_counts_the_rest() -> None:
 
 
 def test_a_malformed_cell_record_starts_its_events_afresh() -> None:
-    record: dict[str, Any] = {"events": "garbage", "other": 1}
-    append_cell_event(record, {"id": "a"})
-    assert record == {"events": [{"id": "a"}], "other": 1}
+    metadata = {METADATA_KEY: "garbage", "tags": ["x"]}
+    cell = nbformat.v4.new_code_cell("pass", metadata=metadata)  # type: ignore[no-untyped-call]
+    append_cell_event(cell_record(cell.metadata), {"id": "a"})
+    assert cell.metadata == {METADATA_KEY: {"events": [{"id": "a"}]}, "tags": ["x"]}
+    cell.metadata[METADATA_KEY]["events"] = "not a list"
+    append_cell_event(cell_record(cell.metadata), {"id": "b"})
+    assert cell.metadata[METADATA_KEY] == {"events": [{"id": "b"}]}

@@ -30,11 +30,15 @@ export function replyEvent(metadata: unknown): JSONObject | null {
 }
 
 /**
- * A cell keeps its latest this many events and counts older ones in `events_dropped`: the
- * frontend sends a cell's metadata with every execute_request, so an unbounded list would grow
- * each request (and the notebook) with every re-run. Same rule as CELL_EVENTS_KEPT in record.py.
+ * A cell keeps its latest CELL_EVENTS_KEPT events, and of those only as many of the newest as
+ * fit in CELL_EVENTS_BUDGET characters of JSON (the newest is always kept); `events_dropped`
+ * counts the others. The frontend sends a cell's metadata with every execute_request, so an
+ * unbounded list would grow each request (and the notebook) with every re-run. Same rule as
+ * append_cell_event in rewyn_kernel/kernel/record.py; tests/test_labextension.py runs both on
+ * the same cases.
  */
 export const CELL_EVENTS_KEPT = 20;
+export const CELL_EVENTS_BUDGET = 16 * 1024;
 
 /**
  * The cell's record with `event` appended to its events, other keys kept; null when the event
@@ -43,15 +47,25 @@ export const CELL_EVENTS_KEPT = 20;
 export function withEvent(record: unknown, event: JSONObject): PartialJSONObject | null {
   const base: PartialJSONObject = isObject(record) ? record : {};
   const known = Array.isArray(base['events']) ? base['events'] : [];
-  if (known.some(old => isObject(old) && old['id'] === event['id'])) {
+  const id = event['id'];
+  if (typeof id === 'string' && known.some(old => isObject(old) && old['id'] === id)) {
     return null;
   }
   const events = [...known, event];
-  const excess = events.length - CELL_EVENTS_KEPT;
-  if (excess <= 0) {
+  let keep = Math.min(events.length, CELL_EVENTS_KEPT);
+  let size = 0;
+  for (let index = events.length - 1; index >= events.length - keep; index--) {
+    size += JSON.stringify(events[index]).length;
+    if (size > CELL_EVENTS_BUDGET && index < events.length - 1) {
+      keep = events.length - 1 - index;
+      break;
+    }
+  }
+  const excess = events.length - keep;
+  if (excess === 0) {
     return { ...base, events };
   }
   const dropped = base['events_dropped'];
-  const before = typeof dropped === 'number' && Number.isInteger(dropped) ? dropped : 0;
+  const before = Number.isSafeInteger(dropped) && (dropped as number) > 0 ? (dropped as number) : 0;
   return { ...base, events: events.slice(excess), events_dropped: before + excess };
 }

@@ -8,9 +8,9 @@
  * pairs each reply with its request by msg_id.
  */
 import { ISessionContext } from '@jupyterlab/apputils';
+import { IChangedArgs } from '@jupyterlab/coreutils';
 import { NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
-import { IChangedArgs } from '@jupyterlab/coreutils';
 import { JSONObject } from '@lumino/coreutils';
 
 import { KERNEL_IMPLEMENTATION, METADATA_KEY, replyEvent, withEvent } from './event';

@@ -63,7 +63,7 @@ function statusOf(summary: Record<string, unknown>): [string, Tone] {
 
 function facts(summary: Record<string, unknown>): string[] {
   const isolation = isObject(summary['isolation']) ? summary['isolation'] : {};
-  const network = label(isolation['network']) || 'unknown';
+  const network = label(isolation['network']).replace(/_/g, ' ') || 'unknown';
   return [
     'sandbox',
     `exit ${exitText(summary['exit_code'])}`,
@@ -125,7 +125,7 @@ function limits(spec: Record<string, unknown>): string {
     typeof timeout === 'number' ? `timeout ${timeout} s` : 'no timeout',
     typeof memory === 'number' ? `memory ${memory} MB` : 'no memory cap',
     `network ${text(spec['network']) || 'unknown'}`,
-    typeof output === 'number' ? `output cap ${bytes(output)} per stream` : ''
+    count(output) > 0 ? `output cap ${bytes(count(output))} per stream` : ''
   ]
     .filter(Boolean)
     .join(' · ');
@@ -149,7 +149,7 @@ function streamText(summary: Record<string, unknown>, stream: 'stdout' | 'stderr
 
 function duration(value: unknown): string {
   const ms = numberOr(value, NaN);
-  if (!Number.isFinite(ms)) {
+  if (!Number.isFinite(ms) || ms < 0) {
     return 'duration unknown';
   }
   return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;

@@ -28,7 +28,7 @@ from nbclient.exceptions import CellExecutionError
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel.kernelspec import KernelSettings, build_kernel_dict
-from rewyn_kernel.kernel.record import METADATA_KEY, append_cell_event
+from rewyn_kernel.kernel.record import METADATA_KEY, append_cell_event, cell_record
 
 RUN_KERNEL = "rewyn-run"
 
@@ -92,7 +92,7 @@ def run_notebook(
         event = (reply.get("metadata") or {}).get(METADATA_KEY, {}).get("event")
         status = reply["content"].get("status", "?")
         if event is not None:
-            append_cell_event(cell.metadata.setdefault(METADATA_KEY, {}), event)
+            append_cell_event(cell_record(cell.metadata), event)
         ending = event["ending"] if event else status
         exit_code = event["exit_code"] if event else (0 if status == "ok" else 1)
         duration = event["duration_ms"] if event else 0.0

@@ -10,6 +10,8 @@ notebooks name errors from the same ``ERROR_NAMES``).
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 from rewyn_kernel.runtime.events import SandboxEvent
@@ -28,10 +30,13 @@ ERROR_NAMES = {
 """The error name a cell shows for an ending that raised no exception in the code."""
 EVENT_MIME = "application/vnd.rewyn.sandbox-event+json"
 CELL_EVENTS_KEPT = 20
-"""A cell's metadata keeps its latest this many events and counts older ones in
-``events_dropped``: JupyterLab sends a cell's metadata with every execute_request, so an
-unbounded list would grow each request, and the notebook, with every re-run. The run log keeps
-every event. The frontend extension (labextension/src/event.ts) applies the same rule."""
+CELL_EVENTS_BUDGET = 16 * 1024
+"""A cell's metadata keeps its latest CELL_EVENTS_KEPT events, and of those only as many of the
+newest as fit in CELL_EVENTS_BUDGET characters of JSON (the newest always stays);
+``events_dropped`` counts the others. JupyterLab sends a cell's metadata with every
+execute_request, so an unbounded list would grow each request, and the notebook, with every
+re-run. The run log keeps every event. The frontend extension (labextension/src/event.ts)
+applies the same rule; tests/test_labextension.py runs both on the same cases."""
 
 # The persisted output keeps what a reviewer needs to judge the run, not the output itself
 # (that is in the cell already) nor the code (likewise).
@@ -115,23 +120,48 @@ def summary_line(event: SandboxEvent) -> str:
     return "sandbox: " + " · ".join(parts)
 
 
+def cell_record(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Return the cell's record under METADATA_KEY, replacing a value that is not an object."""
+    if not isinstance(metadata.get(METADATA_KEY), dict):
+        metadata[METADATA_KEY] = {}
+    record: dict[str, Any] = metadata[METADATA_KEY]  # (nbformat stores a copy of what it gets)
+    return record
+
+
 def append_cell_event(record: dict[str, Any], event: dict[str, Any]) -> None:
-    """Append ``event`` to a cell's record ({"events": [...]}), keeping CELL_EVENTS_KEPT.
+    """Append ``event`` to a cell's record ({"events": [...]}) under the rule above.
 
     An event already there (by id) is not added twice; a malformed ``events`` starts afresh.
     """
     events = record.get("events")
     if not isinstance(events, list):
         events = []
-    if any(isinstance(known, dict) and known.get("id") == event.get("id") for known in events):
+    event_id = event.get("id")
+    if isinstance(event_id, str) and any(
+        isinstance(known, dict) and known.get("id") == event_id for known in events
+    ):
         return
-    events.append(event)
-    excess = len(events) - CELL_EVENTS_KEPT
-    if excess > 0:
-        del events[:excess]
-        dropped = record.get("events_dropped")
-        record["events_dropped"] = (dropped if type(dropped) is int else 0) + excess
-    record["events"] = events
+    events = [*events, event]
+    keep = min(len(events), CELL_EVENTS_KEPT)
+    size = 0
+    for index in range(len(events) - 1, len(events) - 1 - keep, -1):
+        size += len(json.dumps(events[index], ensure_ascii=False, separators=(",", ":")))
+        if size > CELL_EVENTS_BUDGET and index < len(events) - 1:
+            keep = len(events) - 1 - index
+            break
+    excess = len(events) - keep
+    record["events"] = events[excess:]
+    if excess:
+        record["events_dropped"] = _count(record.get("events_dropped")) + excess
+
+
+def _count(value: object) -> int:
+    """A positive whole number as JavaScript reads one (JSON has one number type: 2.0 is 2)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if not math.isfinite(value) or value != int(value) or not 0 < value < 2**53:
+        return 0
+    return int(value)
 
 
 def event_output(event: SandboxEvent) -> tuple[dict[str, Any], dict[str, Any]]:
