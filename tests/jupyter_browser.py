@@ -41,6 +41,8 @@ FRONTENDS = ("lab", "notebook")
 
 @dataclass(frozen=True)
 class JupyterServer:
+    """A running ``jupyter lab`` (see ``jupyter_server``): where it is and how to reach it."""
+
     url: str
     token: str
     root: Path
@@ -68,6 +70,7 @@ class JupyterServer:
 
 
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 just now (the server binds it a moment later)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -258,6 +261,7 @@ def open_notebook(page: Page, server: JupyterServer, frontend: str, path: str) -
 
 
 def loaded_extensions(page: Page) -> dict[str, str]:
+    """The prebuilt extensions the server told the page to load: {name: path of its entry}."""
     extensions: dict[str, str] = page.evaluate(_EXTENSIONS)
     return extensions
 

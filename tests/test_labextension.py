@@ -32,6 +32,7 @@ SHARE = "share/jupyter/labextensions/rewyn-kernel"
 
 
 def tree(root: Path) -> dict[str, bytes]:
+    """Every file below ``root``: {relative path: bytes}."""
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
