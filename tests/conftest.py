@@ -7,6 +7,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -75,20 +76,28 @@ def leftover_containers(provider: SandboxProvider, timeout: float = 5.0) -> list
     return left
 
 
-@pytest.fixture
-def make_box(provider: SandboxProvider) -> Iterator[Callable[..., Sandbox]]:
-    """Create sandboxes on the provider under test; afterwards, check none is left behind."""
+@contextmanager
+def sandboxes(**defaults: Any) -> Iterator[Callable[..., Sandbox]]:
+    """``create(**defaults, **kwargs)`` for a test; every sandbox it made is closed after."""
     boxes: list[Sandbox] = []
 
     def make(**kwargs: Any) -> Sandbox:
-        kwargs.setdefault("provider", provider)
-        box = create(**kwargs)
+        box = create(**{**defaults, **kwargs})
         boxes.append(box)
         return box
 
-    yield make
-    for box in boxes:
-        box.close()
+    try:
+        yield make
+    finally:
+        for box in boxes:
+            box.close()
+
+
+@pytest.fixture
+def make_box(provider: SandboxProvider) -> Iterator[Callable[..., Sandbox]]:
+    """Create sandboxes on the provider under test; afterwards, check none is left behind."""
+    with sandboxes(provider=provider) as make:
+        yield make
     assert leftover_containers(provider) == []
 
 

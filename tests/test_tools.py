@@ -27,7 +27,7 @@ from rewyn_kernel.tools import (
     to_openai,
 )
 
-from .conftest import TEST_IMAGE
+from .conftest import TEST_IMAGE, sandboxes
 
 MEDIUM = MaxRiskLevel(RiskLevel.MEDIUM)
 
@@ -35,17 +35,8 @@ MEDIUM = MaxRiskLevel(RiskLevel.MEDIUM)
 @pytest.fixture
 def open_box() -> Iterator[Callable[..., Sandbox]]:
     """``create(**limits)`` with ``inherit_env=[]`` unless given; every box is closed after."""
-    boxes: list[Sandbox] = []
-
-    def make(**kwargs: Any) -> Sandbox:
-        kwargs.setdefault("inherit_env", [])
-        box = create(**kwargs)
-        boxes.append(box)
-        return box
-
-    yield make
-    for box in boxes:
-        box.close()
+    with sandboxes(inherit_env=[]) as make:
+        yield make
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from nbclient.exceptions import CellExecutionError
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel.kernelspec import KernelSettings, build_kernel_dict
-from rewyn_kernel.kernel.record import METADATA_KEY, append_cell_event, cell_record
+from rewyn_kernel.kernel.record import METADATA_KEY, append_cell_event, cell_record, reply_event
 
 RUN_KERNEL = "rewyn-run"
 
@@ -89,7 +89,7 @@ def run_notebook(
     def on_cell_executed(**kwargs: Any) -> None:
         cell, index, reply = kwargs["cell"], kwargs["cell_index"], kwargs["execute_reply"]
         summary.executed += 1
-        event = (reply.get("metadata") or {}).get(METADATA_KEY, {}).get("event")
+        event = reply_event(reply)
         status = reply["content"].get("status", "?")
         if event is not None:
             append_cell_event(cell_record(cell.metadata), event)

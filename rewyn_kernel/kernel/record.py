@@ -120,6 +120,12 @@ def summary_line(event: SandboxEvent) -> str:
     return "sandbox: " + " · ".join(parts)
 
 
+def reply_event(reply: dict[str, Any]) -> dict[str, Any] | None:
+    """Return the event an execute_reply carries in its metadata, or None."""
+    event: dict[str, Any] | None = (reply.get("metadata") or {}).get(METADATA_KEY, {}).get("event")
+    return event
+
+
 def cell_record(metadata: dict[str, Any]) -> dict[str, Any]:
     """Return the cell's record under METADATA_KEY, replacing a value that is not an object."""
     if not isinstance(metadata.get(METADATA_KEY), dict):

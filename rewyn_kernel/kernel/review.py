@@ -34,7 +34,7 @@ from rewyn_kernel.kernel._review_notebook import (
     limits_of,
     settings_for,
 )
-from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_output
+from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_output, reply_event
 from rewyn_kernel.kernel.record import summary_line as event_summary_line
 from rewyn_kernel.runtime._protocol import scrub
 from rewyn_kernel.runtime.events import EVENT_TYPE, SandboxEvent
@@ -217,7 +217,7 @@ def _mark(cell: Any, reply: dict[str, Any]) -> tuple[str, bool] | None:
     Return the verdict and whether the outcome differs, or None for a cell with no recorded
     event (one the reviewer added).
     """
-    data = (reply.get("metadata") or {}).get(METADATA_KEY, {}).get("event")
+    data = reply_event(reply)
     record = cell.metadata.setdefault(METADATA_KEY, {})
     recorded_data = record.get("events", [None])[0] if record.get("recorded") else None
     if data is not None:
