@@ -62,7 +62,7 @@ function statusOf(summary: Record<string, unknown>): [string, Tone] {
 }
 
 function facts(summary: Record<string, unknown>): string[] {
-  const isolation = isObject(summary['isolation']) ? summary['isolation'] : {};
+  const isolation = objectAt(summary, 'isolation');
   const network = label(isolation['network']).replace(/_/g, ' ') || 'unknown';
   return [
     'sandbox',
@@ -74,8 +74,8 @@ function facts(summary: Record<string, unknown>): string[] {
 
 function warnings(summary: Record<string, unknown>): string[] {
   const found: string[] = [];
-  const spec = isObject(summary['spec']) ? summary['spec'] : {};
-  const isolation = isObject(summary['isolation']) ? summary['isolation'] : {};
+  const spec = objectAt(summary, 'spec');
+  const isolation = objectAt(summary, 'isolation');
   if (spec['network'] === 'none' && isolation['network'] !== 'isolated') {
     found.push('network not isolated'); // asked for none, but this provider could not cut it
   }
@@ -99,8 +99,8 @@ function rows(summary: Record<string, unknown>): HTMLElement {
       list.append(element('dt', '', name), element('dd', '', value));
     }
   };
-  const spec = isObject(summary['spec']) ? summary['spec'] : {};
-  const isolation = isObject(summary['isolation']) ? summary['isolation'] : {};
+  const spec = objectAt(summary, 'spec');
+  const isolation = objectAt(summary, 'isolation');
   add('message', text(summary['message']));
   add('started', text(summary['started_at']));
   add('limits', limits(spec));
@@ -164,6 +164,12 @@ function bytes(value: number): string {
     unit += 1;
   }
   return unit === 0 ? `${size} bytes` : `${size.toFixed(1)} ${units[unit]}`;
+}
+
+/** The object under `key`, or an empty one when the field is missing or not an object. */
+function objectAt(summary: Record<string, unknown>, key: string): Record<string, unknown> {
+  const value = summary[key];
+  return isObject(value) ? value : {};
 }
 
 function numberOr(value: unknown, otherwise: number): number {
