@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,11 +288,21 @@ def save(page: Page) -> None:
     page.evaluate(_SAVE)
 
 
+def wait_until(condition: Callable[[], bool], timeout: float, what: Callable[[], str]) -> None:
+    """Poll ``condition`` until it holds; past ``timeout`` seconds fail, saying ``what()``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.05)
+
+
 def wait_for_event_counts(page: Page, expected: list[int], timeout: float = 30.0) -> None:
     """Wait until the cells' metadata have recorded ``expected`` events each, kept or dropped
     (replies may lag a run)."""
-    deadline = time.monotonic() + timeout
-    while (counts := page.evaluate(_EVENT_COUNTS)) != expected:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"event counts per cell: {counts}, expected {expected}")
-        time.sleep(0.1)
+    counts: list[int] = []
+
+    def reached() -> bool:
+        counts[:] = page.evaluate(_EVENT_COUNTS)
+        return counts == expected
+
+    wait_until(reached, timeout, lambda: f"event counts per cell: {counts}, expected {expected}")

@@ -11,8 +11,7 @@ import importlib.util
 import json
 import re
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from tests.jupyter_browser import (
     run_cells,
     save,
     wait_for_event_counts,
+    wait_until,
     write_notebook,
 )
 from tests.kernel_client import write_spec
@@ -305,7 +305,11 @@ def test_on_another_kernel_the_same_output_runs_and_nothing_is_recorded(
     run_cells(page.page, [0, 1])
     every_vector = f"() => (window.pwned || []).length >= {len(VECTORS)}"
     page.page.wait_for_function(every_vector, timeout=15_000)
-    wait_until(lambda: page.hostile_requests() == set(VECTORS))
+    wait_until(
+        lambda: page.hostile_requests() == set(VECTORS),
+        5.0,
+        lambda: f"requests from the attack vectors: {page.hostile_requests()}",
+    )
     assert sorted(page.pwned() or []) == sorted(VECTORS)
     save(page.page)
 
@@ -316,14 +320,11 @@ def test_on_another_kernel_the_same_output_runs_and_nothing_is_recorded(
     page.requests.clear()
     open_notebook(page.page, server, frontend, name)
     page.page.wait_for_function(every_vector, timeout=15_000)
-    wait_until(lambda: page.hostile_requests() == set(VECTORS))
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        time.sleep(0.05)
+    wait_until(
+        lambda: page.hostile_requests() == set(VECTORS),
+        5.0,
+        lambda: f"requests from the attack vectors: {page.hostile_requests()}",
+    )
 
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
