@@ -287,7 +287,7 @@ def _settings(
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Execute a notebook on the sandbox kernel, keeping each cell's events (``run``)."""
-    from rewyn_kernel.kernel.notebook_run import print_summary, run_notebook
+    from rewyn_kernel.notebooks.run import print_summary, run_notebook
 
     settings = _settings(args, parser)
     if not args.notebook.is_file():
@@ -375,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     install_parser = _add_install_parser(commands)
     run_parser = _add_run_parser(commands)
-    from rewyn_kernel.kernel import review  # here, so importing cli does not load nbformat
+    from rewyn_kernel.notebooks import review  # here, so importing cli does not load nbformat
 
     review_parser = review.add_parser(commands)
     args = parser.parse_args(argv)

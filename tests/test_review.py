@@ -13,7 +13,7 @@ import pytest
 from rewyn_kernel import cli
 from rewyn_kernel.kernel.kernelspec import KERNEL_NAME
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_json, summary_line
-from rewyn_kernel.kernel.review import (
+from rewyn_kernel.notebooks.review import (
     DEFAULT_LIMITS,
     compare,
     install_command,

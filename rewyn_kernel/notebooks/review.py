@@ -25,7 +25,9 @@ import nbformat
 from pydantic import ValidationError
 
 from rewyn_kernel.kernel import kernelspec
-from rewyn_kernel.kernel._review_notebook import (
+from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_output, reply_event
+from rewyn_kernel.kernel.record import summary_line as event_summary_line
+from rewyn_kernel.notebooks._review_notebook import (
     DEFAULT_LIMITS,
     Line,
     build_notebook,
@@ -34,10 +36,8 @@ from rewyn_kernel.kernel._review_notebook import (
     limits_of,
     settings_for,
 )
-from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_output, reply_event
-from rewyn_kernel.kernel.record import summary_line as event_summary_line
-from rewyn_kernel.runtime._protocol import scrub
 from rewyn_kernel.runtime.events import EVENT_TYPE, SandboxEvent
+from rewyn_kernel.runtime.host.protocol import scrub
 
 __all__ = [
     "DEFAULT_LIMITS",

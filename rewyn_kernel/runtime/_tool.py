@@ -32,10 +32,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewyn_kernel.runtime._provider import Sandbox
 from rewyn_kernel.runtime._result import Isolation, RichOutput, SandboxResult
-from rewyn_kernel.runtime._session import UNSET, Session
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.host.session import UNSET, Session
+from rewyn_kernel.runtime.providers.base import Sandbox
 from rewyn_kernel.tools import RiskLevel, Tool
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "risk_of", "sandbox_tool"]

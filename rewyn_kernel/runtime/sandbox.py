@@ -6,25 +6,25 @@
 ('45\\n', 0)
 """
 
-from rewyn_kernel.runtime._base import BaseSandbox
-from rewyn_kernel.runtime._create import (
+from rewyn_kernel.runtime._result import Ending, ErrorInfo, Isolation, RichOutput, SandboxResult
+from rewyn_kernel.runtime._spec import DEFAULT_INHERIT_ENV, SandboxSpec
+from rewyn_kernel.runtime._tool import sandbox_tool
+from rewyn_kernel.runtime.host.base import BaseSandbox
+from rewyn_kernel.runtime.host.create import (
     acreate,
     create,
     get_default_provider,
     set_default_provider,
 )
-from rewyn_kernel.runtime._provider import (
+from rewyn_kernel.runtime.host.session import Session
+from rewyn_kernel.runtime.providers.base import (
     CheckItem,
     ExitInfo,
     Sandbox,
     SandboxProvider,
     WorkerProcess,
 )
-from rewyn_kernel.runtime._result import Ending, ErrorInfo, Isolation, RichOutput, SandboxResult
-from rewyn_kernel.runtime._session import Session
-from rewyn_kernel.runtime._spec import DEFAULT_INHERIT_ENV, SandboxSpec
-from rewyn_kernel.runtime._subprocess import SubprocessProvider, SubprocessSandbox
-from rewyn_kernel.runtime._tool import sandbox_tool
+from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider, SubprocessSandbox
 
 __all__ = [
     "BaseSandbox",

@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rewyn_kernel.errors import SandboxClosedError
-from rewyn_kernel.runtime._core import SandboxCore
-from rewyn_kernel.runtime._execution import OutputCallback, StreamCallback
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
-from rewyn_kernel.runtime._session import UNSET, Session
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime._sync import Closeable
+from rewyn_kernel.runtime.host.core import SandboxCore
+from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
+from rewyn_kernel.runtime.host.session import UNSET, Session
+from rewyn_kernel.runtime.host.sync import Closeable
 
 if TYPE_CHECKING:
-    from rewyn_kernel.runtime._provider import SandboxProvider
     from rewyn_kernel.runtime.events import EventListener
+    from rewyn_kernel.runtime.providers.base import SandboxProvider
 
 
 class BaseSandbox(Closeable):

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewyn_kernel.errors import ProtocolError
-from rewyn_kernel.runtime._protocol import (
+from rewyn_kernel.runtime.host.protocol import (
     ReadyFrame,
     WorkerFrame,
     encode_frame,
     read_frame,
 )
-from rewyn_kernel.runtime._provider import WorkerProcess
+from rewyn_kernel.runtime.providers.base import WorkerProcess
 
 logger = logging.getLogger(__name__)
 

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewyn_kernel.runtime._channel import LiveWorker
-from rewyn_kernel.runtime._protocol import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, worker_program
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.host.channel import LiveWorker
+from rewyn_kernel.runtime.host.protocol import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, worker_program
 
 if TYPE_CHECKING:
-    from rewyn_kernel.runtime._provider import SandboxProvider
     from rewyn_kernel.runtime.events import EventListener
+    from rewyn_kernel.runtime.providers.base import SandboxProvider
 
 
 @dataclass(eq=False)

@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from rewyn_kernel.runtime._provider import Sandbox, SandboxProvider
-from rewyn_kernel.runtime._session import UNSET
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime._subprocess import SubprocessProvider
 from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.host.session import UNSET
+from rewyn_kernel.runtime.providers.base import Sandbox, SandboxProvider
+from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider
 
 _default: SandboxProvider | None = None
 _default_lock = threading.Lock()

@@ -13,9 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rewyn_kernel.runtime._channel import ChannelEnded, LiveWorker
-from rewyn_kernel.runtime._execution import Execution
-from rewyn_kernel.runtime._protocol import (
+from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo
+from rewyn_kernel.runtime.host.channel import ChannelEnded, LiveWorker
+from rewyn_kernel.runtime.host.execution import Execution
+from rewyn_kernel.runtime.host.protocol import (
     DisplayFrame,
     DoneFrame,
     ErrorFrame,
@@ -24,7 +25,6 @@ from rewyn_kernel.runtime._protocol import (
     ResultFrame,
     TruncatedFrameError,
 )
-from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo
 
 GRACE_SECONDS = 0.5
 """After a timeout the code gets an interrupt and this long to report where it was stuck."""

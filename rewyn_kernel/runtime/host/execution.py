@@ -11,8 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from rewyn_kernel.runtime._capture import StreamCapture, excerpt
-from rewyn_kernel.runtime._protocol import DisplayFrame, ErrorFrame, ResultFrame, scrub
 from rewyn_kernel.runtime._result import (
     EXIT_TIMEOUT,
     Ending,
@@ -23,6 +21,8 @@ from rewyn_kernel.runtime._result import (
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import OutputSummary, SandboxEvent
+from rewyn_kernel.runtime.host.capture import StreamCapture, excerpt
+from rewyn_kernel.runtime.host.protocol import DisplayFrame, ErrorFrame, ResultFrame, scrub
 
 logger = logging.getLogger(__name__)
 

@@ -219,7 +219,7 @@ def read_frame(fd: int) -> tuple[WorkerFrame, bytes, int] | None:
     return frame, payload, header_len
 
 
-WORKER_PARTS = ("_worker_wire.py", "_worker_frontend.py", "_worker_exec.py", "_worker.py")
+WORKER_PARTS = ("wire.py", "frontend.py", "executor.py", "main.py")
 """The worker program, in the order its parts are put together (each uses the ones before)."""
 STRIP_MARK = "# worker-source: strip"
 
@@ -231,7 +231,7 @@ def worker_source() -> str:
     The parts are files of their own for people and linters; in the sandbox they are one
     program, so the imports between them (marked ``worker-source: strip``) are dropped.
     """
-    package = resources.files("rewyn_kernel.runtime")
+    package = resources.files("rewyn_kernel.runtime.worker")
     kept: list[str] = []
     for name in WORKER_PARTS:
         in_import = False

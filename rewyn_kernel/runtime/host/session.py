@@ -17,22 +17,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from rewyn_kernel.errors import SandboxClosedError
-from rewyn_kernel.runtime._channel import LiveWorker
-from rewyn_kernel.runtime._drive import DEATH_WAIT_SECONDS, drive
-from rewyn_kernel.runtime._execution import (
-    Callbacks,
-    Execution,
-    InputCallback,
-    OutputCallback,
-    StreamCallback,
-    describe_exit,
-)
-from rewyn_kernel.runtime._protocol import (
-    CompleteReplyFrame,
-    InspectReplyFrame,
-    ReadyFrame,
-)
-from rewyn_kernel.runtime._provider import ExitInfo
 from rewyn_kernel.runtime._result import (
     EXIT_INTERRUPTED,
     EXIT_KILLED,
@@ -40,11 +24,27 @@ from rewyn_kernel.runtime._result import (
     SandboxResult,
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime._sync import Closeable, ask_on_loop, on_loop, run_in_thread
 from rewyn_kernel.runtime.events import emit
+from rewyn_kernel.runtime.host.channel import LiveWorker
+from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, drive
+from rewyn_kernel.runtime.host.execution import (
+    Callbacks,
+    Execution,
+    InputCallback,
+    OutputCallback,
+    StreamCallback,
+    describe_exit,
+)
+from rewyn_kernel.runtime.host.protocol import (
+    CompleteReplyFrame,
+    InspectReplyFrame,
+    ReadyFrame,
+)
+from rewyn_kernel.runtime.host.sync import Closeable, ask_on_loop, on_loop, run_in_thread
+from rewyn_kernel.runtime.providers.base import ExitInfo
 
 if TYPE_CHECKING:
-    from rewyn_kernel.runtime._core import SandboxCore
+    from rewyn_kernel.runtime.host.core import SandboxCore
 
 
 class _Unset:

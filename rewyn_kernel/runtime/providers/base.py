@@ -13,9 +13,9 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from rewyn_kernel.runtime._execution import OutputCallback, StreamCallback
-    from rewyn_kernel.runtime._session import Session
     from rewyn_kernel.runtime.events import EventListener
+    from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
+    from rewyn_kernel.runtime.host.session import Session
 
 
 @dataclass(frozen=True)

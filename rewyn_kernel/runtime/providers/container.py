@@ -25,15 +25,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rewyn_kernel.errors import ProviderUnavailableError
-from rewyn_kernel.runtime._base import BaseSandbox
-from rewyn_kernel.runtime._process import PopenWorker
-from rewyn_kernel.runtime._protocol import BOOTSTRAP
-from rewyn_kernel.runtime._provider import CheckItem, ExitInfo
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.host.base import BaseSandbox
+from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
+from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
+from rewyn_kernel.runtime.providers.popen import PopenWorker
 
-__all__ = ["LABEL", "ContainerProvider", "ContainerSandbox", "ContainerWorker"]
+__all__ = ["DEFAULT_IMAGE", "LABEL", "ContainerProvider", "ContainerSandbox", "ContainerWorker"]
+
+DEFAULT_IMAGE = "python:3.13-slim"
+"""The image a container sandbox runs when none is given (pull it, or build one: see README)."""
 
 LABEL = "io.rewyn-kernel.sandbox"
 """Every container carries this label (value: its name), so it can always be found and removed."""
@@ -122,7 +125,7 @@ class ContainerProvider:
 
     def __init__(
         self,
-        image: str = "python:3.13-slim",
+        image: str = DEFAULT_IMAGE,
         runtime: str = "docker",
         *,
         oci_runtime: str | None = None,

@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rewyn_kernel.runtime._provider import ExitInfo
+from rewyn_kernel.runtime.providers.base import ExitInfo
 
 
 class PopenWorker:

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rewyn_kernel.runtime._base import BaseSandbox
-from rewyn_kernel.runtime._process import PopenWorker
-from rewyn_kernel.runtime._protocol import BOOTSTRAP
-from rewyn_kernel.runtime._provider import CheckItem
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.host.base import BaseSandbox
+from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
+from rewyn_kernel.runtime.providers.base import CheckItem
+from rewyn_kernel.runtime.providers.popen import PopenWorker
 
 _FILESYSTEM = (
     "the host's, with the rights of the user running the host; cwd, HOME and TMPDIR in the "

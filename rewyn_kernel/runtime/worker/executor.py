@@ -11,7 +11,7 @@ import sys
 import threading
 import traceback
 
-from rewyn_kernel.runtime._worker_wire import (  # worker-source: strip
+from rewyn_kernel.runtime.worker.wire import (  # worker-source: strip
     CHUNK,
     Channel,
     Relay,

@@ -9,7 +9,7 @@ import os
 import re
 import threading
 
-from rewyn_kernel.runtime._worker_wire import MAX_JSON_CONTAINERS  # worker-source: strip
+from rewyn_kernel.runtime.worker.wire import MAX_JSON_CONTAINERS  # worker-source: strip
 
 TEXT_LIMIT = 1 << 20  # a single repr or docstring the worker bothers to send
 REPR_METHODS = (

@@ -26,9 +26,9 @@ import time
 import traceback
 import types
 
-from rewyn_kernel.runtime._worker_exec import Executor  # worker-source: strip
-from rewyn_kernel.runtime._worker_frontend import Frontend  # worker-source: strip
-from rewyn_kernel.runtime._worker_wire import (  # worker-source: strip
+from rewyn_kernel.runtime.worker.executor import Executor  # worker-source: strip
+from rewyn_kernel.runtime.worker.frontend import Frontend  # worker-source: strip
+from rewyn_kernel.runtime.worker.wire import (  # worker-source: strip
     CHUNK,
     Channel,
     Pump,

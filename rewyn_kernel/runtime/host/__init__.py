@@ -1,0 +1,1 @@
+"""The host side of a sandbox: the channel to its worker, sessions, executions, the sandbox."""
