@@ -136,10 +136,10 @@ def test_the_sandbox_has_its_own_process_tree(make_box: Callable[..., Sandbox]) 
     assert box.isolation.pid_namespace
     code = "import os\nprint(os.getppid(), [p for p in os.listdir('/proc') if p.isdigit()])"
     one_shot = box.execute(code).stdout.split(" ", 1)
-    assert one_shot[0] == "1"  # a fork of the namespace's first process
-    assert len(eval(one_shot[1])) <= 3
+    assert one_shot[0] == "1"  # forked by the supervisor: the namespace's first process
+    assert len(eval(one_shot[1])) <= 3  # the supervisor and the code (a runtime's init)
     with box.session() as session:
-        assert session.execute("import os; print(os.getpid())").stdout == "1\n"
+        assert session.execute("import os; print(os.getppid())").stdout == "1\n"
 
 
 @pytest.fixture
@@ -339,24 +339,55 @@ def test_nothing_survives_the_host_process_being_killed(
         assert provider.containers(host_pid=host.pid) == []
 
 
+DAEMON = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execve("/bin/sleep", ["sleep", "1000"], {{"DAEMON_MARKER": {mark!r}}})
+    os._exit(0)
+{then}
+"""
+
+
 @pytest.mark.providers("subprocess")
-def test_without_namespaces_a_setsid_daemon_escapes_as_the_notes_say(
+def test_without_namespaces_a_setsid_daemon_is_still_killed(
+    make_box: Callable[..., Sandbox], marker: str
+) -> None:
+    from rewyn_kernel.runtime.sandbox import SubprocessProvider
+
+    box = make_box(provider=SubprocessProvider(namespaces=False), timeout=1.0)
+    daemon = DAEMON.format(mark=marker, then="time.sleep(1000)")
+    assert box.execute(daemon).timed_out
+    # The one-shot's supervisor is a subreaper: it found and killed the daemon.
+    assert wait_until_gone(marker) == []
+    with box.session() as session:
+        assert session.execute(DAEMON.format(mark=marker, then="print('started')")).ok
+        deadline = time.monotonic() + 5  # (the daemon's exec comes a moment after the cell)
+        while not processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert processes_with(marker)  # in a session it may run on, until the sandbox closes
+    box.close()  # the supervisor's channel closes: it kills what it started, then exits
+    assert wait_until_gone(marker) == []
+
+
+@pytest.mark.providers("subprocess")
+def test_without_namespaces_killing_the_supervisor_lets_a_daemon_escape_as_the_notes_say(
     make_box: Callable[..., Sandbox], marker: str
 ) -> None:
     import signal
 
     from rewyn_kernel.runtime.sandbox import SubprocessProvider
 
-    box = make_box(
-        provider=SubprocessProvider(namespaces=False), timeout=1.0, env={"MARKER": marker}
-    )
-    assert any("setsid() can outlive" in note for note in box.isolation.notes)
-    assert box.execute(SETSID_DAEMON).timed_out
+    box = make_box(provider=SubprocessProvider(namespaces=False), timeout=5.0)
+    assert any("can outlive the sandbox" in note for note in box.isolation.notes)
+    killed = box.execute(DAEMON.format(mark=marker, then="os.kill(os.getppid(), 9)"))
+    assert killed.ending == "crashed", killed
     box.close()
     survivors = wait_until_gone(marker, timeout=1.0)
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
-    assert survivors  # the escape the notes admit to: the namespace test above can fail
+    assert survivors  # the escape the notes admit to: the namespace tests above can fail
 
 
 def test_small_memory_caps_still_run_ordinary_code(make_box: Callable[..., Sandbox]) -> None:

@@ -291,11 +291,13 @@ def test_compare_names_each_difference(run_log: Path) -> None:
         "exit 1 (was 0)",
         "ending exception (was completed)",
         "stdout differs (0 bytes, was 6)",
+        "stderr differs",  # it ends with the traceback
         "error ZeroDivisionError (was none)",
     ]
     assert compare(exception, timeout) == [
         "exit 124 (was 1)",
         "ending timeout (was exception)",
+        "stderr differs",
         "error TimeoutError (was ZeroDivisionError)",
     ]
     assert compare(ok, ok.model_copy(update={"stdout": "hellO\n"})) == ["stdout differs"]

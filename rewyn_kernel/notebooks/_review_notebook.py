@@ -230,9 +230,13 @@ def _caveats(lines: list[Line], limits: dict[str, Any], other: list[int]) -> lis
 
 def _outputs(event: SandboxEvent) -> list[dict[str, Any]]:
     """Rebuild the outputs the agent saw, then the persisted event output."""
+    stderr = event.stderr
+    if event.error is not None:
+        # stderr ends with the traceback, as Python prints it; the error output shows it.
+        stderr = stderr.removesuffix("".join(event.error.traceback))
     outputs: list[dict[str, Any]] = [
         {"output_type": "stream", "name": name, "text": text}
-        for name, text in (("stdout", event.stdout), ("stderr", event.stderr))
+        for name, text in (("stdout", event.stdout), ("stderr", stderr))
         if text
     ]
     for rich in event.outputs:

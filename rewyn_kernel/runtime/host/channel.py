@@ -1,4 +1,20 @@
-"""One live worker seen from the host: its process, the frame reader and the diagnostics."""
+"""One live worker seen from the host: the one owner of its process, its pipes and its thread.
+
+``LiveWorker`` starts with a launched process, writes the worker program to it (within the
+startup time) and runs one I/O thread that reads the worker's frames and its diagnostic stderr.
+Everything about the worker's life is decided here, once:
+
+- ``kill(reason)`` is the only teardown. It records the first reason, kills the process through
+  the provider (a handle the code cannot drop), stops the thread, and only then closes the
+  pipes. After it nothing reads from or writes to them: every ``send`` checks the kill under
+  the write lock, so a late answer (an ``input()`` typed after the sandbox closed) can never
+  reach a descriptor number the OS has since given to another sandbox.
+- The host buffers by bytes: at most ``INBOX_BYTES`` of frames plus the one being read; past
+  that the thread stops reading, the pipe fills and the worker waits.
+- Frames are kept only while an execution (or a request) wants them. What arrives between
+  executions is read and dropped without being parsed or kept, and counted.
+- Frames are parsed by the consumer (``next_frame``), one at a time.
+"""
 
 from __future__ import annotations
 
@@ -15,220 +31,403 @@ from typing import Any
 
 from rewyn_kernel.errors import ProtocolError
 from rewyn_kernel.runtime.host.protocol import (
+    HEADER,
+    MAX_HEADER_BYTES,
+    MAX_PAYLOAD_BYTES,
     ReadyFrame,
+    TruncatedFrameError,
     WorkerFrame,
+    decode_header,
     encode_frame,
-    read_frame,
 )
 from rewyn_kernel.runtime.providers.base import WorkerProcess
 
 logger = logging.getLogger(__name__)
 
-STASH_LIMIT = 256
-"""Frames kept aside while waiting for a completion or inspection reply; past it, output that
-arrives between executions is dropped (and counted)."""
-INBOX_CAPACITY = 64
-"""Frames buffered between the reader thread and the execution; past this the reader waits,
-the pipe fills and the worker blocks: the host never holds more than this many frames."""
+INBOX_BYTES = 16 * 1024 * 1024
+"""Frame bytes the host holds for an execution before it stops reading (plus one frame)."""
 DIAG_LIMIT = 64 * 1024
+READ_CHUNK = 1 << 20
+WRITE_SLICE = 0.05
+"""How often a blocked write looks again whether the worker was killed meanwhile."""
 
 
 @dataclass(frozen=True)
 class ChannelEnded:
-    """The worker's channel is over: EOF, or a protocol violation (``error``)."""
+    """The worker's channel is over: EOF, a kill, or a protocol violation (``error``)."""
 
     error: ProtocolError | None = None
 
 
-Item = tuple[WorkerFrame, bytes, int] | ChannelEnded
+Frame = tuple[WorkerFrame, bytes, int]
+"""A parsed frame: the header model, its raw payload, and the header's size in bytes."""
 
 
-class Inbox:
-    """A bounded, thread-safe queue of frames with back-pressure on the producer."""
+class _Assembler:
+    """The frame being read from the worker's stdout, kept or counted for dropping."""
 
-    def __init__(self, capacity: int = INBOX_CAPACITY) -> None:
-        self._items: deque[Item] = deque()
-        self._cond = threading.Condition()
-        self._capacity = capacity
-        self._discarding = False
+    def __init__(self) -> None:
+        self.head = b""
+        self.body = bytearray()
+        self.payload = bytearray()
+        self.body_len = -1
+        self.payload_len = 0
+        self.keep = True
+        self.skipped = 0
 
-    def put(self, item: Item) -> None:
-        with self._cond:
-            while len(self._items) >= self._capacity and not self._discarding:
-                self._cond.wait()
-            if self._discarding and not isinstance(item, ChannelEnded):
-                return
-            self._items.append(item)
-            self._cond.notify_all()
+    @property
+    def size(self) -> int:
+        return self.body_len + self.payload_len
 
-    def get(self, timeout: float | None) -> Item | None:
-        """Return the next item, or None after ``timeout`` seconds (None: wait for ever)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while not self._items:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                self._cond.wait(remaining)
-            item = self._items.popleft()
-            self._cond.notify_all()
-            return item
+    @property
+    def complete(self) -> bool:
+        return self.skipped + len(self.body) + len(self.payload) == self.size
 
-    def discard(self) -> None:
-        """Drop what is queued and everything but the end from now on; unblock the producer."""
-        with self._cond:
-            self._discarding = True
-            self._items = deque(i for i in self._items if isinstance(i, ChannelEnded))
-            self._cond.notify_all()
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
 
 
 class LiveWorker:
-    """A launched worker: sends it the program, reads its frames and its diagnostic stderr."""
+    """A launched worker: its program written, its frames read, its end decided once."""
 
     def __init__(
         self,
         process: WorkerProcess,
         program: bytes,
+        *,
+        startup_timeout: float,
         on_kill: Callable[[LiveWorker], None] | None = None,
     ) -> None:
         self.process = process
         self._on_kill = on_kill
-        self.inbox = Inbox()
         self.ready: ReadyFrame | None = None
-        self.ended = False
         self._ready_event = threading.Event()
+        self._cond = threading.Condition()
+        self._inbox: deque[tuple[bytes, bytes] | ChannelEnded] = deque()
+        self._inbox_bytes = 0
+        self._wanted: str | None = None  # what wants frames now: an execution or a request id
+        self.dropped_between = 0
+        self._ended: ChannelEnded | None = None
+        self._kill_reason: str | None = None
+        self._killed = threading.Event()
+        self._torn_down = threading.Event()
         self._write_lock = threading.Lock()
         self._diag: deque[bytes] = deque()
         self._diag_size = 0
         self._diag_done = threading.Event()
-        self._stash: deque[Item] = deque()
-        self.dropped_between = 0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         os.set_blocking(process.stdin, False)
-        self._reader = threading.Thread(target=self._read_frames, daemon=True, name="rewyn-frames")
-        self._diag_reader = threading.Thread(target=self._read_diag, daemon=True, name="rewyn-diag")
-        self._reader.start()
-        self._diag_reader.start()
-        self._write(program, deadline=None)
+        os.set_blocking(process.stdout, False)
+        os.set_blocking(process.stderr, False)
+        self._io = threading.Thread(target=self._run_io, daemon=True, name="rewyn-io")
+        self._io.start()
+        failure = self._write(program, time.monotonic() + startup_timeout)
+        if failure:
+            self.kill(f"the sandbox did not take its program: {failure}")
 
-    # -- threads ---------------------------------------------------------------------------
+    # -- state -----------------------------------------------------------------------------
 
-    def _read_frames(self) -> None:
-        end = ChannelEnded()
-        try:
-            while True:
-                item = read_frame(self.process.stdout)
-                if item is None:
-                    break
-                if self.ready is None:
-                    if not isinstance(item[0], ReadyFrame):
-                        raise ProtocolError(f"the sandbox sent {item[0].t!r} before 'ready'")
-                    self.ready = item[0]
-                    self._ready_event.set()
-                    continue
-                if isinstance(item[0], ReadyFrame):
-                    raise ProtocolError("the sandbox said 'ready' twice")
-                self.inbox.put(item)
-        except ProtocolError as exc:
-            end = ChannelEnded(exc)
-        except Exception as exc:  # whatever the sandbox sends, this thread must not just die
-            end = ChannelEnded(ProtocolError(f"reading the sandbox's channel failed: {exc!r}"))
-        self.ended = True
-        self._ready_event.set()
-        self.inbox.put(end)
+    @property
+    def ended(self) -> bool:
+        """The channel is over: the worker ended it, broke the protocol, or was killed."""
+        return self._ended is not None or self._killed.is_set()
 
-    def _read_diag(self) -> None:
-        try:
-            while True:
-                chunk = os.read(self.process.stderr, 65536)
-                if not chunk:
-                    break
-                self._diag.append(chunk)
-                self._diag_size += len(chunk)
-                while self._diag_size - len(self._diag[0]) >= DIAG_LIMIT:
-                    self._diag_size -= len(self._diag.popleft())
-        except OSError:
-            pass
-        finally:
-            self._diag_done.set()
-
-    # -- for the session -------------------------------------------------------------------
+    @property
+    def kill_reason(self) -> str | None:
+        """Why the host killed this worker (the first reason given), or None."""
+        return self._kill_reason
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait for the worker's ``ready``; False if it ended or ``timeout`` passed first."""
         self._ready_event.wait(timeout)
-        return self.ready is not None
+        return self.ready is not None and not self.ended
 
     def diagnostics(self, wait: float = 0.0) -> str:
         """Return the last 64 KiB the sandbox wrote to its own stderr (start-up errors, dumps)."""
         if wait:
             self._diag_done.wait(wait)
-        data = b"".join(self._diag)[-DIAG_LIMIT:]
-        return data.decode("utf-8", "replace")
+        return b"".join(self._diag)[-DIAG_LIMIT:].decode("utf-8", "replace")
+
+    # -- frames for an execution -----------------------------------------------------------
+
+    def want(self, key: str | None) -> None:
+        """Keep frames from now on for ``key`` (an execution or request id); None: drop them.
+
+        Whatever is queued from before is dropped: it belongs to nothing that is running.
+        """
+        with self._cond:
+            self._wanted = key
+            self._drop_queued()
+        self._wake()
+
+    def take_dropped(self) -> int:
+        """Return how many frames were dropped since the last call (between executions)."""
+        with self._cond:
+            dropped, self.dropped_between = self.dropped_between, 0
+        return dropped
+
+    def next_frame(self, timeout: float | None) -> Frame | ChannelEnded | None:
+        """Return the next frame, parsed, or the end; None after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._inbox:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+            item = self._inbox.popleft()
+            if isinstance(item, ChannelEnded):
+                self._inbox.appendleft(item)  # the end stays the end for every later reader
+                return item
+            self._inbox_bytes -= len(item[0]) + len(item[1])
+        self._wake()  # room again: the reader may go on
+        body, payload = item
+        try:
+            return decode_header(body), payload, len(body)
+        except ProtocolError as exc:
+            return ChannelEnded(exc)
+
+    def request(self, header: dict[str, Any], reply_type: str, timeout: float) -> Any:
+        """Send a request and return its reply frame, or None; other frames are dropped."""
+        key = str(header.get("id"))
+        self.want(key)
+        try:
+            if not self.send(header, timeout=timeout):
+                return None
+            deadline = time.monotonic() + timeout
+            while (remaining := deadline - time.monotonic()) > 0:
+                item = self.next_frame(remaining)
+                if item is None or isinstance(item, ChannelEnded):
+                    return None
+                frame = item[0]
+                if frame.t == reply_type and getattr(frame, "id", None) == header.get("id"):
+                    return frame
+            return None
+        finally:
+            self.want(None)
+
+    # -- writing ---------------------------------------------------------------------------
 
     def send(self, header: dict[str, Any], payload: bytes = b"", timeout: float = 30.0) -> bool:
-        """Send one frame; False if the worker is gone or did not read it within ``timeout``."""
-        try:
-            return self._write(encode_frame(header, payload), time.monotonic() + timeout)
-        except OSError:
-            return False
+        """Send one frame; False if the worker is gone or did not take it within ``timeout``."""
+        return not self._write(encode_frame(header, payload), time.monotonic() + timeout)
 
-    def _write(self, data: bytes, deadline: float | None) -> bool:
+    def _write(self, data: bytes, deadline: float) -> str:
+        """Write ``data`` before ``deadline``; '' when it went, else why it did not."""
         view = memoryview(data)
         with self._write_lock:
             while view:
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if remaining == 0.0:
-                    return False
-                _, writable, _ = select.select([], [self.process.stdin], [], remaining)
-                if not writable:
-                    continue
+                if self._killed.is_set():
+                    return "the sandbox was killed"
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return "it did not read it in time"
                 try:
-                    view = view[os.write(self.process.stdin, view) :]
-                except BlockingIOError:
+                    _, writable, _ = select.select(
+                        [], [self.process.stdin], [], min(remaining, WRITE_SLICE)
+                    )
+                    if writable:
+                        view = view[os.write(self.process.stdin, view) :]
+                except (BlockingIOError, InterruptedError):
                     continue
-                except (BrokenPipeError, ValueError):
-                    return False
+                except (OSError, ValueError):  # the worker closed its end, or died
+                    return "it closed its input (it exited)"
+        return ""
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def kill(self, reason: str) -> None:
+        """Kill everything the worker started, reap it and release the pipes. Idempotent.
+
+        The first ``reason`` is kept (``kill_reason``). Every caller returns once the teardown
+        is complete, whichever thread did it.
+        """
+        with self._cond:
+            first = not self._killed.is_set()
+            if first:
+                self._kill_reason = reason
+                self._killed.set()
+        if not first:
+            self._torn_down.wait()
+            return
+        try:
+            self.process.kill()
+            self._wake()
+            self._io.join()
+            with self._write_lock:  # no write is in progress, and none starts after this
+                with contextlib.suppress(OSError):
+                    self.process.close()
+                for fd in (self._wake_r, self._wake_w):
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            with self._cond:
+                self._drop_queued()
+                if not self._inbox:
+                    self._inbox.append(ChannelEnded())
+                self._cond.notify_all()
+            self._ready_event.set()
+            self._diag_done.set()
+            if self._on_kill is not None:
+                self._on_kill(self)
+        finally:
+            self._torn_down.set()
+
+    # -- the I/O thread --------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if not self._torn_down.is_set():
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"x")
+
+    def _run_io(self) -> None:
+        frame = _Assembler()
+        stdout: int | None = self.process.stdout
+        stderr: int | None = self.process.stderr
+        end: ChannelEnded | None = None
+        try:
+            while not self._killed.is_set():
+                watch = [self._wake_r]
+                if stderr is not None:
+                    watch.append(stderr)
+                if stdout is not None and not self._full(frame):
+                    watch.append(stdout)
+                ready = select.select(watch, [], [])[0]
+                if self._wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                if stderr is not None and stderr in ready and not self._read_diag(stderr):
+                    stderr = None
+                    self._diag_done.set()
+                if stdout is not None and stdout in ready:
+                    end = self._read_frames(stdout, frame)
+                    if end is not None:
+                        stdout = None
+                        self._finish(end)
+                        if stderr is None:
+                            return
+        except Exception as exc:  # whatever the sandbox sends, this thread must not just die
+            error = ProtocolError(f"reading the sandbox's channel failed: {exc!r}")
+            self._finish(ChannelEnded(error))
+        finally:
+            self._diag_done.set()
+            if end is None:
+                self._finish(ChannelEnded())
+
+    def _full(self, frame: _Assembler) -> bool:
+        """Whether the frame being read waits for room in the inbox."""
+        if frame.body_len < 0 or not frame.keep:
+            return False
+        with self._cond:
+            return bool(self._inbox) and self._inbox_bytes + frame.size > INBOX_BYTES
+
+    def _read_diag(self, fd: int) -> bool:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not chunk:
+            return False
+        self._diag.append(chunk)
+        self._diag_size += len(chunk)
+        while self._diag_size - len(self._diag[0]) >= DIAG_LIMIT:
+            self._diag_size -= len(self._diag.popleft())
         return True
 
-    def next_frame(self, timeout: float | None) -> Item | None:
-        """Return the next item (stashed ones first), or None after ``timeout``."""
-        if self._stash:
-            return self._stash.popleft()
-        return self.inbox.get(timeout)
-
-    def request(self, header: dict[str, Any], reply_type: str, timeout: float) -> Any:
-        """Send a request and wait for its reply; frames in between are kept for later."""
-        if not self.send(header, timeout=timeout):
-            return None
-        deadline = time.monotonic() + timeout
-        while (remaining := deadline - time.monotonic()) > 0:
-            item = self.inbox.get(remaining)
-            if item is None:
+    def _read_frames(self, fd: int, frame: _Assembler) -> ChannelEnded | None:
+        """Read what is there of the worker's frames; the end, when the channel is over."""
+        for _ in range(64):  # then let the diagnostics and the wake-up pipe have a turn
+            try:
+                if frame.body_len < 0:
+                    data = os.read(fd, HEADER.size - len(frame.head))
+                    if not data:
+                        if frame.head:
+                            return ChannelEnded(TruncatedFrameError(_CUT_SHORT))
+                        return ChannelEnded()
+                    frame.head += data
+                    if len(frame.head) < HEADER.size:
+                        continue
+                    body_len, payload_len = HEADER.unpack(frame.head)
+                    if body_len > MAX_HEADER_BYTES or payload_len > MAX_PAYLOAD_BYTES:
+                        return ChannelEnded(
+                            ProtocolError(
+                                f"the sandbox announced a frame of {body_len} + {payload_len} "
+                                f"bytes, over the limits of {MAX_HEADER_BYTES} + "
+                                f"{MAX_PAYLOAD_BYTES}"
+                            )
+                        )
+                    frame.body_len, frame.payload_len = body_len, payload_len
+                    frame.keep = self.ready is None or self._wanted is not None
+                    if self._full(frame):
+                        return None  # wait for room before reading any of it
+                if not self._read_body(fd, frame):
+                    return ChannelEnded(TruncatedFrameError(_CUT_SHORT))
+                if frame.complete:
+                    end = self._complete(frame)
+                    frame.reset()
+                    if end is not None:
+                        return end
+            except BlockingIOError:
                 return None
-            if isinstance(item, ChannelEnded):
-                self._stash.append(item)
-                return None
-            frame = item[0]
-            if frame.t == reply_type and getattr(frame, "id", None) == header.get("id"):
-                return frame
-            if len(self._stash) < STASH_LIMIT:
-                self._stash.append(item)
-            else:
-                self.dropped_between += 1
         return None
 
-    def kill(self) -> None:
-        """Kill everything the worker started, reap it and release the channel."""
-        self.process.kill()
-        if self._on_kill is not None:
-            self._on_kill(self)
-        self.inbox.discard()
-        self._reader.join(5)
-        self._diag_reader.join(5)
-        if self._reader.is_alive() or self._diag_reader.is_alive():
-            # Something outside the kill still holds the pipes. Closing them now could hand
-            # their numbers to a new sandbox while these threads still read: keep them open.
-            logger.warning("sandbox pipes still open after the kill; leaving them to the reader")
-            return
-        with contextlib.suppress(OSError):
-            self.process.close()
+    def _read_body(self, fd: int, frame: _Assembler) -> bool:
+        """Read some of the frame's body and payload; False at an end in the middle."""
+        done = frame.skipped + len(frame.body) + len(frame.payload)
+        want = min(frame.size - done, READ_CHUNK)
+        if want <= 0:
+            return True
+        data = os.read(fd, want)
+        if not data:
+            return False
+        if not frame.keep:
+            frame.skipped += len(data)
+        elif len(frame.body) < frame.body_len:
+            split = frame.body_len - len(frame.body)
+            frame.body += data[:split]
+            frame.payload += data[split:]
+        else:
+            frame.payload += data
+        return True
+
+    def _complete(self, frame: _Assembler) -> ChannelEnded | None:
+        body, payload = bytes(frame.body), bytes(frame.payload)
+        if self.ready is None:
+            try:
+                ready = decode_header(body)
+            except ProtocolError as exc:
+                return ChannelEnded(exc)
+            if not isinstance(ready, ReadyFrame):
+                return ChannelEnded(ProtocolError(f"the sandbox sent {ready.t!r} before 'ready'"))
+            self.ready = ready
+            self._ready_event.set()
+            return None
+        with self._cond:
+            if not frame.keep or self._wanted is None:
+                self.dropped_between += 1
+                return None
+            self._inbox.append((body, payload))
+            self._inbox_bytes += len(body) + len(payload)
+            self._cond.notify_all()
+        return None
+
+    def _finish(self, end: ChannelEnded) -> None:
+        with self._cond:
+            if self._ended is None:
+                self._ended = end
+                self._inbox.append(end)
+                self._cond.notify_all()
+        self._ready_event.set()
+
+    def _drop_queued(self) -> None:
+        """(With ``_cond`` held.) Drop queued frames, keeping an end."""
+        kept = [item for item in self._inbox if isinstance(item, ChannelEnded)]
+        self.dropped_between += len(self._inbox) - len(kept)
+        self._inbox = deque(kept[:1])
+        self._inbox_bytes = 0
+
+
+_CUT_SHORT = "the sandbox's channel ended in the middle of a frame"

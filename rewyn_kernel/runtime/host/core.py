@@ -62,7 +62,12 @@ class SandboxCore:
             "max_payload_bytes": MAX_PAYLOAD_BYTES,
         }
         try:
-            worker = LiveWorker(process, worker_program(config), on_kill=self._forget)
+            worker = LiveWorker(
+                process,
+                worker_program(config),
+                startup_timeout=self.spec.startup_timeout,
+                on_kill=self._forget,
+            )
         except BaseException:
             process.kill()
             process.close()
@@ -72,7 +77,7 @@ class SandboxCore:
             if not closed:
                 self._live.add(worker)
         if closed:  # the sandbox closed while this worker was starting
-            worker.kill()
+            worker.kill("the sandbox was closed while it started")
             raise RuntimeError("the sandbox is closed")
         return worker
 
@@ -89,7 +94,7 @@ class SandboxCore:
             self._cleaned = True
             live = list(self._live)
         for worker in live:
-            worker.kill()
+            worker.kill("the sandbox was closed")
         if self.owns_workdir:
             remove_tree(self.workdir)
         else:

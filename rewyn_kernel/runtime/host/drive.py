@@ -1,21 +1,19 @@
 """One execution on one worker: send the code, relay its frames, keep its deadline.
 
-``Session`` (``_session.py``) owns the workers and decides which one runs what; ``drive`` is the
-loop of a single execution on one of them, and ``channel_ended`` says what happened when the
-worker's channel ends before the execution does.
+``drive`` is the loop of a single execution; it returns the execution's ``Outcome``, the one
+value its ending is made from. ``Session`` (``session.py``) owns the workers and decides which
+one runs what, and what to do with a worker after an outcome.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
-from rewyn_kernel.runtime._result import EXIT_KILLED, ErrorInfo
+from rewyn_kernel.runtime._result import EXIT_KILLED, EXIT_TIMEOUT, Ending
 from rewyn_kernel.runtime.host.channel import ChannelEnded, LiveWorker
-from rewyn_kernel.runtime.host.execution import Execution
+from rewyn_kernel.runtime.host.execution import Execution, describe_exit
 from rewyn_kernel.runtime.host.protocol import (
     DisplayFrame,
     DoneFrame,
@@ -28,10 +26,34 @@ from rewyn_kernel.runtime.host.protocol import (
 
 GRACE_SECONDS = 0.5
 """After a timeout the code gets an interrupt and this long to report where it was stuck."""
+ABORT_SECONDS = 2.0
+"""Then a one-shot sandbox's supervisor gets this long to kill the execution and say so,
+before the whole sandbox is killed."""
 DEATH_WAIT_SECONDS = 2.0
 """How long a worker whose channel ended gets to exit before its exit is read."""
 MAX_INPUT_PAUSE = 900.0
 """Seconds of waiting for input() answers that do not count against one execution's timeout."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one execution ended, decided once, from values."""
+
+    ending: Ending
+    exit_code: int
+    message: str = ""
+    """What happened in words; '' lets the result say it from the code's error or exit."""
+    oom: bool = False
+    worker_lost: bool = False
+    """The worker is dead or must not run anything more (the session replaces it)."""
+
+
+_ENDINGS: dict[str, Ending] = {
+    "ok": "completed",
+    "error": "exception",
+    "exit": "exit",
+    "interrupted": "interrupted",
+}
 
 
 def drive(
@@ -41,173 +63,226 @@ def drive(
     *,
     keep_state: bool,
     memory_limit_mb: int | None,
-    take_ending_reason: Callable[[], str],
-) -> None:
-    """Run ``execution`` on ``worker`` to its end, whatever it is; record it on ``execution``.
+) -> Outcome:
+    """Run ``execution`` on ``worker`` to its end, whatever it is, and say how it ended.
 
-    Past ``timeout`` the code gets an interrupt and GRACE_SECONDS to say where it was, then the
-    execution is a timeout (the caller kills the worker). ``take_ending_reason`` returns (and
-    clears) why the session killed the worker, if it did, for a channel that ends.
+    Past ``timeout`` the code gets an interrupt and GRACE_SECONDS to say where it was. Then a
+    one-shot execution is aborted by the sandbox's supervisor (the worker lives on); a session's
+    worker is killed, since its state cannot be trusted to be whole.
     """
-    ended = functools.partial(
-        channel_ended,
-        memory_limit_mb=memory_limit_mb,
-        take_ending_reason=take_ending_reason,
-    )
     payload = execution.code.encode("utf-8", "surrogatepass")
     deadline = None if timeout is None else time.monotonic() + timeout
-    if not worker.send({"t": "exec", "id": execution.id}, payload, timeout=timeout or 60.0):
-        ended(worker, execution, ChannelEnded())
-        return
-    if execution.cancel.is_set():  # cancelled while the frame was on its way
-        worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
-    grace_until: float | None = None
-    questions = _Questions()
-    while True:
-        polling = grace_until is None and questions.waiting_for_a_person()
-        if grace_until is not None:
-            limit: float | None = grace_until
-        elif polling:  # a person typing is not the code running: no deadline meanwhile
-            limit = time.monotonic() + 0.1
-        else:
-            limit = None if deadline is None else deadline + questions.paused
-        item = worker.next_frame(None if limit is None else max(0.0, limit - time.monotonic()))
-        if item is None and polling:
-            continue
-        if item is None:
-            if grace_until is not None:
-                break
-            worker.send({"t": "interrupt", "id": execution.id}, timeout=GRACE_SECONDS)
-            grace_until = time.monotonic() + GRACE_SECONDS
-            continue
-        if isinstance(item, ChannelEnded):
-            if grace_until is None:
-                ended(worker, execution, item)
-                return
-            break
-        frame, data, size = item
-        if isinstance(frame, OutFrame):
-            execution.on_stream(frame.s, data)
-        elif isinstance(frame, DisplayFrame | ResultFrame):
-            execution.on_rich(frame, size)
-        elif isinstance(frame, ErrorFrame):
-            execution.on_error(frame)
-        elif isinstance(frame, InputRequestFrame):
-            # Answered in a thread, so an interrupt or the end of the code is still seen
-            # while the person types; a late answer is dropped by the worker (its id).
-            answer = functools.partial(_reply, worker, execution, frame)
-            if not questions.ask(answer, pauses=frame.main):
-                refusal = {"t": "input_reply", "id": frame.id}
-                refusal["error"] = "another input() is already waiting for an answer"
-                worker.send(refusal, timeout=5.0)
-        elif isinstance(frame, DoneFrame) and frame.id == execution.id:
-            if grace_until is None:
-                execution.finish(
-                    frame.exit_code, frame.status, frame.signal, frame.oom, frame.detail
-                )
-                return
-            break
-    assert timeout is not None
-    where = execution.error.traceback if execution.error else ()
-    restarted = " and its state lost" if keep_state else ""
-    message = f"timed out after {timeout:g} s; the sandbox was killed{restarted}"
-    execution.fail("timeout", 0, message)
-    execution.error = ErrorInfo(ename="TimeoutError", evalue=message, traceback=where)
-
-
-def _reply(worker: LiveWorker, execution: Execution, frame: InputRequestFrame) -> None:
-    worker.send(_answer(execution, frame), timeout=5.0)
-
-
-def _answer(execution: Execution, frame: InputRequestFrame) -> dict[str, Any]:
-    ask = execution.callbacks.on_input
-    reply: dict[str, Any] = {"t": "input_reply", "id": frame.id}
-    if ask is None:
-        return {**reply, "error": "input() is not available in this sandbox"}
+    worker.want(execution.id)
+    dropped = worker.take_dropped()
+    if dropped:
+        execution.note(
+            f"[rewyn: {dropped} frames of output written between executions were dropped]\n"
+        )
     try:
-        return {**reply, "value": str(ask(frame.prompt, frame.password))}
-    except Exception as exc:
-        return {**reply, "error": f"input() failed: {exc}"}
+        if not worker.send({"t": "exec", "id": execution.id}, payload, timeout=timeout or 60.0):
+            return channel_ended(worker, ChannelEnded(), memory_limit_mb)
+        if execution.cancel.is_set():  # cancelled while the frame was on its way
+            worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
+        questions = _Questions(worker, execution)
+        late: float | None = None  # past the deadline: when the current step gives up
+        aborting = False
+        while True:
+            polling = late is None and questions.waiting_for_a_person()
+            if late is not None:
+                limit: float | None = late
+            elif polling:  # a person typing is not the code running: no deadline meanwhile
+                limit = time.monotonic() + 0.1
+            else:
+                limit = None if deadline is None else deadline + questions.paused
+            item = worker.next_frame(None if limit is None else max(0.0, limit - time.monotonic()))
+            if item is None and polling:
+                continue
+            if item is None:  # past the deadline
+                if late is None:
+                    worker.send({"t": "interrupt", "id": execution.id}, timeout=GRACE_SECONDS)
+                    late = time.monotonic() + GRACE_SECONDS
+                elif not keep_state and not aborting:
+                    worker.send({"t": "abort", "id": execution.id}, timeout=ABORT_SECONDS)
+                    aborting, late = True, time.monotonic() + ABORT_SECONDS
+                else:
+                    worker.kill(_timed_out(timeout, keep_state))
+                    return _timeout(timeout, keep_state, worker_lost=True)
+                continue
+            if isinstance(item, ChannelEnded):
+                if late is not None:
+                    return _timeout(timeout, keep_state, worker_lost=True)
+                return channel_ended(worker, item, memory_limit_mb)
+            frame, data, size = item
+            if isinstance(frame, OutFrame):
+                execution.on_stream(frame.s, data)
+            elif isinstance(frame, DisplayFrame | ResultFrame):
+                execution.on_rich(frame, size)
+            elif isinstance(frame, ErrorFrame):
+                execution.on_error(frame)
+            elif isinstance(frame, InputRequestFrame):
+                questions.ask(frame)
+            elif isinstance(frame, DoneFrame) and frame.id == execution.id:
+                questions.close()
+                if late is not None:
+                    # The code stopped, or was stopped, after its time was up.
+                    lost = (
+                        keep_state or frame.lost or frame.status not in ("interrupted", "aborted")
+                    )
+                    if keep_state:
+                        worker.kill(_timed_out(timeout, keep_state))
+                    return _timeout(timeout, keep_state, worker_lost=lost)
+                return outcome_of(frame, memory_limit_mb, keep_state)
+    finally:
+        worker.want(None)
 
 
-def channel_ended(
-    worker: LiveWorker,
-    execution: Execution,
-    end: ChannelEnded,
-    *,
-    memory_limit_mb: int | None,
-    take_ending_reason: Callable[[], str],
-) -> None:
+def _timed_out(timeout: float | None, keep_state: bool) -> str:
+    restarted = " and its state lost" if keep_state else ""
+    return f"timed out after {timeout:g} s; the sandbox was killed{restarted}"
+
+
+def _timeout(timeout: float | None, keep_state: bool, *, worker_lost: bool) -> Outcome:
+    if keep_state or worker_lost:
+        message = _timed_out(timeout, keep_state)
+    else:
+        message = f"timed out after {timeout:g} s; the execution was killed"
+    return Outcome("timeout", EXIT_TIMEOUT, message, worker_lost=worker_lost)
+
+
+def outcome_of(frame: DoneFrame, memory_limit_mb: int | None, keep_state: bool) -> Outcome:
+    """The outcome a ``done`` frame of the supervisor reports."""
+    lost = frame.lost
+    if frame.status == "protocol_error":
+        what = frame.detail or "the code's process sent something that is not a frame"
+        return Outcome(
+            "protocol_error", frame.exit_code, f"{what}; that process was killed", worker_lost=lost
+        )
+    if frame.status == "crashed":
+        if frame.oom:
+            message = f"the code was killed for exceeding the memory limit of {memory_limit_mb} MiB"
+            return Outcome("oom", frame.exit_code, message, oom=True, worker_lost=lost)
+        what = describe_exit(frame.exit_code, frame.signal)
+        note = f" ({frame.detail})" if frame.detail else ""
+        message = f"the sandbox process {what} while running the code{note}"
+        return Outcome("crashed", frame.exit_code, message, worker_lost=lost)
+    if frame.status == "aborted":  # (only sent after an abort, which only follows a timeout)
+        return Outcome("crashed", EXIT_KILLED, "the execution was aborted", worker_lost=lost)
+    return Outcome(_ENDINGS[frame.status], frame.exit_code, oom=frame.oom, worker_lost=lost)
+
+
+def channel_ended(worker: LiveWorker, end: ChannelEnded, memory_limit_mb: int | None) -> Outcome:
     """The channel ended mid-execution: say why, as precisely as the provider can."""
-    execution.worker_lost = True
+    reason = worker.kill_reason
+    if reason is not None:  # the host killed it (closed, restarted, a cancelled task)
+        worker.kill(reason)
+        info = worker.process.exit_info()
+        return Outcome(
+            "crashed",
+            info.exit_code if info.exit_code >= 0 else EXIT_KILLED,
+            reason,
+            worker_lost=True,
+        )
     if end.error is not None and not isinstance(end.error, TruncatedFrameError):
-        worker.kill()
-        execution.fail("protocol_error", EXIT_KILLED, f"{end.error}; the sandbox was killed")
-        return
+        worker.kill("the sandbox broke the protocol")
+        return Outcome(
+            "protocol_error", EXIT_KILLED, f"{end.error}; the sandbox was killed", worker_lost=True
+        )
     # The channel ended (perhaps mid-frame): a sandbox that died says why by its exit.
     exited = worker.process.wait(DEATH_WAIT_SECONDS) is not None
-    worker.kill()
     if not exited:
+        worker.kill("its channel ended but it kept running")
         what = end.error or "the sandbox closed its channel"
-        execution.fail(
-            "protocol_error", EXIT_KILLED, f"{what} but kept running; the sandbox was killed"
+        return Outcome(
+            "protocol_error",
+            EXIT_KILLED,
+            f"{what} but kept running; the sandbox was killed",
+            worker_lost=True,
         )
-        return
+    worker.kill("its channel ended")
     info = worker.process.exit_info()
-    diagnostics = worker.diagnostics(wait=1.0)
-    if diagnostics:
-        execution.note(diagnostics)
-    reason = take_ending_reason()
-    if reason:
-        execution.fail("crashed", info.exit_code, reason)
-    elif info.oom_killed:
-        limit = memory_limit_mb
+    if info.oom_killed:
         note = f" ({info.note})" if info.note else ""
-        execution.fail(
-            "oom",
-            info.exit_code,
-            f"the sandbox was killed for exceeding its memory limit of {limit} MiB{note}",
+        message = (
+            f"the sandbox was killed for exceeding its memory limit of {memory_limit_mb} MiB{note}"
         )
-    else:
-        execution.finish(info.exit_code, "crashed", info.signal, detail=info.note)
+        return Outcome("oom", info.exit_code, message, oom=True, worker_lost=True)
+    note = f" ({info.note})" if info.note else ""
+    what = describe_exit(info.exit_code, info.signal)
+    return Outcome(
+        "crashed",
+        info.exit_code,
+        f"the sandbox {what} while running the code{note}",
+        worker_lost=True,
+    )
 
 
 class _Questions:
     """The input() question of one execution waiting for an answer (one at a time).
+
+    Each answer is found in a thread of its own, so an interrupt or the end of the code is
+    still seen while the person types. That thread only ever writes through ``worker.send``,
+    which refuses once the worker is killed; an answer that comes after the execution is over
+    is dropped by the worker (its question id is no longer waited for).
 
     Only the code's main thread asking stops the clock (a person typing is not the code
     running), and for at most MAX_INPUT_PAUSE in all: a question left open from a background
     thread, or forged, cannot switch the deadline off.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, worker: LiveWorker, execution: Execution) -> None:
+        self._worker = worker
+        self._execution = execution
         self._lock = threading.Lock()
-        self.pending = False
+        self._pending = False
         self._pauses = False
         self._asked = 0.0
+        self._closed = False
         self.paused = 0.0
 
-    def ask(self, answer: Callable[[], object], *, pauses: bool) -> bool:
-        """Answer in a thread; False (and nothing done) if a question is already open."""
+    def ask(self, frame: InputRequestFrame) -> None:
         with self._lock:
-            if self.pending:
-                return False
-            self.pending, self._pauses, self._asked = True, pauses, time.monotonic()
+            if self._pending or self._closed:
+                busy = True
+            else:
+                busy = False
+                self._pending, self._pauses, self._asked = True, frame.main, time.monotonic()
+        if busy:
+            self._send(frame, error="another input() is already waiting for an answer")
+            return
+        threading.Thread(
+            target=self._answer, args=(frame,), daemon=True, name="rewyn-input"
+        ).start()
 
-        def run() -> None:
+    def _answer(self, frame: InputRequestFrame) -> None:
+        try:
+            ask = self._execution.callbacks.on_input
+            if ask is None:
+                self._send(frame, error="input() is not available in this sandbox")
+                return
             try:
-                answer()
-            finally:
-                with self._lock:
-                    if self._pauses:
-                        self.paused += time.monotonic() - self._asked
-                    self.pending = self._pauses = False
+                value = str(ask(frame.prompt, frame.password))
+            except Exception as exc:
+                self._send(frame, error=f"input() failed: {exc}")
+                return
+            self._send(frame, value=value)
+        finally:
+            with self._lock:
+                if self._pauses:
+                    self.paused += time.monotonic() - self._asked
+                self._pending = self._pauses = False
 
-        threading.Thread(target=run, daemon=True, name="rewyn-input").start()
-        return True
+    def _send(self, frame: InputRequestFrame, *, value: str = "", error: str = "") -> None:
+        header: dict[str, object] = {"t": "input_reply", "id": frame.id, "exec": self._execution.id}
+        if error:
+            header["error"] = error
+        self._worker.send(header, value.encode("utf-8", "surrogatepass"), timeout=5.0)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
 
     def waiting_for_a_person(self) -> bool:
         with self._lock:
-            if not (self.pending and self._pauses):
+            if not (self._pending and self._pauses):
                 return False
             return self.paused + (time.monotonic() - self._asked) < MAX_INPUT_PAUSE

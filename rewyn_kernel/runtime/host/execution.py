@@ -10,10 +10,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from rewyn_kernel.runtime._result import (
-    EXIT_TIMEOUT,
-    Ending,
     ErrorInfo,
     Isolation,
     RichOutput,
@@ -21,6 +20,9 @@ from rewyn_kernel.runtime._result import (
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import OutputSummary, SandboxEvent
+
+if TYPE_CHECKING:
+    from rewyn_kernel.runtime.host.drive import Outcome
 from rewyn_kernel.runtime.host.capture import StreamCapture, excerpt
 from rewyn_kernel.runtime.host.protocol import DisplayFrame, ErrorFrame, ResultFrame, scrub
 
@@ -38,13 +40,8 @@ MAX_RICH_BYTES = 32 * 1024 * 1024
 """Rich output kept per execution, counted as the JSON the sandbox sent (metadata included)."""
 EVENT_EXCERPT_CHARS = 8 * 1024
 EVENT_CODE_CHARS = 256 * 1024
-
-_ENDINGS: dict[str, Ending] = {
-    "ok": "completed",
-    "error": "exception",
-    "exit": "exit",
-    "interrupted": "interrupted",
-}
+TRACEBACK_CHARS = 64 * 1024
+"""Characters of an uncaught exception's traceback added to the end of stderr."""
 
 
 @dataclass
@@ -68,15 +65,9 @@ class Execution:
     outputs: list[RichOutput] = field(default_factory=list)
     dropped_outputs: int = 0
     rich_bytes: int = 0
-    exit_code: int = 0
-    ending: Ending = "completed"
-    message: str = ""
-    timed_out: bool = False
-    memory_exceeded: bool = False
     state_lost: bool = False
-    sandbox_restarted: bool = False
+    """This execution runs in a fresh worker: the previous one was lost with its state."""
     cancel: threading.Event = field(default_factory=threading.Event)
-    worker_lost: bool = False
 
     def __post_init__(self) -> None:
         limit = self.spec.output_limit_bytes
@@ -123,61 +114,16 @@ class Execution:
 
     # -- how it ended ----------------------------------------------------------------------
 
-    def finish(
-        self,
-        exit_code: int,
-        status: str,
-        signal: int | None = None,
-        oom: bool = False,
-        detail: str = "",
-    ) -> None:
-        self.exit_code = exit_code
-        if status == "protocol_error":
-            what = detail or "the code's process sent something that is not a frame"
-            self.fail("protocol_error", exit_code, f"{what}; that process was killed")
-            return
-        if oom:
-            self.memory_exceeded = True
-        if oom and status == "crashed":
-            limit = self.spec.memory_limit_mb
-            self.fail(
-                "oom",
-                exit_code,
-                f"the code was killed for exceeding the memory limit of {limit} MiB",
-            )
-            return
-        if status == "crashed":
-            what = describe_exit(exit_code, signal)
-            note = f" ({detail})" if detail else ""
-            message = f"the sandbox process {what} while running the code{note}"
-            self.fail("crashed", exit_code, message)
-            return
-        self.ending = _ENDINGS.get(status, "exception")
-        if self.ending == "exception" and self.error is not None:
-            first = self.error.evalue.splitlines()[0] if self.error.evalue else ""
-            self.message = excerpt(f"{self.error.ename}: {first}".rstrip(": "), 500)
-            if self.error.ename == "MemoryError" and self.spec.memory_limit_mb:
-                self.memory_exceeded = True
-                self.message = (
-                    f"the code hit the memory limit of {self.spec.memory_limit_mb} MiB "
-                    "(MemoryError)"
-                )
-        elif self.ending == "exit":
-            self.message = f"the code called sys.exit({exit_code})"
-        elif self.ending == "interrupted":
-            self.message = "interrupted: KeyboardInterrupt was raised in the code"
-
-    def fail(self, ending: Ending, exit_code: int, message: str) -> None:
-        self.ending, self.exit_code, self.message = ending, exit_code, message
-        if ending == "timeout":
-            self.timed_out = True
-            self.exit_code = EXIT_TIMEOUT
-        if ending == "oom":
-            self.memory_exceeded = True
-
     def result(
-        self, duration_ms: float, provider: str, isolation: Isolation | None
+        self,
+        outcome: Outcome,
+        duration_ms: float,
+        provider: str,
+        isolation: Isolation | None,
+        *,
+        sandbox_restarted: bool,
     ) -> SandboxResult:
+        """Make the result from what arrived and how it ended (``outcome``)."""
         for name, capture in self.streams.items():
             text = capture.finish()
             if text and self.callbacks.on_stream:
@@ -190,30 +136,51 @@ class Execution:
             self.streams["stderr"].append(extra)
             if self.callbacks.on_stream:
                 _call(self.callbacks.on_stream, "stderr", extra)
-        message = self.message
+        ending, exit_code, error = outcome.ending, outcome.exit_code, self.error
+        message = outcome.message
+        memory_exceeded = outcome.oom or ending == "oom"
+        if ending == "timeout":
+            where = error.traceback if error else ()
+            error = ErrorInfo(ename="TimeoutError", evalue=message, traceback=where)
+        elif ending == "exception" and error is not None and not message:
+            first = error.evalue.splitlines()[0] if error.evalue else ""
+            message = excerpt(f"{error.ename}: {first}".rstrip(": "), 500)
+            if error.ename == "MemoryError" and self.spec.memory_limit_mb:
+                memory_exceeded = True
+                message = (
+                    f"the code hit the memory limit of {self.spec.memory_limit_mb} MiB "
+                    "(MemoryError)"
+                )
+        elif ending == "exit" and not message:
+            message = f"the code called sys.exit({exit_code})"
+        elif ending == "interrupted" and not message:
+            message = "interrupted: KeyboardInterrupt was raised in the code"
+        if error is not None and ending != "completed":
+            # As Python prints it, at the end of stderr: what a log of stderr alone should show.
+            self.streams["stderr"].append(excerpt("".join(error.traceback), TRACEBACK_CHARS))
         if self.state_lost:
             lost = "the previous sandbox was lost, so this ran in a fresh one without earlier state"
             message = f"{lost}; {message}" if message else lost
         out, err = self.streams["stdout"], self.streams["stderr"]
         return SandboxResult(
-            exit_code=self.exit_code,
+            exit_code=exit_code,
             stdout=out.text,
             stderr=err.text,
-            timed_out=self.timed_out,
-            interrupted=self.ending == "interrupted",
+            timed_out=ending == "timeout",
+            interrupted=ending == "interrupted",
             duration_ms=duration_ms,
             code_hash=code_hash(self.code),
             stdout_bytes=out.total,
             stderr_bytes=err.total,
             stdout_truncated=out.truncated,
             stderr_truncated=err.truncated,
-            error=self.error,
+            error=error,
             outputs=tuple(self.outputs),
-            ending=self.ending,
+            ending=ending,
             message=message,
             state_lost=self.state_lost,
-            sandbox_restarted=self.sandbox_restarted,
-            memory_exceeded=self.memory_exceeded,
+            sandbox_restarted=sandbox_restarted,
+            memory_exceeded=memory_exceeded,
             execution_id=self.id,
             provider=provider,
             isolation=isolation,

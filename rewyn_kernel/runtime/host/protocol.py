@@ -10,7 +10,6 @@ which ends that sandbox (never the host).
 from __future__ import annotations
 
 import json
-import os
 import struct
 from functools import cache
 from importlib import resources
@@ -26,8 +25,12 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_PAYLOAD_BYTES = 1024 * 1024
 """Largest raw payload accepted; the worker sends output in chunks of 64 KiB."""
 MAX_JSON_CONTAINERS = 100_000
-"""Most objects and arrays one header may hold: parsed JSON can take many times its size in
-memory, and nesting can exhaust the parser's recursion."""
+"""Most objects and arrays one header may hold: nesting can exhaust the parser's recursion."""
+MAX_JSON_ITEMS = 1_000_000
+"""Most values one header may hold (counted by its commas and colons, so a little over): parsed
+JSON takes many times its size in memory, a list of small numbers about 40 bytes per item."""
+MAX_MATCHES = 1000
+MAX_NAME_CHARS = 4096
 
 BOOTSTRAP = (
     "import sys,struct;b=sys.stdin.buffer;n,=struct.unpack('>I',b.read(4));"
@@ -39,21 +42,29 @@ The host sends nothing more until the worker says ``ready``, so the buffered rea
 never swallow a frame meant for the worker's own reader.
 """
 
+Text = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+
 
 class _Frame(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ReadyFrame(_Frame):
+    """The supervisor is up (in a session: its code process too)."""
+
     t: Literal["ready"]
     pid: int
     python: Annotated[str, Field(max_length=64)]
     implementation: Annotated[str, Field(max_length=64)]
-    executable: Annotated[str, Field(max_length=4096)]
+    executable: Text
     platform: Annotated[str, Field(max_length=64)]
+    shell: Literal["stdlib", "ipython"] = "stdlib"
+    notes: Annotated[list[Text], Field(max_length=16)] = []
 
 
 class OutFrame(_Frame):
+    """Bytes the code wrote to its stdout or stderr (the payload); only the supervisor sends it."""
+
     t: Literal["out"]
     s: Literal["stdout", "stderr"]
 
@@ -73,19 +84,26 @@ class ResultFrame(_Frame):
 
 class ErrorFrame(_Frame):
     t: Literal["error"]
-    ename: Annotated[str, Field(max_length=4096)]
+    ename: Text
     evalue: str
     traceback: list[str]
 
 
+DoneStatus = Literal["ok", "error", "exit", "interrupted", "crashed", "protocol_error", "aborted"]
+
+
 class DoneFrame(_Frame):
+    """An execution is over; only the supervisor sends it (it relays no ``done`` of the code)."""
+
     t: Literal["done"]
     id: str
     exit_code: int
-    status: Literal["ok", "error", "exit", "interrupted", "crashed", "protocol_error"]
+    status: DoneStatus
     signal: int | None = None
     oom: bool = False
-    detail: Annotated[str, Field(max_length=4096)] = ""
+    detail: Text = ""
+    lost: bool = False
+    """The session's code process is gone, and its state with it (the worker exits)."""
 
 
 class InputRequestFrame(_Frame):
@@ -99,7 +117,7 @@ class InputRequestFrame(_Frame):
 class CompleteReplyFrame(_Frame):
     t: Literal["complete_reply"]
     id: str | None
-    matches: list[str]
+    matches: Annotated[list[Text], Field(max_length=MAX_MATCHES)]
     cursor_start: int
     cursor_end: int
 
@@ -108,7 +126,7 @@ class InspectReplyFrame(_Frame):
     t: Literal["inspect_reply"]
     id: str | None
     found: bool
-    data: dict[str, str]
+    data: dict[str, Any]
 
 
 WorkerFrame = Annotated[
@@ -162,9 +180,11 @@ def decode_header(body: bytes) -> WorkerFrame:
         raise ProtocolError(
             f"the sandbox sent a frame with more than {MAX_JSON_CONTAINERS} JSON objects"
         )
+    if body.count(b",") + body.count(b":") > MAX_JSON_ITEMS:
+        raise ProtocolError(f"the sandbox sent a frame with more than {MAX_JSON_ITEMS} values")
     try:
-        raw = json.loads(body)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge ints
+        raw = json.loads(body, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge ints, keys
         raise ProtocolError(f"the sandbox sent a frame that is not JSON ({exc})") from exc
     try:
         return _frame_adapter().validate_python(scrub(raw))
@@ -178,76 +198,45 @@ def decode_header(body: bytes) -> WorkerFrame:
         raise ProtocolError(f"the sandbox sent an invalid frame ({summary})") from exc
 
 
-def read_exact(fd: int, size: int) -> bytes | None:
-    """Read exactly ``size`` bytes from ``fd``; None at a clean end of stream before any byte."""
-    parts: list[bytes] = []
-    remaining = size
-    while remaining:
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            if parts:
-                raise TruncatedFrameError("the sandbox's channel ended in the middle of a frame")
-            return None
-        parts.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(parts)
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object with a key twice is refused: the supervisor reads a frame's kind from its
+    first key, and a later ``"t"`` must not override what it read."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("a JSON object has the same key twice")
+    return result
 
 
-def read_frame(fd: int) -> tuple[WorkerFrame, bytes, int] | None:
-    """Read and validate one frame: (frame, payload, header size in bytes); None when the
-    channel has ended cleanly."""
-    head = read_exact(fd, HEADER.size)
-    if head is None:
-        return None
-    header_len, payload_len = HEADER.unpack(head)
-    if header_len > MAX_HEADER_BYTES or payload_len > MAX_PAYLOAD_BYTES:
-        raise ProtocolError(
-            f"the sandbox announced a frame of {header_len} + {payload_len} bytes, over the "
-            f"limits of {MAX_HEADER_BYTES} + {MAX_PAYLOAD_BYTES}"
-        )
-    body = read_exact(fd, header_len) if header_len else b""
-    if body is None:
-        raise TruncatedFrameError("the sandbox's channel ended in the middle of a frame")
-    frame = decode_header(body)
-    payload = b""
-    if payload_len:
-        payload = read_exact(fd, payload_len) or b""
-        if len(payload) != payload_len:
-            raise TruncatedFrameError("the sandbox's channel ended in the middle of a frame")
-    if payload and not isinstance(frame, OutFrame):
-        raise ProtocolError(f"the sandbox sent a payload with a {frame.t!r} frame")
-    return frame, payload, header_len
-
-
-WORKER_PARTS = ("wire.py", "frontend.py", "executor.py", "main.py")
-"""The worker program, in the order its parts are put together (each uses the ones before)."""
-STRIP_MARK = "# worker-source: strip"
+WORKER_MODULES = (
+    "__init__",
+    "wire",
+    "system",
+    "frontend",
+    "executor",
+    "child",
+    "supervisor",
+    "main",
+)
+"""The modules of ``rewyn_kernel.runtime.worker`` sent into every sandbox (``loader`` first)."""
 
 
 @cache
-def worker_source() -> str:
-    """Return the worker program's source text (read once per process).
-
-    The parts are files of their own for people and linters; in the sandbox they are one
-    program, so the imports between them (marked ``worker-source: strip``) are dropped.
-    """
+def worker_sources() -> tuple[str, dict[str, str]]:
+    """Return the loader's text and the worker's modules' texts (read once per process)."""
     package = resources.files("rewyn_kernel.runtime.worker")
-    kept: list[str] = []
-    for name in WORKER_PARTS:
-        in_import = False
-        for line in package.joinpath(name).read_text("utf-8").splitlines():
-            if in_import:  # the rest of a parenthesised import marked for stripping
-                in_import = line.strip() != ")"
-            elif STRIP_MARK in line:
-                in_import = line.split("#", 1)[0].rstrip().endswith("(")
-            else:
-                kept.append(line)
-        kept.append("")
-    return "\n".join(kept)
+    loader = package.joinpath("loader.py").read_text("utf-8")
+    modules = {name: package.joinpath(f"{name}.py").read_text("utf-8") for name in WORKER_MODULES}
+    return loader, modules
 
 
 def worker_program(config: dict[str, Any]) -> bytes:
     """Return the length-prefixed program that ``BOOTSTRAP`` reads: the worker plus its config."""
-    source = worker_source() + f"\nmain(json.loads({json.dumps(json.dumps(config))}))\n"
+    loader, modules = worker_sources()
+    source = (
+        f"{loader}\n"
+        f"install(__import__('json').loads({json.dumps(json.dumps(modules))}))\n"
+        "from rewyn_worker.main import main\n"
+        f"main(__import__('json').loads({json.dumps(json.dumps(config))}))\n"
+    )
     data = source.encode("utf-8")
     return struct.pack(">I", len(data)) + data

@@ -26,7 +26,7 @@ from rewyn_kernel.runtime._result import (
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import emit
 from rewyn_kernel.runtime.host.channel import LiveWorker
-from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, drive
+from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive
 from rewyn_kernel.runtime.host.execution import (
     Callbacks,
     Execution,
@@ -55,12 +55,6 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-class _StartFailure:
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        self.message = message
-        self.exit_code = exit_code
-
-
 class Session(Closeable):
     """A live worker in a sandbox: run code many times, interrupt it, restart it.
 
@@ -75,14 +69,13 @@ class Session(Closeable):
         self._owner = owner  # keeps a user's sandbox alive as long as its session
         self._exec_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._next: LiveWorker | _StartFailure | None = None
+        self._next: LiveWorker | Outcome | None = None
         self._filling: threading.Thread | None = None
         self._current: tuple[Execution, LiveWorker] | None = None
         self._count = 0
         self._used = False
         self._state_lost = False
         self._closed = False
-        self._ending_reason = ""
         self.ready: ReadyFrame | None = None
         self._fill(background=False)
 
@@ -143,49 +136,43 @@ class Session(Closeable):
             started = time.monotonic()
             execution.state_lost, self._state_lost = self._state_lost, False
             execution.cancel = _cancel or threading.Event()
-            self._ending_reason = ""
             raised: BaseException | None = None
-            worker = None if execution.cancel.is_set() else self._take(execution)
-            if execution.cancel.is_set():
-                execution.fail("interrupted", EXIT_INTERRUPTED, "cancelled before the code started")
-            elif worker is not None:
-                if worker.dropped_between:
-                    execution.note(
-                        f"[rewyn: {worker.dropped_between} frames of output written between "
-                        "executions were dropped]\n"
-                    )
-                    worker.dropped_between = 0
+            restarted = False
+            taken = self._cancelled() if execution.cancel.is_set() else self._take(execution)
+            if isinstance(taken, Outcome):
+                outcome = taken
+            else:
+                worker = taken
                 with self._lock:
                     self._current = (execution, worker)
                 try:
-                    drive(
+                    outcome = drive(
                         worker,
                         execution,
                         spec.timeout if timeout is UNSET else timeout,
                         keep_state=self.keep_state,
                         memory_limit_mb=spec.memory_limit_mb,
-                        take_ending_reason=self._take_ending_reason,
                     )
                 except BaseException as exc:
                     # The host stopped waiting (a KeyboardInterrupt in this thread, say):
                     # nothing may go on running unseen, and the execution still gets its event.
                     raised = exc
-                    worker.kill()
-                    execution.worker_lost = True
-                    execution.fail(
-                        "crashed",
-                        EXIT_KILLED,
+                    reason = (
                         f"the host stopped the execution ({type(exc).__name__}); "
-                        "the sandbox was killed",
+                        "the sandbox was killed"
                     )
+                    worker.kill(reason)
+                    outcome = Outcome("crashed", EXIT_KILLED, reason, worker_lost=True)
                 finally:
                     with self._lock:
                         self._current = None
-                self._after(worker, execution)
+                restarted = self._after(worker, outcome)
             result = execution.result(
+                outcome,
                 (time.monotonic() - started) * 1000,
                 self._core.provider.name,
                 self._core.isolation,
+                sandbox_restarted=restarted,
             )
         emit(execution.event(result, self._core.id, self.id), self._core.listeners)
         if raised is not None:
@@ -276,37 +263,35 @@ class Session(Closeable):
         with self._lock:
             current = self._current
         if current is not None:
-            self._ending_reason = reason
-            current[1].kill()
+            current[1].kill(reason)
         with self._exec_lock:
             self._wait_fill()
             if isinstance(self._next, LiveWorker):
-                self._next.kill()
+                self._next.kill(reason)
             self._next = None
 
     # -- workers -----------------------------------------------------------------------------
 
-    def _launch(self) -> LiveWorker | _StartFailure:
+    def _launch(self) -> LiveWorker | Outcome:
         try:
             return self._core.launch_worker(fork_per_exec=not self.keep_state)
         except Exception as exc:
-            return _StartFailure(
-                f"the sandbox did not start: the provider failed to launch it: {exc}"
-            )
+            message = f"the sandbox did not start: the provider failed to launch it: {exc}"
+            return Outcome("start_failed", 1, message)
 
     def _fill(self, *, background: bool) -> None:
-        """Start the next worker now, or in a thread so the caller does not wait for it."""
+        """Start the next worker now, or in a thread (which ``_wait_fill`` joins)."""
         if self._closed:
             return
 
         def fill() -> None:
             worker = self._launch()
             with self._lock:
-                if self._closed:
-                    if isinstance(worker, LiveWorker):
-                        worker.kill()
-                    return
-                self._next = worker
+                closed = self._closed
+                if not closed:
+                    self._next = worker
+            if closed and isinstance(worker, LiveWorker):
+                worker.kill("the session was closed while it started")
 
         if background:
             self._filling = threading.Thread(target=fill, daemon=True, name="rewyn-prestart")
@@ -319,58 +304,56 @@ class Session(Closeable):
             self._filling.join()
             self._filling = None
 
-    def _take(self, execution: Execution) -> LiveWorker | None:
-        """Return a ready worker for ``execution``, or record why there is none."""
+    @staticmethod
+    def _cancelled() -> Outcome:
+        return Outcome("interrupted", EXIT_INTERRUPTED, "cancelled before the code started")
+
+    def _take(self, execution: Execution) -> LiveWorker | Outcome:
+        """Return a ready worker for ``execution``, or the outcome that says why there is none."""
         self._wait_fill()
         worker = self._next
         if isinstance(worker, LiveWorker) and worker.ended and worker.ready is not None:
             # It died while idle (a background thread called os._exit, say): start afresh.
             execution.state_lost = execution.state_lost or (self.keep_state and self._used)
-            worker.kill()
+            worker.kill("it ended between executions")
             worker = None
         if worker is None:
             worker = self._launch()
         self._next = worker
-        if isinstance(worker, _StartFailure):
+        if isinstance(worker, Outcome):
             self._next = None
-            execution.fail("start_failed", worker.exit_code, worker.message)
-            return None
+            return worker
         if worker.wait_ready(self._core.spec.startup_timeout):
             self.ready = worker.ready
             self._used = True
             return worker
         self._next = None
+        reason = worker.kill_reason  # the host's own: it did not read its program in time
         if worker.ended:
             worker.process.wait(DEATH_WAIT_SECONDS)
-            worker.kill()
+            worker.kill("it ended before it was ready")
             info = worker.process.exit_info()
-            why = f"it {describe_exit(info.exit_code, info.signal)} before it was ready"
+            why = reason or f"it {describe_exit(info.exit_code, info.signal)} before it was ready"
         else:
-            worker.kill()
+            worker.kill("it was not ready in time")
             info = ExitInfo(exit_code=EXIT_KILLED, signal=signal.SIGKILL)
             why = f"it was not ready within {self._core.spec.startup_timeout:g} s"
         diagnostics = worker.diagnostics(wait=1.0)
         if diagnostics:
             execution.note(diagnostics)
-        execution.fail("start_failed", info.exit_code, f"the sandbox did not start: {why}")
-        return None
+        return Outcome("start_failed", info.exit_code, f"the sandbox did not start: {why}")
 
-    def _after(self, worker: LiveWorker, execution: Execution) -> None:
-        """Keep, retire or replace the worker once an execution is over."""
-        # A crash reported in a done frame was a forked child's; the worker itself lives on.
-        dead = worker.ended or execution.worker_lost or execution.ending == "timeout"
-        if dead:
-            worker.kill()
-            execution.sandbox_restarted = True
-            self._state_lost = self.keep_state
-            self._next = None
-            self._fill(background=True)
+    def _after(self, worker: LiveWorker, outcome: Outcome) -> bool:
+        """Keep, or retire and replace, the worker once an execution is over; True: replaced."""
+        if not (outcome.worker_lost or worker.ended):
+            return False
+        worker.kill("it was retired after the execution")
+        self._state_lost = self.keep_state
+        self._next = None
+        self._fill(background=True)
+        return True
 
     # -- one execution ---------------------------------------------------------------------
-
-    def _take_ending_reason(self) -> str:
-        reason, self._ending_reason = self._ending_reason, ""
-        return reason
 
     def _cancel(self, token: threading.Event) -> None:
         """An awaiting task was cancelled: interrupt its execution (not before it starts: it
@@ -387,8 +370,7 @@ class Session(Closeable):
             with self._lock:
                 still = self._current
             if still is not None and still[0] is execution:
-                self._ending_reason = "the awaiting task was cancelled and the code did not stop"
-                worker.kill()
+                worker.kill("the awaiting task was cancelled and the code did not stop")
 
         timer = threading.Timer(2.0, escalate)
         timer.daemon = True

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -43,6 +45,8 @@ LABEL = "io.rewyn-kernel.sandbox"
 HOST_PID_LABEL = "io.rewyn-kernel.host-pid"
 SCRATCH = "/scratch"
 NOBODY = "65534:65534"
+SUPERVISOR_IDS = ((65533, 65533), (65532, 65532))
+"""The supervisor's uid:gid inside a container: the first that is not the code's."""
 DAEMONLESS = {"podman"}
 """CLIs that take the OCI runtime as a global option (``podman --runtime X run``)."""
 
@@ -139,9 +143,10 @@ class ContainerProvider:
     ) -> None:
         """``image`` needs ``python3`` (3.8+) with its standard library and nothing else.
         ``runtime``: the CLI, by name or path. ``oci_runtime``: e.g. ``"runsc"`` (gVisor), as
-        registered with the engine (for podman: a path). ``user``: default the host's uid:gid
-        when that is not root, else nobody (65534). ``pull``: whether ``run`` may pull the
-        image (a pull counts against ``startup_timeout``)."""
+        registered with the engine (for podman: a path). ``user``: the code's ``uid:gid``,
+        default the host's when that is not root, else nobody (65534); the sandbox's supervisor
+        runs as another (65533). ``pull``: whether ``run`` may pull the image (a pull counts
+        against ``startup_timeout``)."""
         if pids_limit < 8 or tmpfs_mb < 1 or nofile < 64:
             raise ValueError("pids_limit >= 8, tmpfs_mb >= 1 and nofile >= 64 are required")
         if cpus is not None and cpus <= 0:
@@ -151,6 +156,11 @@ class ContainerProvider:
         self.oci_runtime = oci_runtime
         self.python = python
         self.user = user or (NOBODY if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}")
+        if not re.fullmatch(r"\d+:\d+", self.user):
+            raise ValueError(f"user must be numeric UID:GID, not {self.user!r}")
+        uid, gid = (int(part) for part in self.user.split(":"))
+        self._code_ids = (uid, gid)
+        self._supervisor_ids = next(ids for ids in SUPERVISOR_IDS if ids[0] != uid)
         self.pids_limit = pids_limit
         self.tmpfs_mb = tmpfs_mb
         self.nofile = nofile
@@ -203,16 +213,18 @@ class ContainerProvider:
         )
 
     def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
-        return {"memory_limit_bytes": None, "cwd": SCRATCH, "oom_counter": True}
+        users = {"supervisor": list(self._supervisor_ids), "code": list(self._code_ids)}
+        return {"memory_limit_bytes": None, "cwd": SCRATCH, "oom_counter": True, "users": users}
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
         owned = spec.workdir is None  # never re-own a directory the caller chose
-        if owned and self.user == NOBODY and os.getuid() == 0 and workdir.stat().st_uid != 65534:
+        uid, gid = self._code_ids
+        if owned and os.getuid() == 0 and workdir.stat().st_uid != uid:
             try:
-                os.chown(workdir, 65534, 65534)  # the container's user must write there
+                os.chown(workdir, uid, gid)  # the code's user must write there
             except OSError as exc:
                 raise ProviderUnavailableError(
-                    f"cannot hand the scratch directory to the container's user (65534): {exc}; "
+                    f"cannot hand the scratch directory to the container's user ({uid}): {exc}; "
                     "run as real root, or pass user='UID:GID' owning the directory"
                 ) from exc
         inherited = {k: v for k, v in spec.build_env().items() if k != "PATH"}
@@ -226,10 +238,19 @@ class ContainerProvider:
             argv += ["--runtime", self.oci_runtime]
         argv += ["--pull", self.pull]
         argv += ["--network", "none"] if spec.network == "none" else []
-        argv += ["--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
-        argv += ["--user", self.user, "--pids-limit", str(self.pids_limit)]
+        argv += ["--read-only", "--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
+        # The supervisor starts as root with these three only, takes a user of its own and
+        # makes each code process the code's user, with none (see worker/supervisor.py).
+        argv += ["--cap-add", "KILL", "--cap-add", "SETGID", "--cap-add", "SETUID"]
+        argv += ["--user", "0:0", "--pids-limit", str(self.pids_limit)]
         argv += ["--ulimit", f"nofile={self.nofile}:{self.nofile}"]
-        argv += ["--ulimit", f"nproc={self.pids_limit * 4}:{self.pids_limit * 4}"]
+        # No engine log of the channel: json-file would write every byte printed to disk.
+        argv += ["--log-driver", "none"]
+        if Path(self.runtime).name in DAEMONLESS:
+            # podman's default nproc can exceed what the runtime may set, and the start fails.
+            # RLIMIT_NPROC counts a uid across the whole host, so no lower value is right: the
+            # pids limit bounds each container on its own. As high as the host allows, then.
+            argv += ["--ulimit", f"nproc={_nproc_ceiling()}:{_nproc_ceiling()}"]
         argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"]
         argv += ["--volume", f"{workdir}:{SCRATCH}:rw", "--workdir", SCRATCH]
         if spec.memory_limit_mb:
@@ -367,6 +388,16 @@ class ContainerProvider:
     def __repr__(self) -> str:
         extra = f", oci_runtime={self.oci_runtime!r}" if self.oci_runtime else ""
         return f"ContainerProvider(image={self.image!r}, runtime={self.runtime!r}{extra})"
+
+
+def _nproc_ceiling() -> int:
+    """The most processes the host allows this user (and never more than pid_max)."""
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    try:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        pid_max = 32768
+    return pid_max if hard == resource.RLIM_INFINITY else min(hard, pid_max)
 
 
 class ContainerSandbox(BaseSandbox):

@@ -19,8 +19,13 @@ class PopenWorker:
     the launch started (a container, say).
     """
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], cwd: Path) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, *, farewell: float = 0.0
+    ) -> None:
+        """``farewell``: seconds ``kill`` first gives the worker, its input closed, to end by
+        itself (and end what it started) before the process group is killed."""
         self.argv = list(argv)
+        self._farewell = farewell
         # start_new_session: the kernel's interrupts (SIGINT to its process group) must not hit
         # the sandbox directly; the session forwards them once, on purpose.
         self._popen = subprocess.Popen(
@@ -37,27 +42,25 @@ class PopenWorker:
         assert self._popen.stdin is not None
         assert self._popen.stdout is not None
         assert self._popen.stderr is not None
-        self._fds = (
-            self._popen.stdin.fileno(),
-            self._popen.stdout.fileno(),
-            self._popen.stderr.fileno(),
-        )
+        self._streams = (self._popen.stdin, self._popen.stdout, self._popen.stderr)
 
     @property
     def pid(self) -> int:
         return self._popen.pid
 
+    # The descriptors are asked of their files each time, never cached: once a file is closed,
+    # fileno() raises ValueError instead of naming a number the OS may have given to another.
     @property
     def stdin(self) -> int:
-        return self._fds[0]
+        return self._streams[0].fileno()
 
     @property
     def stdout(self) -> int:
-        return self._fds[1]
+        return self._streams[1].fileno()
 
     @property
     def stderr(self) -> int:
-        return self._fds[2]
+        return self._streams[2].fileno()
 
     def poll(self) -> int | None:
         return self._popen.poll()
@@ -76,6 +79,10 @@ class PopenWorker:
             self._popen.send_signal(signum)
 
     def kill(self) -> None:
+        if self._farewell and self._popen.returncode is None and self._popen.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._popen.stdin.close()  # the supervisor's channel ends: it cleans up, exits
+            self.wait(self._farewell)
         if self._popen.returncode is None:
             self.signal_group(signal.SIGKILL)
         self.wait(10)
@@ -89,7 +96,6 @@ class PopenWorker:
         return ExitInfo(exit_code=code)
 
     def close(self) -> None:
-        for stream in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
+        for stream in self._streams:
+            with contextlib.suppress(OSError):
+                stream.close()

@@ -27,6 +27,9 @@ from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.providers.base import CheckItem
 from rewyn_kernel.runtime.providers.popen import PopenWorker
 
+FAREWELL_SECONDS = 1.0
+"""Without namespaces: how long the supervisor gets to kill what the code started, once its
+channel is closed, before the sandbox's process group is killed."""
 _FILESYSTEM = (
     "the host's, with the rights of the user running the host; cwd, HOME and TMPDIR in the "
     "scratch dir"
@@ -118,8 +121,11 @@ class SubprocessProvider:
             notes.append(f"no namespaces: {ns.detail}")
             if spec.network == "none":
                 notes.append("network='none' is NOT enforced: the code can reach the network")
-            notes.append("a process that calls setsid() can outlive the sandbox")
-            notes.append("the worker's parent is the host process, which the code can signal")
+            notes.append(
+                "the code runs as the host's user in the host's process tree: it can signal the "
+                "sandbox's supervisor and the host process, and if it kills the supervisor, what "
+                "it started (setsid() included) can outlive the sandbox"
+            )
         notes.append("the filesystem is not isolated: use ContainerProvider for untrusted code")
         network: Literal["isolated", "allowed", "not_isolated"] = "allowed"
         if spec.network == "none":
@@ -147,10 +153,13 @@ class SubprocessProvider:
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR=str(tmp), REWYN_SANDBOX=name)
         env.update(spec.env)
-        argv = [*self._namespaces(spec).argv(spec.network), self._python(spec), "-c", BOOTSTRAP]
-        # PopenWorker.kill signals the process group: unshare and the namespace's first
-        # process. When that one dies the kernel kills the rest of the PID namespace.
-        return PopenWorker(argv, env, workdir)
+        prefix = self._namespaces(spec).argv(spec.network)
+        argv = [*prefix, self._python(spec), "-c", BOOTSTRAP]
+        # With namespaces, PopenWorker.kill signals unshare's process group; unshare's death
+        # kills the namespace's first process (the supervisor, which runs no code and so cannot
+        # be talked out of that), and its death the rest of the PID namespace. Without, the
+        # supervisor is asked to end what it started first (it can find it: it is a subreaper).
+        return PopenWorker(argv, env, workdir, farewell=0.0 if prefix else FAREWELL_SECONDS)
 
     def check(self) -> Sequence[CheckItem]:
         ns = probe_namespaces() if self.use_namespaces else None

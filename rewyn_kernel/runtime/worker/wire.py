@@ -1,45 +1,67 @@
-"""The worker's wire: framed messages, the output pump, and the relay of a forked child.
+"""Frames between the host, the supervisor and the code's process.
 
-Part of the worker program (see ``_worker.py``): the host concatenates ``_worker_wire.py``,
-``_worker_frontend.py``, ``_worker_exec.py`` and ``_worker.py`` in that order, drops the
-lines marked ``worker-source: strip`` (imports between the parts, for linters) and sends the
-result into the sandbox. Stdlib only, Python 3.8 or newer.
+Every frame is ``>II`` (header length, payload length), a JSON header, then a raw payload. A
+header is encoded with its kind, ``"t"``, as the first key and without spaces, so the supervisor
+can tell a frame's kind from its first bytes without parsing the rest (which may hold anything
+the code chose to send); the host rejects duplicate keys, so that prefix cannot lie.
 """
+
+from __future__ import annotations
 
 import json
 import os
-import select
-import signal
 import struct
 import threading
+from typing import Any, Dict, Optional, Tuple, Union
 
 HEADER = struct.Struct(">II")
 CHUNK = 65536
-WORKER_FILE = "<rewyn-worker>"
-CO_COROUTINE = 0x80
-TEXT_LIMIT = 1 << 20  # a single repr or docstring the worker bothers to send
-ERROR_TEXT_LIMIT = 65536
-TRACEBACK_LINE_LIMIT = 4096
-TRACEBACK_LINES = 200
-FLUSH_INTERVAL = 0.05
-MAX_JSON_CONTAINERS = 100000  # the host's limit per frame (_protocol.MAX_JSON_CONTAINERS)
+Header = Dict[str, Any]
+Buffer = Union[bytes, bytearray, memoryview]
 
 
-def _read_exact(fd, n):
+def encode_header(header: Header) -> bytes:
+    """Encode ``header`` as ASCII JSON with its ``"t"`` first."""
+    ordered: Header = {"t": header["t"]}
+    ordered.update(header)
+    text = json.dumps(ordered, ensure_ascii=True, separators=(",", ":"), default=repr)
+    return text.encode("ascii")
+
+
+def kind_prefix(kind: str) -> bytes:
+    """The first bytes of every header of this kind, as ``encode_header`` writes them."""
+    return b'{"t":"' + kind.encode("ascii") + b'"'
+
+
+def frame_kind(body: memoryview, kinds: Tuple[str, ...]) -> Optional[str]:
+    """Return which of ``kinds`` a header is (by its prefix), or None.
+
+    It compares in place: no byte of the rest of the header is copied into a Python object.
+    """
+    for kind in kinds:
+        prefix = kind_prefix(kind)
+        end = len(prefix)
+        if body[:end] == prefix and (body[end : end + 1] == b"," or body[end : end + 1] == b"}"):
+            return kind
+    return None
+
+
+def read_exact(fd: int, size: int) -> Optional[bytes]:
+    """Read exactly ``size`` bytes (blocking); None if the stream ends first."""
     parts = []
-    while n > 0:
+    while size > 0:
         try:
-            chunk = os.read(fd, min(n, 1 << 20))
+            chunk = os.read(fd, min(size, 1 << 20))
         except InterruptedError:
             continue
         if not chunk:
             return None
         parts.append(chunk)
-        n -= len(chunk)
+        size -= len(chunk)
     return b"".join(parts)
 
 
-def _write_all(fd, data):
+def write_all(fd: int, data: Buffer) -> None:
     view = memoryview(data)
     while view:
         try:
@@ -49,149 +71,36 @@ def _write_all(fd, data):
         view = view[written:]
 
 
-class Channel:
-    """Framed messages over the two private descriptors."""
+def recv_frame(fd: int) -> Optional[Tuple[Header, bytes]]:
+    """Read one frame from a trusted stream (blocking); None when the stream has ended."""
+    head = read_exact(fd, HEADER.size)
+    if head is None:
+        return None
+    body_len, payload_len = HEADER.unpack(head)
+    body = read_exact(fd, body_len)
+    payload = read_exact(fd, payload_len) if payload_len else b""
+    if body is None or payload is None:
+        return None
+    header = json.loads(body.decode("utf-8"))
+    if not isinstance(header, dict):
+        return None
+    return header, payload
 
-    def __init__(self, rfd, wfd):
-        self.rfd = rfd
-        self.wfd = wfd
+
+class Sender:
+    """Writes whole frames to one descriptor, from any thread of this process."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
         self.lock = threading.Lock()
         self.owner = os.getpid()
 
-    def send(self, header, payload=b"", body=None):
+    def send(self, header: Header, payload: Buffer = b"", body: Optional[bytes] = None) -> None:
         if os.getpid() != self.owner:
-            return  # a forked child of user code never speaks on the channel
+            return  # a fork made by the code never speaks for this process
         if body is None:
-            body = json.dumps(header, ensure_ascii=True, default=repr).encode("ascii")
+            body = encode_header(header)
         with self.lock:
-            _write_all(self.wfd, HEADER.pack(len(body), len(payload)) + body)
+            write_all(self.fd, HEADER.pack(len(body), len(payload)) + body)
             if payload:
-                _write_all(self.wfd, payload)
-
-    def recv(self):
-        head = _read_exact(self.rfd, HEADER.size)
-        if head is None:
-            return None
-        body_len, payload_len = HEADER.unpack(head)
-        body = _read_exact(self.rfd, body_len)
-        payload = _read_exact(self.rfd, payload_len) if payload_len else b""
-        if body is None or payload is None:
-            return None
-        return json.loads(body.decode("utf-8")), payload
-
-
-class Pump(threading.Thread):
-    """Relays the user's fd 1 and fd 2 pipes to the channel as ``out`` frames."""
-
-    def __init__(self, channel, sources):
-        threading.Thread.__init__(self, name="rewyn-pump", daemon=True)
-        self.channel = channel
-        self.sources = dict(sources)  # read fd -> stream name
-        self.wake_r, self.wake_w = os.pipe()
-        for fd in list(self.sources) + [self.wake_r]:
-            os.set_blocking(fd, False)
-        self.synced = threading.Event()
-
-    def sync(self, timeout=10.0):
-        """Return once everything written to fds 1 and 2 so far has been sent."""
-        self.synced.clear()
-        _write_all(self.wake_w, b"s")
-        self.synced.wait(timeout)
-
-    def _read(self, fd):
-        try:
-            data = os.read(fd, CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return False
-        if not data:
-            del self.sources[fd]  # every writer closed: nothing more will come
-            return False
-        self.channel.send({"t": "out", "s": self.sources[fd]}, data)
-        return True
-
-    def run(self):
-        while True:
-            try:
-                ready = select.select(list(self.sources) + [self.wake_r], [], [])[0]
-            except InterruptedError:
-                continue
-            for fd in ready:
-                if fd != self.wake_r and fd in self.sources:
-                    self._read(fd)
-            if self.wake_r in ready:
-                try:
-                    os.read(self.wake_r, 4096)
-                except BlockingIOError:
-                    pass
-                # Drain what is in the pipes now; a child that keeps writing cannot hold us here.
-                for fd in list(self.sources):
-                    for _ in range(64):
-                        if fd not in self.sources or not self._read(fd):
-                            break
-                self.synced.set()
-
-
-RELAYED = ("out", "display", "result", "error", "input_request")
-
-
-class Relay(threading.Thread):
-    """Forwards a forked child's frames to the channel, whole and of allowed kinds only.
-
-    The child runs user code, so its pipe carries whatever that code writes to it. Anything
-    but a well-formed frame of a kind in RELAYED (or the child's one closing ``status``) kills
-    the child's process group and is reported; a frame cut short by the child's death is
-    dropped. The pipe is read to its end either way, so the child never blocks on it.
-    """
-
-    def __init__(self, channel, fd, child, config):
-        threading.Thread.__init__(self, name="rewyn-relay", daemon=True)
-        self.channel = channel
-        self.fd = fd
-        self.child = child
-        self.max_header = config.get("max_header_bytes") or (16 << 20)
-        self.max_payload = config.get("max_payload_bytes") or (1 << 20)
-        self.status = None
-        self.error = None
-
-    def run(self):
-        try:
-            self.relay()
-        except Exception as exc:
-            self.fail("the code's process broke its frame pipe (%s)" % type(exc).__name__)
-        while True:  # drain, so that nothing blocks writing to the pipe
-            try:
-                if not os.read(self.fd, CHUNK):
-                    return
-            except InterruptedError:
-                continue
-            except OSError:
-                return
-
-    def fail(self, message):
-        if self.error is None:
-            self.error = message
-        try:
-            os.killpg(self.child, signal.SIGKILL)
-        except OSError:
-            pass
-
-    def relay(self):
-        while True:
-            head = _read_exact(self.fd, HEADER.size)
-            if head is None:
-                return
-            body_len, payload_len = HEADER.unpack(head)
-            if body_len > self.max_header or payload_len > self.max_payload:
-                return self.fail("the code's process sent an oversized frame")
-            body = _read_exact(self.fd, body_len)
-            payload = _read_exact(self.fd, payload_len) if payload_len else b""
-            if body is None or payload is None:
-                return  # cut short by the child's death: dropped
-            header = json.loads(body.decode("utf-8"))
-            kind = header.get("t") if isinstance(header, dict) else None
-            if kind == "status" and self.status is None:
-                self.status = (int(header["exit_code"]), str(header["status"]))
-            elif kind in RELAYED and (payload_len == 0 or kind == "out"):
-                self.channel.send(header, payload, body=body)
-            else:
-                return self.fail("the code's process sent a frame it may not send (%r)" % kind)
+                write_all(self.fd, payload)

@@ -1,0 +1,258 @@
+"""The code's process: the only process of a sandbox that runs the code it is given.
+
+The supervisor forks it: once for a session (it then keeps the code's variables from one
+execution to the next) or once per execution for a one-shot sandbox. It holds no capability
+(the supervisor dropped them before forking it, or, in a container, it takes a user of its own
+first), never sees the host's channel, and speaks only through four pipes the supervisor made:
+
+- ``ctl`` (supervisor to here): ``exec`` with the code as payload, ``input_reply`` with the
+  answer as payload, ``complete``, ``inspect``;
+- ``frm`` (here to supervisor): ``display``, ``result``, ``error``, ``input_request``,
+  ``complete_reply``, ``inspect_reply``, and ``status`` when an execution ends;
+- fd 1 and fd 2: whatever is printed, by this process or by any program it starts.
+
+The supervisor relays frames of those kinds only, and in a one-shot sandbox it takes the end of
+an execution from how this process exited, so nothing written here can end another execution
+or claim an ending that did not happen.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+import types
+from typing import Any, Dict, Optional, Tuple
+
+from . import system
+from .executor import Gate, Runner, describe_error
+from .frontend import Output, Questions, complete, inspect
+from .wire import CHUNK, Header, Sender, recv_frame
+
+FLUSH_INTERVAL = 0.05
+RESET_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGTSTP", "SIGTTIN")
+
+
+class CodeProcess:
+    """Set up a forked child to run code, then serve executions (session) or one (one-shot)."""
+
+    def __init__(self, config: Dict[str, Any], ctl: int, frm: int, once: bool) -> None:
+        self.config = config
+        self.once = once
+        self.ctl = ctl
+        self.frm = frm
+        self.pid = os.getpid()
+        self.sender = Sender(frm)
+        self.requests: "queue.Queue[Optional[Tuple[Header, bytes]]]" = queue.Queue()
+        self.gate = Gate()
+        self.executing = False
+        self.count = 0
+        self.module = types.ModuleType("__main__")
+        self.namespace = self.module.__dict__
+        self.namespace["__builtins__"] = builtins
+        self.questions = Questions(self.sender, self.finish_output)
+        self.output = Output(
+            self.sender, self.finish_output, int(config.get("max_rich_bytes") or (16 << 20) - 4096)
+        )
+        self.runner = Runner(
+            self.namespace, self.sender, self.output, self.finish_output, self.gate
+        )
+        self.keep: Dict[int, int] = {}
+        self.pipe_inode: Dict[int, int] = {}
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def setup(self, out: int, err: int) -> None:
+        """Called in the fresh child, before any code runs."""
+        users = self.config.get("users")
+        if users:
+            uid, gid = users["code"]
+            if not system.become(int(uid), int(gid)):
+                raise RuntimeError("the code's process could not become %s:%s" % (uid, gid))
+        os.chdir(self.config.get("cwd") or os.getcwd())
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        # Private copies keep the pipes open and put fds 1 and 2 back after the code closes them.
+        self.keep = {1: os.dup(out), 2: os.dup(err)}
+        os.close(out)
+        os.close(err)
+        self.pipe_inode = {fd: os.fstat(fd).st_ino for fd in (1, 2)}
+        for name in RESET_SIGNALS:  # the supervisor ignores these; the code's programs must not
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_DFL)
+        signal.signal(signal.SIGINT, self.on_sigint)
+        # Blocked since the fork (see the supervisor): one sent meanwhile is delivered now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        import faulthandler
+
+        faulthandler.enable(file=self.keep[2])  # a crash of the code is its own stderr
+        os.register_at_fork(after_in_child=self.in_fork)
+        self.set_limits()
+        self.reset_stdio(force=True)
+        sys.modules["__main__"] = self.module
+        builtins.display = self.output.display  # type: ignore[attr-defined]
+        builtins.input = self.questions.input
+        try:
+            import getpass
+
+            getpass.getpass = self.questions.getpass
+        except Exception:
+            pass
+        threading.stack_size(256 * 1024)
+        threading.Thread(target=self.read_control, name="rewyn-control", daemon=True).start()
+        threading.Thread(target=self.flush_loop, name="rewyn-flush", daemon=True).start()
+        threading.stack_size(0)
+
+    def set_limits(self) -> None:
+        import resource
+
+        try:
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        except (OSError, ValueError):
+            pass
+        limit = self.config.get("memory_limit_bytes")
+        if limit:
+            system.one_malloc_arena()  # before any thread starts
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    def in_fork(self) -> None:
+        """A fork made by the code: it must never speak for this process or read its input."""
+        if os.getpid() == self.pid:
+            return
+        for fd in (self.ctl, self.frm):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        if self.gate.in_code:
+            raise KeyboardInterrupt
+        if self.executing or self.once:
+            self.gate.pending = True  # before the code started: it will not start
+
+    def reset_stdio(self, force: bool = False) -> None:
+        self.restore_fds()
+
+        def stream(fd: int, current: Any) -> Any:
+            if not force and current is not None and not getattr(current, "closed", True):
+                return current
+            raw = io.FileIO(fd, "w", closefd=False)
+            buffered = io.BufferedWriter(raw, buffer_size=CHUNK)
+            return io.TextIOWrapper(
+                buffered, encoding="utf-8", errors="backslashreplace", write_through=True
+            )
+
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            value = stream(fd, getattr(sys, name))
+            setattr(sys, name, value)
+            setattr(sys, "__%s__" % name, value)
+        if force or sys.stdin is None or getattr(sys.stdin, "closed", True):
+            sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 (kept open: it is stdin)
+            setattr(sys, "__stdin__", sys.stdin)  # noqa: B010 (a Final name to type checkers)
+
+    def restore_fds(self) -> None:
+        """Put the output pipes back on fds 1 and 2 if the code closed or replaced them."""
+        for fd in (1, 2):
+            try:
+                intact = os.fstat(fd).st_ino == self.pipe_inode[fd]
+            except OSError:
+                intact = False
+            if not intact:
+                os.dup2(self.keep[fd], fd)
+
+    def finish_output(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+
+    def flush_loop(self) -> None:
+        while True:
+            time.sleep(FLUSH_INTERVAL)
+            if self.executing:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.buffer.flush()
+                    except Exception:
+                        pass
+
+    # -- requests --------------------------------------------------------------------------
+
+    def read_control(self) -> None:
+        while True:
+            try:
+                frame = recv_frame(self.ctl)
+            except Exception:
+                frame = None
+            if frame is None:
+                self.questions.close()
+                self.requests.put(None)
+                return
+            header, payload = frame
+            if header.get("t") == "input_reply":
+                self.questions.deliver(header, payload)
+            else:
+                self.requests.put(frame)
+
+    def serve(self, once: bool) -> None:
+        """Answer requests until the control stream ends (or, ``once``, after one execution)."""
+        while True:
+            try:
+                request = self.requests.get()
+                if request is None:
+                    os._exit(0)  # the supervisor is gone
+                header, payload = request
+                kind = header.get("t")
+                if kind == "exec":
+                    self.execute(header, payload.decode("utf-8", "surrogatepass"), once)
+                elif kind == "complete":
+                    self.sender.send(complete(self.namespace, header))
+                elif kind == "inspect":
+                    self.sender.send(inspect(self.namespace, header))
+            except KeyboardInterrupt:
+                continue  # an interrupt that arrived just as the code finished
+
+    def execute(self, header: Header, code: str, once: bool) -> None:
+        self.count = int(header.get("count") or self.count + 1)
+        self.reset_stdio()
+        self.executing = True
+        exit_code, status = self.runner.run(code, self.count)
+        if os.getpid() != self.pid:
+            # A fork() made by the code fell off the end of the cell: keep its output, then leave.
+            self.finish_output()
+            os._exit(exit_code & 0xFF)
+        self.executing = False
+        self.restore_fds()  # output buffered after the code closed fd 1 or 2 still arrives
+        self.finish_output()
+        self.sender.send(
+            {"t": "status", "id": header.get("id"), "exit_code": exit_code, "status": status}
+        )
+        if once:
+            os._exit(exit_code & 0xFF)
+
+
+def run_child(config: Dict[str, Any], pipes: Dict[str, int], once: bool) -> None:
+    """The forked child's whole life: never returns."""
+    try:
+        child = CodeProcess(config, pipes["ctl"], pipes["frm"], once)
+        child.setup(pipes["out"], pipes["err"])
+        if not once:
+            child.sender.send({"t": "status", "id": None, "status": "ready", "pid": os.getpid()})
+        child.serve(once)
+    except BaseException as exc:
+        try:
+            lines = describe_error(exc)[2]
+            os.write(2, ("rewyn: the code's process failed: %s" % "".join(lines)).encode())
+        except BaseException:
+            pass
+    os._exit(70)

@@ -1,0 +1,666 @@
+"""The supervisor: the sandbox's first process, which holds the host's channel and runs no code.
+
+It is the only process of a sandbox that can read or write the channel to the host (the fds the
+bootstrap was started with, moved off 0 and 1). It never runs code it is given: it forks a code
+process for that (``child.py``): one per session, or one per execution of a one-shot sandbox, and
+relays what that process sends, frame by frame, to the host. It cannot be reached from the code:
+
+- it is not dumpable, and it drops every capability before it forks anything, so the code's
+  process holds none (not even as uid 0 of a user namespace) and cannot ptrace it, read its
+  memory or open its descriptors through ``/proc``;
+- it ignores every signal it can, and as the first process of a PID namespace the kernel drops
+  the rest when they come from inside;
+- it relays only the frame kinds a code process may send (``CHILD_KINDS``, never ``done``,
+  ``ready`` or ``out``), and in a one-shot sandbox it decides how an execution ended from how
+  the code's process exited, then kills whatever that execution left running.
+
+Nothing of one execution's code, input or output becomes a Python object here: those bytes pass
+through one fixed buffer and one private mapping, cleared after use, so a later execution (a
+fork of this process) finds none of them in its own memory.
+
+When the host's channel ends (the host closed the sandbox, or died), the supervisor kills every
+process of the sandbox and exits; as a PID namespace's first process, its exit alone ends them.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import mmap
+import os
+import selectors
+import signal
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import system
+from .child import run_child
+from .wire import CHUNK, HEADER, Header, encode_header, frame_kind, read_exact, write_all
+
+CHILD_KINDS = (
+    "display",
+    "result",
+    "error",
+    "input_request",
+    "complete_reply",
+    "inspect_reply",
+    "status",
+)
+"""What a code process may send; everything else (``done``, ``ready``, ``out``, garbage) ends it."""
+MAX_CHILD_HEADER = 16 << 20
+MAX_STATUS_BYTES = 1024
+MAX_HOST_HEADER = 1 << 20
+IGNORED_SIGNALS = (
+    "SIGTERM",
+    "SIGHUP",
+    "SIGQUIT",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+)
+STATUSES = ("ok", "error", "exit", "interrupted")
+CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
+ZEROS = bytes(CHUNK)
+
+
+class Child:
+    """One code process, seen from the supervisor: its pid and its four pipes."""
+
+    def __init__(self, pid: int, ctl: int, frm: int, out: int, err: int) -> None:
+        self.pid = pid
+        self.ctl = ctl
+        self.frm = frm
+        self.out = out
+        self.err = err
+        self.wait_status: Optional[int] = None
+        self.status: Optional[Tuple[int, str]] = None
+        self.violation: Optional[str] = None
+        self.ready = False
+        # The frame being read from ``frm``: bytes so far, and how many it needs.
+        self.head = b""
+        self.body_len = -1
+        self.got = 0
+
+    @property
+    def exited(self) -> bool:
+        return self.wait_status is not None
+
+
+class Supervisor:
+    def __init__(self, config: Dict[str, Any]) -> None:
+        self.config = config
+        self.once = bool(config.get("fork_per_exec"))
+        self.first = os.getpid() == 1
+        self.count = 0
+        self.child: Optional[Child] = None
+        self.spare: Optional[Child] = None  # one-shot: the next execution's process, set up
+        self.exec_id: Optional[str] = None
+        self.aborted = False
+        self.oom_before: Optional[int] = None
+        self.selector = selectors.DefaultSelector()
+        self.buffer = bytearray(CHUNK)
+        self.staging = mmap.mmap(-1, MAX_CHILD_HEADER, flags=mmap.MAP_PRIVATE)
+        self.staged = 0  # bytes of ``staging`` that may hold data
+        self.notes: List[str] = []
+
+    # -- set-up ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.host_in = os.dup(0)  # os.dup makes non-inheritable descriptors
+        self.host_out = os.dup(1)
+        self.diag = os.dup(2)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)  # nothing printed by accident can reach the channel
+        os.close(null)
+        faulthandler.enable(file=self.diag)
+        self.take_user()
+        if not system.set_dumpable(False):
+            self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
+        system.set_no_new_privs()
+        for name in IGNORED_SIGNALS:
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        # SIGINT stays at its default but blocked: a code process forked from here starts with
+        # it blocked, so an interrupt sent before it installed its handler waits, not vanishes.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        if not self.first:
+            system.set_subreaper()  # so that what the code leaves running stays findable
+        try:  # (the code's process changes there itself: this user may not enter it)
+            os.chdir(self.config.get("cwd") or os.getcwd())
+        except OSError:
+            pass
+        self.selector.register(self.host_in, selectors.EVENT_READ, self.on_host)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
+        for module in ("resource", "getpass", "faulthandler"):
+            __import__(module)  # once here, not in every code process
+        shell = "stdlib"
+        if self.once:
+            self.spare = self.spawn()
+        else:
+            self.child = self.spawn()
+            while not self.child.ready:
+                self.step()
+                if self.child.exited:
+                    write_all(self.diag, b"rewyn: the code's process failed to start\n")
+                    os._exit(70)
+        self.send_host(
+            {
+                "t": "ready",
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "implementation": sys.implementation.name,
+                "executable": sys.executable,
+                "platform": sys.platform,
+                "shell": shell,
+                "notes": self.notes,
+            }
+        )
+
+    def take_user(self) -> None:
+        """Give the supervisor a user of its own, or drop every capability it holds.
+
+        With ``users`` in the config (containers, started as root with only CAP_SETUID,
+        CAP_SETGID and CAP_KILL), the supervisor becomes the ``supervisor`` user and keeps just
+        those three, to make each code process the ``code`` user and to signal it. The code then
+        cannot signal the supervisor or open anything under its ``/proc`` entry, even where the
+        kernel ignores non-dumpable processes there (gVisor). Without, the supervisor needs no
+        capability: it drops them all, and every process forked from it inherits none.
+        """
+        users = self.config.get("users")
+        if users:
+            uid, gid = users["supervisor"]
+            if system.become(int(uid), int(gid), keep=(CAP_KILL, CAP_SETGID, CAP_SETUID)):
+                return
+            self.config["users"] = None
+            self.notes.append("the supervisor could not take a user of its own")
+        if not system.drop_capabilities():
+            self.notes.append("capabilities could not be dropped (no ctypes here)")
+
+    def run(self) -> None:
+        self.start()
+        while True:
+            self.step()
+
+    def step(self) -> None:
+        for key, _ in self.selector.select():
+            key.data(key.fd)
+
+    # -- the code's process ----------------------------------------------------------------
+
+    def spawn(self) -> Child:
+        ctl_r, ctl_w = os.pipe()
+        frm_r, frm_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the code's process
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            self.selector.close()
+            self.staging.close()
+            for fd in (self.host_in, self.host_out, self.wake_r, self.wake_w, ctl_w, frm_r):
+                os.close(fd)
+            for fd in (out_r, err_r):
+                os.close(fd)
+            os.close(self.diag)
+            if not self.first:
+                system.set_death_signal(signal.SIGKILL)
+            run_child(
+                self.config, {"ctl": ctl_r, "frm": frm_w, "out": out_w, "err": err_w}, self.once
+            )
+            os._exit(70)  # (run_child never returns)
+        for fd in (ctl_r, frm_w, out_w, err_w):
+            os.close(fd)
+        child = Child(pid, ctl_w, frm_r, out_r, err_r)
+        for fd, handler in (
+            (frm_r, self.on_frames),
+            (out_r, self.on_output),
+            (err_r, self.on_output),
+        ):
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ, handler)
+        return child
+
+    def on_wake(self, fd: int) -> None:
+        try:
+            os.read(fd, 4096)
+        except OSError:
+            pass
+        self.reap()
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.child
+            if child is not None and pid == child.pid:
+                child.wait_status = status
+                self.on_child_exit(child)
+            elif self.spare is not None and pid == self.spare.pid:
+                spare, self.spare = self.spare, None  # it failed to set up: the next one forks
+                self.forget_spare(spare)
+
+    def on_child_exit(self, child: Child) -> None:
+        if self.once:
+            self.kill_leftovers()
+            self.drain(child, to_end=True)
+            self.finish_exec(child)
+            return
+        # A session's code process died: its state is gone, so is this sandbox.
+        self.drain(child, to_end=False)
+        if self.exec_id is not None:
+            self.finish_exec(child)
+        self.shutdown()
+
+    def finish_exec(self, child: Child) -> None:
+        """Send ``done`` for the running execution, from how ``child`` ended; forget it."""
+        done: Header = {"t": "done", "id": self.exec_id}
+        status = child.wait_status
+        if child.violation is not None:
+            done.update(exit_code=128 + signal.SIGKILL, status="protocol_error")
+            done["detail"] = child.violation
+        elif self.aborted:
+            done.update(exit_code=128 + signal.SIGKILL, status="aborted")
+        elif status is not None and os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            done.update(exit_code=128 + sig, status="crashed", signal=sig)
+        else:
+            real = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else 1
+            claimed = child.status
+            if status is None and claimed is not None:
+                done.update(exit_code=claimed[0], status=claimed[1])  # a session's execution
+            elif claimed is not None and claimed[0] & 0xFF == real:
+                done.update(exit_code=claimed[0], status=claimed[1])
+            else:
+                done.update(exit_code=real, status="crashed")
+        if status is not None and not self.once:
+            done["lost"] = True
+        after = oom_kills(self.config)
+        if self.oom_before is not None and after is not None and after > self.oom_before:
+            done["oom"] = True
+        self.send_host(done)
+        self.exec_id = None
+        self.aborted = False
+        child.status = None
+        if self.once:
+            self.forget(child)
+
+    def forget(self, child: Child) -> None:
+        for fd in (child.frm, child.out, child.err):
+            try:
+                self.selector.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            os.close(fd)
+        try:
+            os.close(child.ctl)
+        except OSError:
+            pass
+        self.child = None
+        self.clear()
+        # The next execution's process, forked now that nothing of this one is left, does
+        # its set-up while the host reads the result.
+        self.spare = self.spawn()
+
+    def forget_spare(self, spare: Child) -> None:
+        for fd in (spare.frm, spare.out, spare.err, spare.ctl):
+            self.unregister(fd)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def kill_leftovers(self) -> None:
+        """Kill every process but this one, and reap them (a one-shot execution is over)."""
+        if self.first:
+            # The first process of a PID namespace: -1 reaches every other process in it, and
+            # only those. (Anywhere else -1 would mean every process of this user: never.)
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            while True:
+                try:
+                    os.waitpid(-1, 0)
+                except ChildProcessError:
+                    return
+                except InterruptedError:
+                    continue
+        for _ in range(100):
+            found = descendants(os.getpid())
+            if not found:
+                return
+            for pid in found:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            self.reap_orphans()
+
+    @staticmethod
+    def reap_orphans() -> None:
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    return
+            except ChildProcessError:
+                return
+
+    def shutdown(self) -> None:
+        """Kill everything this sandbox runs, and exit."""
+        if not self.first:
+            self.kill_leftovers()
+        os._exit(0)  # (as a PID namespace's first process, this exit kills the rest)
+
+    # -- the host's frames -----------------------------------------------------------------
+
+    def on_host(self, fd: int) -> None:
+        head = read_exact(fd, HEADER.size)
+        if head is None:
+            self.shutdown()  # the host closed the channel, or is gone
+        assert head is not None
+        body_len, payload_len = HEADER.unpack(head)
+        body = read_exact(fd, body_len) if body_len <= MAX_HOST_HEADER else None
+        if body is None:
+            self.shutdown()
+        assert body is not None
+        header = json.loads(body.decode("ascii"))
+        kind = header.get("t")
+        child = self.child
+        if kind == "exec":
+            self.start_exec(header, payload_len)
+        elif kind == "input_reply" and child is not None and header.get("exec") == self.exec_id:
+            self.to_child(child, {"t": "input_reply", **header}, payload_len)
+        elif kind == "interrupt":
+            if child is not None and self.exec_id is not None and header.get("id") == self.exec_id:
+                self.signal_child(child, signal.SIGINT)
+        elif kind == "abort":
+            if child is not None and self.exec_id is not None and header.get("id") == self.exec_id:
+                self.aborted = True
+                self.signal_child(child, signal.SIGKILL)
+        elif kind in ("complete", "inspect"):
+            if child is not None and self.exec_id is None and not self.once:
+                self.to_child(child, header, payload_len)
+            else:
+                self.skip(payload_len)
+                self.send_host(empty_reply(header))
+        elif kind == "shutdown":
+            self.shutdown()
+        else:
+            self.skip(payload_len)
+
+    def start_exec(self, header: Header, payload_len: int) -> None:
+        if self.exec_id is not None:
+            self.skip(payload_len)  # the host never sends two at once: refuse the second
+            self.send_host(
+                {"t": "done", "id": header.get("id"), "exit_code": 1, "status": "protocol_error"}
+            )
+            return
+        self.count += 1
+        self.exec_id = str(header.get("id"))
+        self.oom_before = oom_kills(self.config)
+        child = self.child or self.spare or self.spawn()
+        self.child, self.spare = child, None
+        self.to_child(child, {"t": "exec", "id": self.exec_id, "count": self.count}, payload_len)
+
+    def to_child(self, child: Child, header: Header, payload_len: int) -> None:
+        """Send a frame to the code's process, its payload streamed from the host's channel."""
+        body = encode_header(header)
+        try:
+            write_all(child.ctl, HEADER.pack(len(body), payload_len) + body)
+        except OSError:
+            self.skip(payload_len)  # it died: what it would have read is read and dropped
+            return
+        self.pass_through(self.host_in, child.ctl, payload_len)
+
+    def skip(self, size: int) -> None:
+        self.pass_through(self.host_in, None, size)
+
+    def pass_through(self, source: int, target: Optional[int], size: int) -> None:
+        view = memoryview(self.buffer)
+        try:
+            while size > 0:
+                got = os.readv(source, [view[: min(size, CHUNK)]])
+                if got == 0:
+                    self.shutdown()
+                size -= got
+                if target is not None:
+                    try:
+                        write_all(target, view[:got])
+                    except OSError:
+                        target = None  # the code's process died while reading
+        finally:
+            view.release()
+            self.buffer[:] = ZEROS
+
+    def signal_child(self, child: Child, signum: int) -> None:
+        try:
+            os.kill(child.pid, signum)
+        except OSError:
+            pass
+
+    def send_host(self, header: Header) -> None:
+        body = encode_header(header)
+        write_all(self.host_out, HEADER.pack(len(body), 0) + body)
+
+    # -- what the code's process sends -----------------------------------------------------
+
+    def owner(self, fd: int) -> Optional[Child]:
+        for child in (self.child, self.spare):
+            if child is not None and fd in (child.frm, child.out, child.err):
+                return child
+        return None
+
+    def on_output(self, fd: int) -> None:
+        child = self.owner(fd)
+        if child is None:
+            self.unregister(fd)
+            return
+        self.relay_output(child, fd)
+
+    def relay_output(self, child: Child, fd: int) -> bool:
+        """Relay one read of the code's stdout or stderr; False when nothing was there."""
+        view = memoryview(self.buffer)
+        try:
+            try:
+                got = os.readv(fd, [view])
+            except (BlockingIOError, InterruptedError):
+                return False
+            if got == 0:
+                self.unregister(fd)
+                return False
+            stream = "stdout" if fd == child.out else "stderr"
+            body = encode_header({"t": "out", "s": stream})
+            write_all(self.host_out, HEADER.pack(len(body), got) + body)
+            write_all(self.host_out, view[:got])
+            return True
+        finally:
+            view.release()
+            self.buffer[:] = ZEROS
+
+    def drain(self, child: Child, to_end: bool) -> None:
+        """Relay what the code's process has written so far (``to_end``: everything, as every
+        writer is dead), frames after output: what it printed before a frame stays before it."""
+        for fd in (child.out, child.err):
+            for _ in range(1 << 20 if to_end else 16):
+                if not self.registered(fd) or not self.relay_output(child, fd):
+                    break
+        while to_end and self.registered(child.frm) and self.read_frames(child):
+            pass
+
+    def on_frames(self, fd: int) -> None:
+        child = self.owner(fd)
+        if child is None:
+            self.unregister(fd)
+            return
+        self.read_frames(child)
+
+    def read_frames(self, child: Child) -> bool:
+        """Read once from the code's frame stream; False when nothing was there (or it ended)."""
+        fd = child.frm
+        try:
+            if child.body_len < 0:
+                data = os.read(fd, HEADER.size - len(child.head))
+                if not data:
+                    self.unregister(fd)
+                    if child.head:
+                        self.violate(child, "its frame stream ended in the middle of a frame")
+                    return False
+                child.head += data
+                if len(child.head) < HEADER.size:
+                    return True
+                body_len, payload_len = HEADER.unpack(child.head)
+                if payload_len or body_len > MAX_CHILD_HEADER or body_len == 0:
+                    self.violate(
+                        child, "it sent a frame of %d + %d bytes" % (body_len, payload_len)
+                    )
+                    return False
+                child.body_len, child.got = body_len, 0
+                self.staged = max(self.staged, body_len)
+            view = memoryview(self.staging)
+            try:
+                got = os.readv(fd, [view[child.got : child.body_len]])
+            finally:
+                view.release()
+            if got == 0:
+                self.unregister(fd)
+                self.violate(child, "its frame stream ended in the middle of a frame")
+                return False
+            child.got += got
+            if child.got == child.body_len:
+                self.frame_done(child)
+            return True
+        except (BlockingIOError, InterruptedError):
+            return False
+
+    def frame_done(self, child: Child) -> None:
+        size = child.body_len
+        child.head, child.body_len = b"", -1
+        body = memoryview(self.staging)[:size]
+        try:
+            kind = frame_kind(body, CHILD_KINDS)
+            if kind is None:
+                self.violate(child, "it sent a frame it may not send")
+            elif kind == "status":
+                self.on_status(child, bytes(body) if size <= MAX_STATUS_BYTES else b"")
+            else:
+                self.drain(child, to_end=False)
+                write_all(self.host_out, HEADER.pack(size, 0))
+                write_all(self.host_out, body)
+        finally:
+            body.release()
+            self.clear()
+
+    def on_status(self, child: Child, body: bytes) -> None:
+        try:
+            status = json.loads(body.decode("ascii"))
+            exit_code, name = int(status.get("exit_code", 0)), str(status.get("status"))
+        except Exception:
+            self.violate(child, "it sent a malformed status frame")
+            return
+        if name == "ready" and not child.ready:
+            child.ready = True
+            return
+        if name not in STATUSES or not -(2**31) <= exit_code < 2**31:
+            self.violate(child, "it sent a malformed status frame")
+            return
+        if self.exec_id is None or status.get("id") != self.exec_id:
+            return  # nothing it can end: no execution, or another one
+        child.status = (exit_code, name)
+        if not self.once:  # a session's process lives on: the execution ends now
+            self.drain(child, to_end=False)
+            self.finish_exec(child)
+
+    def violate(self, child: Child, what: str) -> None:
+        """The code's process broke the protocol: it is killed, and the execution says why."""
+        if child.violation is None:
+            child.violation = "the code's process broke the frame protocol: " + what
+        self.signal_child(child, signal.SIGKILL)
+
+    def clear(self) -> None:
+        """Wipe what passed through the staging mapping (its pages come back as zeros)."""
+        if self.staged > CHUNK:
+            self.staging.madvise(mmap.MADV_DONTNEED)
+        elif self.staged:
+            self.staging[: self.staged] = ZEROS[: self.staged]
+        self.staged = 0
+
+    def registered(self, fd: int) -> bool:
+        try:
+            self.selector.get_key(fd)
+            return True
+        except (KeyError, ValueError):
+            return False
+
+    def unregister(self, fd: int) -> None:
+        if self.registered(fd):
+            self.selector.unregister(fd)
+
+
+def empty_reply(header: Header) -> Header:
+    if header.get("t") == "complete":
+        pos = int(header.get("cursor_pos") or 0)
+        return {
+            "t": "complete_reply",
+            "id": header.get("id"),
+            "matches": [],
+            "cursor_start": pos,
+            "cursor_end": pos,
+        }
+    return {"t": "inspect_reply", "id": header.get("id"), "found": False, "data": {}}
+
+
+def oom_kills(config: Dict[str, Any]) -> Optional[int]:
+    """The memory cgroup's OOM-kill count (containers), or None where it is not ours."""
+    if not config.get("oom_counter"):
+        return None
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as handle:
+                for line in handle:
+                    parts = line.split()
+                    if len(parts) == 2 and parts[0] == "oom_kill":
+                        return int(parts[1])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def descendants(root: int) -> List[int]:
+    """Every process whose chain of parents leads to ``root`` (read from /proc)."""
+    parents: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+    found: List[int] = []
+    todo = list(parents.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(parents.get(pid, []))
+    return found
