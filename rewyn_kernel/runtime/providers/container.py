@@ -14,6 +14,7 @@ values reach ``<cli> run -e NAME`` through the CLI's own environment.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -43,6 +45,9 @@ DEFAULT_IMAGE = "python:3.13-slim"
 LABEL = "io.rewyn-kernel.sandbox"
 """Every container carries this label (value: its name), so it can always be found and removed."""
 HOST_PID_LABEL = "io.rewyn-kernel.host-pid"
+BOOT_LABEL = "io.rewyn-kernel.boot"
+"""This machine's boot id: a host pid only means something on the boot that started it."""
+CLI_WAIT_SECONDS = 15.0
 SCRATCH = "/scratch"
 NOBODY = "65534:65534"
 SUPERVISOR_IDS = ((65533, 65533), (65532, 65532))
@@ -72,16 +77,22 @@ class ContainerWorker(PopenWorker):
         self._killed = False
 
     def kill(self) -> None:
-        """Remove the container (killing it at once), then end the CLI process.
+        """Remove the container, then see the CLI end; nothing of this name is left after.
 
-        A container still being created when the first ``rm`` runs appears a moment later, so
-        the label is checked again until nothing of this name is left (for a few seconds).
+        The CLI is not killed first: killed while the engine creates the container, it would
+        leave it behind in "Created" state (the engine finishes the creation, and nobody starts
+        or removes it). So the container is removed, again and again until the CLI has exited
+        (it does once its container is gone); only a CLI that hangs past CLI_WAIT_SECONDS is
+        killed. Then the name is removed until it is no longer listed.
         """
         self._killed = self._killed or self.poll() is None
-        self._remove()
+        deadline = time.monotonic() + CLI_WAIT_SECONDS
+        while self.poll() is None and time.monotonic() < deadline:
+            self._remove()
+            self.wait(0.2)
         if self.poll() is None:
             self.signal_group(signal.SIGKILL)
-        self.wait(10)
+            self.wait(10)
         deadline = time.monotonic() + 5
         while self._listed() and time.monotonic() < deadline:
             self._remove()
@@ -233,7 +244,9 @@ class ContainerProvider:
         # container come from it by name, so they never appear in argv.
         cli_env = {**os.environ, **inside}
         argv = [*self._cli(), "run", "-i", "--rm", "--name", name]
+        self._sweep_once()
         argv += ["--label", f"{LABEL}={name}", "--label", f"{HOST_PID_LABEL}={os.getpid()}"]
+        argv += ["--label", f"{BOOT_LABEL}={_boot_id()}"]
         if self.oci_runtime and Path(self.runtime).name not in DAEMONLESS:
             argv += ["--runtime", self.oci_runtime]
         argv += ["--pull", self.pull]
@@ -296,7 +309,14 @@ class ContainerProvider:
         return [line for line in done.stdout.split() if line]
 
     def sweep(self) -> list[str]:
-        """Remove rewyn containers whose host process is gone; return their names."""
+        """Remove rewyn containers whose host process is gone; return their names.
+
+        Only containers started on this boot of this machine are judged (a pid means nothing
+        elsewhere; one with no boot label, from an older version, counts as this boot's), and
+        a pid that is alive keeps its containers. Every provider sweeps once per
+        process when it first launches (in the background), so a host that died (SIGKILL, a
+        crash) leaves nothing behind for longer than its next start.
+        """
         done = subprocess.run(
             [
                 *self._cli(),
@@ -305,7 +325,7 @@ class ContainerProvider:
                 "--filter",
                 f"label={LABEL}",
                 "--format",
-                '{{.Names}} {{.Label "' + HOST_PID_LABEL + '"}}',
+                '{{.Names}} {{.Label "' + HOST_PID_LABEL + '"}} {{.Label "' + BOOT_LABEL + '"}}',
             ],
             capture_output=True,
             text=True,
@@ -314,14 +334,34 @@ class ContainerProvider:
         )
         stale = []
         for line in done.stdout.splitlines():
-            name, _, pid = line.partition(" ")
-            if not pid.strip().isdigit() or not Path(f"/proc/{pid.strip()}").exists():
+            name, pid, boot = [*line.replace("<no value>", "").split(), "", ""][:3]
+            if boot not in ("", _boot_id()):
+                continue  # another boot, or another machine on the same engine: not ours
+            if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
                 stale.append(name)
         if stale:
+            grace = ["-t", "0"] if Path(self.runtime).name in DAEMONLESS else []
             subprocess.run(
-                [*self._cli(), "rm", "-f", *stale], capture_output=True, timeout=60, check=False
+                [*self._cli(), "rm", "-f", *grace, *stale],
+                capture_output=True,
+                timeout=60,
+                check=False,
             )
         return stale
+
+    def _sweep_once(self) -> None:
+        """Start this process's one sweep for this engine (see ``sweep``), in the background."""
+        key = (*self._cli(), os.environ.get("DOCKER_HOST", ""))
+        with _SWEEP_LOCK:
+            if key in _SWEPT:
+                return
+            _SWEPT.add(key)
+
+        def sweep() -> None:
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                self.sweep()
+
+        threading.Thread(target=sweep, daemon=True, name="rewyn-sweep").start()
 
     def check(self) -> Sequence[CheckItem]:
         """Say precisely what is missing: the CLI, the daemon, the image, the OCI runtime."""
@@ -388,6 +428,18 @@ class ContainerProvider:
     def __repr__(self) -> str:
         extra = f", oci_runtime={self.oci_runtime!r}" if self.oci_runtime else ""
         return f"ContainerProvider(image={self.image!r}, runtime={self.runtime!r}{extra})"
+
+
+_SWEPT: set[tuple[str, ...]] = set()
+_SWEEP_LOCK = threading.Lock()
+
+
+@functools.cache
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
 
 
 def _nproc_ceiling() -> int:
