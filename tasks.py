@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -68,6 +69,53 @@ def ensure_venv() -> None:
     run(*pip, "install", "--upgrade", "pip")
     run(*pip, "install", "-e", ".[dev]")
     STAMP.write_text(wanted)
+
+
+WORKER_MYPY = "mypy==1.14.1"
+"""The last mypy that checks code for Python 3.8, which the in-sandbox worker must run on (the
+project's own mypy checks 3.10 and newer). Installed on its own, beside .venv."""
+WORKER_MYPY_DIR = VENV / "worker-mypy"
+
+
+def check_worker() -> None:
+    """Type-check the worker as the package it becomes in a sandbox, for Python 3.8."""
+    stamp = WORKER_MYPY_DIR / ".rewyn-installed"
+    if not stamp.exists() or stamp.read_text() != WORKER_MYPY:
+        shutil.rmtree(WORKER_MYPY_DIR, ignore_errors=True)
+        run(
+            BIN / "python",
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--target",
+            WORKER_MYPY_DIR,
+            WORKER_MYPY,
+        )
+        stamp.write_text(WORKER_MYPY)
+    with tempfile.TemporaryDirectory(prefix="rewyn-worker-mypy-") as folder:
+        package = Path(folder) / "rewyn_worker"
+        shutil.copytree(
+            ROOT / "rewyn_kernel" / "runtime" / "worker",
+            package,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        config = Path(folder) / "mypy.ini"
+        config.write_text("[mypy]\nstrict = True\nwarn_unreachable = True\npython_version = 3.8\n")
+        env = {**os.environ, "PYTHONPATH": str(WORKER_MYPY_DIR)}
+        run(
+            BIN / "python",
+            "-m",
+            "mypy",
+            "--no-incremental",
+            "--config-file",
+            config,
+            "-p",
+            "rewyn_worker",
+            cwd=Path(folder),
+            env=env,
+        )
 
 
 def ensure_node_modules() -> bool:
@@ -131,6 +179,7 @@ def main(argv: list[str]) -> int:
             run(BIN / "ruff", "format", "--check", ".")
             run(BIN / "ruff", "check", ".")
             run(BIN / "mypy")
+            check_worker()
             run(BIN / "python", "-m", "pytest", *argv[1:])
     except subprocess.CalledProcessError as exc:
         return exc.returncode or 1
