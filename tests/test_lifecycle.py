@@ -1,0 +1,410 @@
+"""One owner for each worker's life: nothing touches a worker after it is closed, nothing a
+sandbox starts outlives it, and the host buffers no more than it says."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rewyn_kernel.runtime import create
+from rewyn_kernel.runtime.container import ContainerProvider
+from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.providers.scripted import ScriptedProvider, ScriptedWorker
+from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
+
+from .conftest import leftover_containers
+
+
+@pytest.mark.providers("subprocess")
+def test_a_late_answer_never_reaches_the_next_sandbox(provider: SandboxProvider) -> None:
+    """The answer to A's question comes after A is closed; B's input() must not receive it."""
+    a = create(provider=provider, timeout=20)
+    session_a = a.session()
+
+    def slow_a(prompt: str, password: bool) -> str:
+        session_a.interrupt()
+        time.sleep(1.0)  # the person answers after the code was interrupted and A closed
+        return "A-password"
+
+    interrupted = session_a.execute(
+        "import getpass; getpass.getpass('A password: ')", on_input=slow_a
+    )
+    assert interrupted.ending == "interrupted"
+    a.close()
+    b = create(provider=provider, timeout=10)
+    try:
+        session_b = b.session()
+
+        def slow_b(prompt: str, password: bool) -> str:
+            time.sleep(2.0)  # A's answer is written meanwhile
+            return "B"
+
+        result = session_b.execute("print('B got:', input('B? '))", on_input=slow_b)
+        assert result.stdout == "B got: B\n"
+    finally:
+        b.close()
+
+
+def test_an_answer_after_close_is_written_nowhere() -> None:
+    """Scripted: the question is open when the sandbox closes; the answer comes after."""
+    asked = threading.Event()
+    release = threading.Event()
+
+    def script(worker: ScriptedWorker) -> None:
+        worker.ready()
+        worker.expect("exec")
+        worker.send({"t": "input_request", "prompt": "? ", "password": False, "id": 1})
+        asked.set()
+        worker.expect("never")  # until the host kills it
+
+    provider = ScriptedProvider(script)
+    box = provider.create()
+    session = box.session()
+    results = []
+
+    def answer(prompt: str, password: bool) -> str:
+        release.wait(10)
+        return "too late"
+
+    runner = threading.Thread(
+        target=lambda: results.append(session.execute("input()", on_input=answer))
+    )
+    runner.start()
+    assert asked.wait(10)
+    box.close()
+    runner.join(10)
+    assert results[0].ending == "crashed"
+    assert "closed" in results[0].message
+    # Pipes made now take the numbers the closed sandbox's descriptors had.
+    spares = [os.pipe() for _ in range(4)]
+    try:
+        release.set()
+        time.sleep(0.2)  # (the answering thread has nothing to wait for: it is released)
+        for read_end, _ in spares:
+            os.set_blocking(read_end, False)
+            with pytest.raises(BlockingIOError):
+                os.read(read_end, 1)
+    finally:
+        for read_end, write_end in spares:
+            os.close(read_end)
+            os.close(write_end)
+    process = provider.processes[0]
+    assert [frame["t"] for frame in process.received] == ["exec"]
+
+
+def test_a_done_racing_the_timeout_ends_in_one_timeout_and_one_event(
+    events: list[SandboxEvent],
+) -> None:
+    """Scripted: the worker reports the code done just as the host's interrupt arrives."""
+
+    def script(worker: ScriptedWorker) -> None:
+        worker.ready()
+        while True:
+            header, _ = worker.expect("exec")
+            worker.expect("interrupt")
+            worker.done(header["id"], status="ok")
+
+    box = ScriptedProvider(script).create(listeners=())
+    with box.session() as session:
+        result = session.execute("spin()", timeout=0.3)
+        assert (result.ending, result.exit_code) == ("timeout", 124)
+        assert result.sandbox_restarted  # a session's state is not trusted past its deadline
+    box.close()
+    assert [event.ending for event in events] == ["timeout"]
+
+
+def test_a_worker_dying_in_mid_frame_is_a_crash_with_its_exit_code() -> None:
+    def script(worker: ScriptedWorker) -> None:
+        worker.ready()
+        worker.expect("exec")
+        worker.write(b'\x00\x00\x00\x40\x00\x00\x00\x00{"t": "disp')  # half a frame
+        worker.exit(5)
+
+    with ScriptedProvider(script).create() as box:
+        result = box.execute("x")
+    assert (result.ending, result.exit_code) == ("crashed", 5), result
+
+
+def test_a_worker_that_never_reads_its_program_fails_to_start_in_time() -> None:
+    started = time.monotonic()
+    provider = ScriptedProvider(lambda worker: None, read_program=False)
+    with create(provider=provider, startup_timeout=1.0) as box:
+        result = box.execute("x")
+    assert result.ending == "start_failed"
+    assert "did not take its program: it did not read it in time" in result.message
+    assert time.monotonic() - started < 10
+
+
+def test_garbage_between_executions_is_dropped_unparsed() -> None:
+    def script(worker: ScriptedWorker) -> None:
+        worker.ready()
+        while True:
+            header, _ = worker.expect("exec")
+            worker.done(header["id"])
+            # After the end: not JSON, and not even a frame the host would accept.
+            worker.write(b"\x00\x00\x00\x05\x00\x00\x00\x00junk!")
+
+    with ScriptedProvider(script).create() as box, box.session() as session:
+        assert session.execute("a").ok
+        time.sleep(0.2)  # (the junk is on its way; nothing waits for it)
+        second = session.execute("b")
+        assert second.ok, second
+        assert "1 frames of output written between executions were dropped" in second.stderr
+
+
+def test_an_answer_given_at_once_is_not_taken_for_a_stale_one() -> None:
+    """The worker registers a question before it asks it (unit test of the worker part)."""
+    from rewyn_kernel.runtime.worker.frontend import Questions
+
+    class AnswersAtOnce:
+        def send(self, header: dict[str, object], payload: bytes = b"") -> None:
+            questions.deliver({"t": "input_reply", "id": header["id"]}, b"quick")
+
+    questions = Questions(AnswersAtOnce(), lambda: None)  # type: ignore[arg-type]
+    result: list[str] = []
+    asker = threading.Thread(target=lambda: result.append(questions.input("? ")), daemon=True)
+    asker.start()
+    asker.join(5)
+    assert result == ["quick"]
+
+
+def test_a_failure_puts_the_traceback_in_stderr(make_box: Callable[..., Sandbox]) -> None:
+    result = make_box().execute("def f():\n    1/0\nf()")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Traceback (most recent call last):\n")
+    assert result.stderr.endswith("ZeroDivisionError: division by zero\n")
+    assert 'File "<cell-1>", line 3' in result.stderr
+    assert result.error is not None
+    assert result.stderr.endswith("".join(result.error.traceback))
+    assert result.stderr_bytes == 0  # what the code itself wrote
+
+
+@pytest.mark.providers("subprocess", "docker")
+def test_a_flood_of_frames_between_executions_does_not_grow_the_host(
+    make_box: Callable[..., Sandbox], tmp_path: Path
+) -> None:
+    """16 MiB displays sent by a background thread after its cell ended, while the host is
+    idle, are read and dropped unparsed (before, the host kept up to 64 of them, parsed)."""
+
+    def rss() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    workdir = tmp_path / "scratch"
+    workdir.mkdir()
+    workdir.chmod(0o777)
+    box = make_box(timeout=60, workdir=workdir)
+    inside = box.provider.worker_config(box.spec, box.workdir)["cwd"]
+    flood = textwrap.dedent(
+        f"""
+        import threading, time
+        def flood():
+            time.sleep(0.3)
+            for i in range(16):
+                display({{'text/plain': 'x' * (16 * 1024 * 1024 - 16384)}}, raw=True)
+            open({inside + "/flooded"!r}, "w").close()
+        threading.Thread(target=flood).start()
+        """
+    )
+    with box.session() as session:
+        session.execute("pass")
+        before = peak = rss()
+        assert session.execute(flood).ok
+        deadline = time.monotonic() + 60
+        while not (workdir / "flooded").exists() and time.monotonic() < deadline:
+            peak = max(peak, rss())
+            time.sleep(0.05)
+        assert (workdir / "flooded").exists()
+        peak = max(peak, rss())
+        after = session.execute("print('fine')")
+        assert after.stdout == "fine\n"
+    assert peak - before < 100 * 1024 * 1024, f"host RSS grew {(peak - before) >> 20} MiB"
+
+
+HEARTBEAT = """
+import ctypes, os, threading, time
+try:
+    ctypes.CDLL(None).prctl(1, 0)  # clear this process's death signal
+except Exception:
+    pass
+def beat():
+    while True:
+        with open({path!r}, "a") as handle:
+            handle.write("x")
+        time.sleep(0.05)
+threading.Thread(target=beat, daemon=False).start()
+os._exit = lambda *args: None
+print("beating", flush=True)
+"""
+
+
+def _still_beating(path: Path, wait: float = 1.0) -> bool:
+    size = path.stat().st_size if path.exists() else 0
+    time.sleep(wait)
+    return (path.stat().st_size if path.exists() else 0) > size
+
+
+def test_nothing_the_code_starts_outlives_close_or_a_timeout(
+    make_box: Callable[..., Sandbox], tmp_path: Path
+) -> None:
+    workdir = tmp_path / "scratch"
+    workdir.mkdir(mode=0o777)
+    workdir.chmod(0o777)  # the container's user writes here too
+    box = make_box(timeout=2.0, workdir=workdir)
+    inside = box.provider.worker_config(box.spec, box.workdir)["cwd"]
+    heartbeat = HEARTBEAT.format(path=f"{inside}/beat")
+    session = box.session()
+    assert session.execute(heartbeat).stdout == "beating\n"
+    assert _still_beating(workdir / "beat")
+    result = session.execute("while True: pass")
+    assert result.timed_out
+    assert not _still_beating(workdir / "beat")
+    assert session.execute(heartbeat).stdout == "beating\n"
+    assert _still_beating(workdir / "beat")
+    box.close()  # the session with it
+    assert not _still_beating(workdir / "beat")
+
+
+def test_one_shot_code_cannot_reach_the_supervisor(make_box: Callable[..., Sandbox]) -> None:
+    """No ptrace of the sandbox's first process, no way into its descriptors or memory."""
+    code = textwrap.dedent(
+        """
+        import ctypes, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        seized = libc.ptrace(0x4206, 1, 0, 0)  # PTRACE_SEIZE
+        print("seize", seized, ctypes.get_errno() != 0)
+        # (fd 0 and 1 of the supervisor are /dev/null, which gVisor lets anyone open; 2, 3 and
+        # 4 are its diagnostics and the host's channel.)
+        for name in ("fd/2", "fd/3", "fd/4", "mem"):
+            mode = os.O_RDWR if name.startswith("fd") else os.O_RDONLY
+            try:
+                os.close(os.open("/proc/1/" + name, mode))
+                print("opened", name)
+            except OSError:
+                pass
+        """
+    )
+    box = make_box()
+    for run in (box.execute, box.session().execute):
+        result = run(code)
+        assert result.stdout == "seize -1 True\n", result
+
+
+@pytest.mark.providers("subprocess", "docker", "podman")
+def test_nothing_outlives_the_host_process(
+    provider: SandboxProvider, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    workdir = tmp_path / "scratch"
+    workdir.mkdir()
+    workdir.chmod(0o777)
+    host = textwrap.dedent(
+        f"""
+        import sys
+        from tests.conftest import build_provider
+        from rewyn_kernel.runtime import create
+        box = create(provider=build_provider({request.node.callspec.params["provider"]!r}),
+                     workdir={str(workdir)!r})
+        session = box.session()
+        inside = box.provider.worker_config(box.spec, box.workdir)["cwd"]
+        print(session.execute({HEARTBEAT!r}.format(path=inside + "/beat")).stdout, flush=True)
+        print(box.execute("print('warm')").stdout, flush=True)
+        sys.stdin.read()
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", host],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == b"beating\n"
+        assert _still_beating(workdir / "beat")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        deadline = time.monotonic() + 15
+        while _still_beating(workdir / "beat", 0.5) and time.monotonic() < deadline:
+            pass
+        assert not _still_beating(workdir / "beat")
+        if isinstance(provider, ContainerProvider):
+            deadline = time.monotonic() + 15
+            while provider.containers(host_pid=process.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert provider.containers(host_pid=process.pid) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.mark.providers("docker", "podman")
+def test_a_container_closed_while_it_starts_leaves_nothing(provider: SandboxProvider) -> None:
+    """close() racing `<cli> run`: no container may be left, not even in Created state."""
+    from rewyn_kernel.errors import SandboxClosedError
+
+    for delay in (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3):
+        box = create(provider=provider, timeout=10)
+
+        def open_session(target: Sandbox = box) -> None:
+            with contextlib.suppress(SandboxClosedError):
+                target.session()  # it launches a container now
+
+        opener = threading.Thread(target=open_session)
+        opener.start()
+        time.sleep(delay)
+        box.close()
+        opener.join(30)
+    assert leftover_containers(provider, timeout=20.0) == []
+
+
+SLOW_ENGINE = """#!/bin/sh
+# A docker CLI whose 'run' reaches the engine late: the engine goes on creating the container
+# even after this CLI is killed (in its own session, as a request the daemon already has).
+real={real}
+if [ "$1" = run ]; then
+    shift
+    for arg; do [ "$prev" = --name ] && name=$arg; prev=$arg; done
+    setsid -w sh -c 'sleep 6; exec "$0" create "$@" >/dev/null' "$real" "$@" &
+    wait $!
+    exec "$real" start -ai "$name"
+fi
+exec "$real" "$@"
+"""
+
+
+@pytest.mark.providers("docker")
+def test_a_container_the_engine_creates_late_is_still_removed(
+    provider: SandboxProvider, tmp_path: Path
+) -> None:
+    """Scripted engine timing: the container appears seconds after close() began."""
+    import shutil
+
+    assert isinstance(provider, ContainerProvider)
+    cli = tmp_path / "docker"
+    cli.write_text(SLOW_ENGINE.format(real=shutil.which("docker")))
+    cli.chmod(0o755)
+    slow = ContainerProvider(image=provider.image, runtime=str(cli), pull="never")
+    box = create(provider=slow, timeout=10)
+    opener = threading.Thread(target=box.session)  # it launches a container now
+    opener.start()
+    time.sleep(1.0)  # `run` is under way; the engine has not created the container yet
+    box.close()
+    opener.join(60)
+    assert provider.containers() == []
+    time.sleep(7)  # past the moment the late creation would land
+    assert provider.containers() == []
