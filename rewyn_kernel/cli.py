@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jupyter_core.paths import jupyter_path
-from pydantic import ValidationError
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.runtime import JsonlRunLog, create
-from rewyn_kernel.runtime.container import ContainerProvider
+from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
 from rewyn_kernel.runtime.sandbox import SandboxProvider, SandboxResult, SubprocessProvider
+from rewyn_kernel.settings import KernelSettings, add_options, from_options
 
 DEMO_STEPS: list[tuple[str, dict[str, object], str]] = [
     ("The spec's minimal example", {}, "print(sum(range(10)))"),
@@ -129,19 +129,22 @@ def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
     return 0 if usable else 1
 
 
-SETTING_FLAGS = {
-    "provider": "--provider",
-    "image": "--image",
-    "container_runtime": "--runtime",
-    "oci_runtime": "--oci-runtime",
-    "timeout": "--timeout",
-    "memory_limit_mb": "--memory",
-    "network": "--network",
-    "run_log": "--run-log",
-    "event_output": "--no-event-output",
-    "trust_output": "--trust-output",
-}
-"""The install options that become kernel settings, by KernelSettings field."""
+SETTING_OPTIONS = (
+    "provider",
+    "image",
+    "container_runtime",
+    "oci_runtime",
+    "timeout",
+    "memory_limit_mb",
+    "network",
+    "inherit_env",
+    "output_limit_bytes",
+    "run_log",
+    "event_output",
+    "trust_output",
+)
+"""The kernel settings ``install`` bakes into a kernelspec and ``run`` runs a notebook with
+(``env`` is left out: its values could be secrets, and a kernelspec is a readable file)."""
 
 TRUST_WARNING = """\
 !!! WARNING: --trust-output turns off output filtering for this kernel. !!!
@@ -149,15 +152,6 @@ HTML, JavaScript and widget messages from the sandbox will reach the notebook un
 A live frontend runs them with YOUR Jupyter credentials, outside any sandbox: code in the
 sandbox could then start an unsandboxed kernel, open a terminal or read and write your files.
 Use this kernel only for code you trust as much as your own."""
-
-
-def _seconds_or_none(text: str) -> float | None:
-    if text.strip().lower() == "none":
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds or 'none'") from None
 
 
 def _add_install_parser(
@@ -197,92 +191,12 @@ def _add_install_parser(
 
 def _add_settings(parser: argparse.ArgumentParser) -> None:
     """The kernel settings ``install`` bakes into a spec and ``run`` runs a notebook with."""
-    options = parser.add_argument_group("kernel settings")
-    # default=SUPPRESS: a setting not typed is absent from the namespace, so it writes no flag.
-    unset = argparse.SUPPRESS
-    options.add_argument(
-        "--provider", choices=("subprocess", "container"), help="sandbox provider", default=unset
-    )
-    options.add_argument(
-        "--image", help="container image with python3 (container provider)", default=unset
-    )
-    options.add_argument(
-        "--runtime",
-        dest="container_runtime",
-        metavar="{docker,podman,nerdctl}",
-        help="container CLI, by name or absolute path (container provider)",
-        default=unset,
-    )
-    options.add_argument(
-        "--oci-runtime",
-        metavar="RUNTIME",
-        help="OCI runtime, e.g. runsc for gVisor (container provider)",
-        default=unset,
-    )
-    options.add_argument(
-        "--timeout",
-        type=_seconds_or_none,
-        metavar="SECONDS|none",
-        help="seconds a cell may run before the sandbox is restarted; none: no limit",
-        default=unset,
-    )
-    options.add_argument(
-        "--memory",
-        dest="memory_limit_mb",
-        type=int,
-        metavar="MB",
-        help="memory cap in MiB",
-        default=unset,
-    )
-    options.add_argument(
-        "--network", choices=("none", "allow"), help="network access of the sandbox", default=unset
-    )
-    options.add_argument(
-        "--run-log",
-        metavar="PATH",
-        help="append each cell's event to this JSONL file",
-        default=unset,
-    )
-    options.add_argument(
-        "--no-event-output",
-        dest="event_output",
-        action="store_const",
-        const=False,
-        help="do not add the per-cell event summary output",
-        default=unset,
-    )
-    options.add_argument(
-        "--trust-output",
-        action="store_const",
-        const=True,
-        help="relay the sandbox's HTML and JavaScript unfiltered (dangerous: it then runs in "
-        "the frontend with your Jupyter credentials)",
-        default=unset,
-    )
+    add_options(parser.add_argument_group("kernel settings"), SETTING_OPTIONS)
 
 
-def _describe(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        field = str(item["loc"][0]) if item["loc"] else ""
-        message = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{SETTING_FLAGS[field]}: {message}" if field in SETTING_FLAGS else message)
-    return "; ".join(lines)
-
-
-def _settings(
-    args: argparse.Namespace, parser: argparse.ArgumentParser
-) -> kernelspec.KernelSettings:
+def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> KernelSettings:
     """The kernel settings given on the command line; bad ones end via ``parser.error``."""
-    values = {field: getattr(args, field) for field in SETTING_FLAGS if hasattr(args, field)}
-    container_only = ("image", "container_runtime", "oci_runtime")
-    stray = [SETTING_FLAGS[field] for field in container_only if field in values]
-    if stray and values.get("provider") != "container":
-        parser.error(f"{', '.join(stray)}: only used with --provider container")
-    try:
-        return kernelspec.KernelSettings.model_validate(values)
-    except ValidationError as exc:
-        parser.error(_describe(exc))
+    return from_options(args, error=parser.error)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -366,7 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the runtime's examples in real sandboxes")
     check = commands.add_parser("doctor", help="check what each provider can do here")
-    check.add_argument("--image", default="python:3.13-slim", help="image the containers use")
+    check.add_argument(
+        "--image", default=DEFAULT_IMAGE, help=f"image the containers use (default {DEFAULT_IMAGE})"
+    )
     check.add_argument(
         "--oci-runtime",
         action="append",

@@ -92,8 +92,10 @@ def test_bad_options_fail_clearly(shell: InteractiveShell) -> None:
 
     with pytest.raises(UsageError):
         shell.run_cell_magic("sandbox", "--network maybe", "pass")
-    with pytest.raises(ValueError, match="NAME=VALUE"):
+    with pytest.raises(UsageError, match="--env takes NAME=VALUE"):
         shell.run_cell_magic("sandbox", "--env NOVALUE", "pass")
+    with pytest.raises(ValueError, match="--memory: Input should be greater than or equal to 32"):
+        shell.run_cell_magic("sandbox", "--memory 8", "pass")
     with pytest.raises(ValueError, match="unknown %sandbox command"):
         shell.run_line_magic("sandbox", "explode")
 

@@ -1,109 +1,93 @@
-"""The sandbox kernel's settings: traitlets mirroring SandboxSpec and the provider choice.
+"""The sandbox kernel's settings as traitlets, derived from ``rewyn_kernel.settings``.
 
 A mixin of ``SandboxKernel``, so they are configured as ``SandboxKernel.<name>`` from
-kernel.json argv, Jupyter config files or the command line. ``kernelspec.KernelSettings`` is
-their pydantic twin that writes those argv flags (tests/test_kernelspec.py parses the flags it
-writes with these traits).
+kernel.json argv, Jupyter config files or the command line. Each trait's type, default and help
+come from the field of ``KernelSettings`` with the same name; nothing is declared twice.
 """
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
+from typing import Any, Literal
 
-from traitlets import Bool, Dict, Enum, Float, HasTraits, Int, List, Unicode
+from pydantic import ValidationError
+from traitlets import Bool, Dict, Enum, Float, HasTraits, Int, List, TraitType, Unicode
 
-from rewyn_kernel.runtime import ContainerProvider, JsonlRunLog, SubprocessProvider, create
-from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.sandbox import (
-    DEFAULT_INHERIT_ENV,
-    Sandbox,
-    SandboxProvider,
-    SandboxSpec,
-)
+from rewyn_kernel.settings import KERNEL_CLASS, KernelSettings, describe_error, plain_type
+
+
+def trait_for(name: str) -> TraitType[Any, Any]:
+    """The configurable trait of the setting ``name`` (see ``KernelSettings``)."""
+    field = KernelSettings.model_fields[name]
+    kind, nullable = plain_type(field.annotation)
+    default = field.get_default(call_default_factory=True)
+    text = field.description or ""
+    trait: TraitType[Any, Any]
+    if typing.get_origin(kind) is Literal:
+        trait = Enum(list(typing.get_args(kind)), default_value=default, help=text)
+    elif kind is bool:
+        trait = Bool(default, help=text)
+    elif kind in (int, float, str, Path):
+        scalar = {int: Int, float: Float, str: Unicode, Path: Unicode}[kind]
+        value = str(default) if isinstance(default, Path) else default
+        trait = scalar(value, help=text, **({"allow_none": True} if nullable else {}))
+    elif typing.get_origin(kind) is tuple:
+        trait = List(Unicode(), default_value=list(default), help=text)
+    elif typing.get_origin(kind) is dict:
+        trait = Dict(value_trait=Unicode(), default_value=dict(default), help=text)
+    else:  # pragma: no cover - a new kind of setting needs a line here
+        raise TypeError(f"no trait for setting {name!r} of type {kind!r}")
+    return trait.tag(config=True)
+
+
+def configured(owner: HasTraits, names: typing.Iterable[str]) -> KernelSettings:
+    """The settings ``owner``'s traits hold. Only those that differ from their default count as
+    given (so a container-only setting left alone does not count as set); a bad value raises
+    ValueError that names the setting."""
+    traits = type(owner).class_traits()
+    values = {
+        name: getattr(owner, name)
+        for name in names
+        if getattr(owner, name) != traits[name].default()
+    }
+    try:
+        return KernelSettings.model_validate(values)
+    except ValidationError as exc:
+        raise ValueError(f"invalid sandbox settings: {describe_error(exc)}") from exc
 
 
 class SandboxSettings(HasTraits):
     """What sandbox the kernel runs its cells in, and what it keeps of them."""
 
-    provider = Enum(
-        ["subprocess", "container"],
-        default_value="subprocess",
-        help="Where cells run: 'subprocess' (bounds accidents) or 'container' (for code you "
-        "did not write).",
-    ).tag(config=True)
-    image = Unicode(
-        "python:3.13-slim", help="Container image (provider='container'); needs python3."
-    ).tag(config=True)
-    container_runtime = Unicode(
-        "docker", help="Container CLI: docker, podman, nerdctl, or a path."
-    ).tag(config=True)
-    oci_runtime = Unicode(
-        None,
-        allow_none=True,
-        help="OCI runtime for containers, e.g. 'runsc' (gVisor); None: the engine's default.",
-    ).tag(config=True)
-    timeout = Float(
-        30.0,
-        allow_none=True,
-        help="Seconds a cell may run before the sandbox is killed (its state is lost); None: "
-        "no limit.",
-    ).tag(config=True)
-    memory_limit_mb = Int(
-        None, allow_none=True, help="Memory cap of the sandbox in MiB; None: no cap."
-    ).tag(config=True)
-    network = Enum(
-        ["none", "allow"], default_value="none", help="'none' cuts the sandbox off any network."
-    ).tag(config=True)
-    inherit_env = List(
-        Unicode(),
-        default_value=list(DEFAULT_INHERIT_ENV),
-        help="Variables of the kernel's environment passed into the sandbox ('PREFIX*' allowed).",
-    ).tag(config=True)
-    env = Dict(
-        value_trait=Unicode(),
-        help="Variables set in the sandbox (keep secrets out of kernel.json).",
-    ).tag(config=True)
-    output_limit_bytes = Int(
-        1024 * 1024, help="Bytes of stdout and of stderr shown per cell (head and tail kept)."
-    ).tag(config=True)
-    workdir = Unicode(
-        None,
-        allow_none=True,
-        help="Scratch directory (the code's cwd and HOME); None: a fresh "
-        "one, removed when the kernel stops.",
-    ).tag(config=True)
-    run_log = Unicode(
-        None, allow_none=True, help="Append every SANDBOX_EXECUTED event to this JSONL file."
-    ).tag(config=True)
-    event_output = Bool(
-        True, help="Add a one-line persisted output per cell with its SANDBOX_EXECUTED event."
-    ).tag(config=True)
-    trust_output = Bool(
-        False,
-        help="Relay the sandbox's rich output unfiltered (HTML with scripts, JavaScript). Only "
-        "for code you trust: in a live frontend it runs with your Jupyter credentials.",
-    ).tag(config=True)
+    provider = trait_for("provider")
+    image = trait_for("image")
+    container_runtime = trait_for("container_runtime")
+    oci_runtime = trait_for("oci_runtime")
+    timeout = trait_for("timeout")
+    memory_limit_mb = trait_for("memory_limit_mb")
+    network = trait_for("network")
+    inherit_env = trait_for("inherit_env")
+    env = trait_for("env")
+    output_limit_bytes = trait_for("output_limit_bytes")
+    workdir = trait_for("workdir")
+    startup_timeout = trait_for("startup_timeout")
+    python = trait_for("python")
+    run_log = trait_for("run_log")
+    event_output = trait_for("event_output")
+    trust_output = trait_for("trust_output")
 
-    def make_sandbox(self, listeners: list[EventListener]) -> Sandbox:
-        """Create the sandbox these settings describe; ``listeners`` get its events."""
-        provider: SandboxProvider
-        if self.provider == "container":
-            provider = ContainerProvider(
-                image=self.image, runtime=self.container_runtime, oci_runtime=self.oci_runtime
-            )
-        else:
-            provider = SubprocessProvider()
-        if self.run_log:
-            listeners = [*listeners, JsonlRunLog(self.run_log)]
-        spec = SandboxSpec.model_validate(
-            {
-                "timeout": self.timeout,
-                "network": self.network,
-                "memory_limit_mb": self.memory_limit_mb,
-                "inherit_env": tuple(self.inherit_env),
-                "env": dict(self.env),
-                "output_limit_bytes": self.output_limit_bytes,
-                "workdir": Path(self.workdir) if self.workdir else None,
-            }
-        )
-        return create(spec, provider=provider, listeners=listeners)
+    def settings(self) -> KernelSettings:
+        """The kernel's settings, validated (a bad value raises pydantic's ValidationError)."""
+        return configured(self, KernelSettings.model_fields)
+
+
+def settings_from_argv(argv: typing.Sequence[str]) -> KernelSettings:
+    """The settings a kernelspec's argv flags give, read as the kernel itself reads them."""
+    from traitlets.config import Application, Configurable
+
+    prefix = f"--{KERNEL_CLASS}."
+    app = Application()
+    app.parse_command_line([arg for arg in argv if arg.startswith(prefix)])
+    reader = type(KERNEL_CLASS, (Configurable, SandboxSettings), {})(config=app.config)
+    return typing.cast(SandboxSettings, reader).settings()

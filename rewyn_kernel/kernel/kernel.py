@@ -45,7 +45,7 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._parent: dict[str, Any] = {}
         self._stdin_ident: Any = None
         self._asking: set[asyncio.Task[Any]] = set()
-        self._sandbox = self.make_sandbox([self._remember])
+        self._sandbox = self.settings().make_sandbox([self._remember])
         self._session: Session = self._sandbox.session()
         if self.trust_output:
             logger.warning(

@@ -18,10 +18,11 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.paths import jupyter_path
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rewyn_kernel.settings import KernelSettings
 
 if TYPE_CHECKING:
     from jupyter_client.kernelspec import KernelSpecManager
@@ -39,138 +40,11 @@ __all__ = [
 
 KERNEL_NAME = "rewyn-sandbox"
 DISPLAY_NAME = "Python (sandboxed)"
-KERNEL_CLASS = "SandboxKernel"
-"""The traitlets class name the flags configure (``--SandboxKernel.<setting>=<value>``)."""
 LOGOS = ("logo-32x32.png", "logo-64x64.png", "logo-svg.svg")
-CONTAINER_CLIS = ("docker", "podman", "nerdctl")
-_CONTAINER_ONLY = ("image", "container_runtime", "oci_runtime")
 # jupyter_client's own rule for kernel names (it lowercases them on install).
 _KERNEL_NAME = re.compile(r"^[a-z0-9._-]+$", re.IGNORECASE)
-# One argv token that no CLI can read as an option: no leading '-', no whitespace, and no
-# leading quote (traitlets strips a pair of surrounding quotes from string values).
-_TOKEN = re.compile(r"^[A-Za-z0-9_./][^\s]*$")
 
 log = logging.getLogger(__name__)
-
-
-class KernelSettings(BaseModel):
-    """Kernel settings baked into a kernelspec's argv; only the fields you set become flags.
-
-    A field left unset writes no flag, so the kernel's own default (or a Jupyter config file)
-    stays in charge; a field set explicitly, even to its default, is pinned in the spec. The
-    defaults shown are the runtime's (``SandboxSpec``, ``ContainerProvider``). Limits use the
-    same bounds as ``SandboxSpec``.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    provider: Literal["subprocess", "container"] = Field(
-        default="subprocess",
-        description='"subprocess" (against accidents) or "container" (for code you did not write).',
-    )
-    image: str = Field(
-        default="python:3.13-slim",
-        max_length=512,
-        description="Container image with python3 (3.8+); container provider only.",
-    )
-    container_runtime: str = Field(
-        default="docker",
-        max_length=4096,
-        description="Container CLI: docker, podman or nerdctl, by name or absolute path; "
-        "container provider only.",
-    )
-    oci_runtime: str | None = Field(
-        default=None,
-        max_length=4096,
-        description='OCI runtime as registered with the engine ("runsc" for gVisor; a path for '
-        "podman); None: the engine's default. Container provider only.",
-    )
-    timeout: Annotated[float, Field(gt=0, le=7 * 24 * 3600, allow_inf_nan=False)] | None = Field(
-        default=30.0,
-        description="Seconds one cell may run before the sandbox is restarted; None: no limit.",
-    )
-    memory_limit_mb: Annotated[int, Field(ge=32, le=1024 * 1024)] | None = Field(
-        default=None, description="Memory cap of the sandbox in MiB (at least 32); None: no cap."
-    )
-    network: Literal["none", "allow"] = Field(
-        default="none",
-        description='"none" cuts the sandbox off every network; "allow" removes that containment.',
-    )
-    run_log: Path | None = Field(
-        default=None,
-        description="JSONL file each cell's SANDBOX_EXECUTED event is appended to; None: no log. "
-        "A relative path is made absolute against the current directory, because the "
-        "kernel runs in each notebook's directory.",
-    )
-    event_output: bool = Field(
-        default=True,
-        description="Whether each cell ends with a small persisted output summarising its event.",
-    )
-    trust_output: bool = Field(
-        default=False,
-        description="Relay the sandbox's HTML and JavaScript unfiltered. Dangerous: output runs "
-        "in the frontend with the user's Jupyter credentials, outside any sandbox.",
-    )
-
-    @field_validator("image", "oci_runtime")
-    @classmethod
-    def _check_token(cls, value: str | None) -> str | None:
-        if value is not None and not _TOKEN.match(value):
-            raise ValueError(
-                f"{value!r} is not usable: no spaces, and it must start with a letter, "
-                "digit, '_', '.' or '/'"
-            )
-        return value
-
-    @field_validator("container_runtime")
-    @classmethod
-    def _check_cli(cls, value: str) -> str:
-        path = Path(value)
-        if path.name not in CONTAINER_CLIS or (value != path.name and not path.is_absolute()):
-            raise ValueError(
-                f"{value!r} is not a container CLI: use docker, podman or nerdctl, "
-                "or an absolute path to one of them"
-            )
-        return value
-
-    @field_validator("run_log")
-    @classmethod
-    def _absolute_log(cls, value: Path | None) -> Path | None:
-        if value is None:
-            return None
-        if not str(value).strip():
-            raise ValueError("run_log is empty: give a file path")
-        path = Path(os.path.abspath(value.expanduser()))
-        if path.is_dir():
-            raise ValueError(f"run_log {str(path)!r} is a directory: give a file path")
-        return path
-
-    @model_validator(mode="after")
-    def _check_provider(self) -> KernelSettings:
-        stray = [name for name in _CONTAINER_ONLY if name in self.model_fields_set]
-        if stray and self.provider != "container":
-            raise ValueError(
-                f"only the container provider uses {', '.join(stray)}: "
-                "also set provider='container'"
-            )
-        return self
-
-    def flags(self) -> list[str]:
-        """Return the traitlets flags for the fields that were set, in declaration order."""
-        return [
-            f"--{KERNEL_CLASS}.{name}={_flag_value(getattr(self, name))}"
-            for name in type(self).model_fields
-            if name in self.model_fields_set
-        ]
-
-    def summary(self) -> dict[str, Any]:
-        """Return the fields that were set, as JSON values (for the spec's metadata)."""
-        return self.model_dump(mode="json", exclude_unset=True)
-
-
-def _flag_value(value: object) -> str:
-    # traitlets parses "None", "True" and "False" for Float(allow_none=True) and Bool traits.
-    return str(value)
 
 
 def normalize_kernel_name(name: str) -> str:

@@ -21,40 +21,32 @@ from typing import Any
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import publish_display_data
-from traitlets import Enum, Float, Int, List, Unicode
 
+from rewyn_kernel.kernel._settings import configured, trait_for
 from rewyn_kernel.kernel.safety import drop_note, filter_bundle
-from rewyn_kernel.runtime import ContainerProvider, SubprocessProvider, create
-from rewyn_kernel.runtime.sandbox import (
-    DEFAULT_INHERIT_ENV,
-    RichOutput,
-    Sandbox,
-    SandboxProvider,
-    SandboxResult,
-    Session,
-)
+from rewyn_kernel.runtime.sandbox import RichOutput, Sandbox, SandboxResult, Session
+from rewyn_kernel.settings import KernelSettings, from_options, option_arguments
 
 _Item = tuple[str, Any]
 
 
+MAGIC_SETTINGS = (
+    "timeout",
+    "memory_limit_mb",
+    "network",
+    "provider",
+    "image",
+    "container_runtime",
+    "oci_runtime",
+    "inherit_env",
+)
+"""The settings this notebook's %%sandbox cells take defaults for (``c.SandboxMagics.*``)."""
+
+
 def _options(function: Any) -> Any:
-    """The options every %%sandbox cell and %sandbox config take."""
-    for decorator in reversed(
-        [
-            argument("--timeout", type=str, help="seconds per cell, or 'none' for no limit"),
-            argument("--memory", type=int, help="memory cap in MiB"),
-            argument("--network", choices=["none", "allow"]),
-            argument("--provider", choices=["subprocess", "container"]),
-            argument("--image", help="container image (provider container)"),
-            argument("--runtime", help="container CLI: docker, podman or nerdctl"),
-            argument("--oci-runtime", help="OCI runtime for containers, e.g. runsc"),
-            argument(
-                "--env", action="append", default=[], metavar="K=V", help="set in the sandbox"
-            ),
-            argument("--inherit-env", help="comma-separated names passed through; '' for none"),
-        ]
-    ):
-        function = decorator(function)
+    """The options every %%sandbox cell and %sandbox config take (from rewyn_kernel.settings)."""
+    for flags, kwargs in reversed(option_arguments([*MAGIC_SETTINGS, "env"], defaults=False)):
+        function = argument(*flags, **kwargs)(function)
     return function
 
 
@@ -62,22 +54,14 @@ def _options(function: Any) -> Any:
 class SandboxMagics(Magics):
     """%%sandbox and %sandbox; the traits are this notebook's defaults."""
 
-    timeout = Float(30.0, allow_none=True, help="Seconds per cell; None: no limit.").tag(
-        config=True
-    )
-    memory_limit_mb = Int(None, allow_none=True, help="Memory cap in MiB; None: none.").tag(
-        config=True
-    )
-    network = Enum(["none", "allow"], "none", help="'none' cuts the sandbox off.").tag(config=True)
-    provider = Enum(["subprocess", "container"], "subprocess", help="Where cells run.").tag(
-        config=True
-    )
-    image = Unicode("python:3.13-slim", help="Container image.").tag(config=True)
-    container_runtime = Unicode("docker", help="Container CLI.").tag(config=True)
-    oci_runtime = Unicode(None, allow_none=True, help="OCI runtime, e.g. runsc.").tag(config=True)
-    inherit_env = List(Unicode(), list(DEFAULT_INHERIT_ENV), help="Names passed through.").tag(
-        config=True
-    )
+    timeout = trait_for("timeout")
+    memory_limit_mb = trait_for("memory_limit_mb")
+    network = trait_for("network")
+    provider = trait_for("provider")
+    image = trait_for("image")
+    container_runtime = trait_for("container_runtime")
+    oci_runtime = trait_for("oci_runtime")
+    inherit_env = trait_for("inherit_env")
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
@@ -100,8 +84,7 @@ class SandboxMagics(Magics):
             return self._line(args)
         if args.words:
             raise ValueError(f"%%sandbox takes options only, not {' '.join(args.words)!r}")
-        options = self._merged(args)
-        target = self._target(args.session, options)
+        target = self._target(args.session, self._merged(args))
         result = self._run(target, cell)
         if self.shell is not None:
             self.shell.user_ns[args.out] = result
@@ -133,71 +116,30 @@ class SandboxMagics(Magics):
     # -- options -------------------------------------------------------------------------------
 
     def _configure(self, args: Any) -> None:
-        options = self._merged(args)
-        self.timeout = options["timeout"]
-        self.memory_limit_mb = options["memory_limit_mb"]
-        self.network = options["network"]
-        self.provider = options["provider"]
-        self.image = options["image"]
-        self.container_runtime = options["runtime"]
-        self.oci_runtime = options["oci_runtime"]
-        self.inherit_env = list(options["inherit_env"])
+        settings = self._merged(args)
+        for name in MAGIC_SETTINGS:
+            value = getattr(settings, name)
+            setattr(self, name, list(value) if isinstance(value, tuple) else value)
 
-    def _merged(self, args: Any) -> dict[str, Any]:
+    def _merged(self, args: Any) -> KernelSettings:
         """This notebook's defaults, overridden by the options on the line."""
-        timeout: float | None = self.timeout
-        if args.timeout is not None:
-            timeout = None if args.timeout.lower() == "none" else float(args.timeout)
-        env = {}
-        for pair in args.env:
-            name, sep, value = pair.partition("=")
-            if not sep:
-                raise ValueError(f"--env takes NAME=VALUE, not {pair!r}")
-            env[name] = value
-        inherit = self.inherit_env
-        if args.inherit_env is not None:
-            inherit = [n.strip() for n in args.inherit_env.split(",") if n.strip()]
-        return {
-            "timeout": timeout,
-            "memory_limit_mb": args.memory if args.memory is not None else self.memory_limit_mb,
-            "network": args.network or self.network,
-            "provider": args.provider or self.provider,
-            "image": args.image or self.image,
-            "runtime": args.runtime or self.container_runtime,
-            "oci_runtime": args.oci_runtime or self.oci_runtime,
-            "env": env,
-            "inherit_env": tuple(inherit),
-        }
+        return from_options(args, base=configured(self, MAGIC_SETTINGS))
 
-    def _target(self, session_name: str | None, options: dict[str, Any]) -> Sandbox | Session:
+    def _target(self, session_name: str | None, settings: KernelSettings) -> Sandbox | Session:
         if session_name:
             session = self._sessions.get(session_name)
             if session is None or session.closed:
-                session = self._sandbox(options).session()
+                session = self._sandbox(settings).session()
                 self._sessions[session_name] = session
             return session
-        return self._sandbox(options)
+        return self._sandbox(settings)
 
-    def _sandbox(self, options: dict[str, Any]) -> Sandbox:
-        """A sandbox per set of options, kept so the next cell finds a warm worker."""
-        key = repr(sorted(options.items()))
+    def _sandbox(self, settings: KernelSettings) -> Sandbox:
+        """A sandbox per set of settings, kept so the next cell finds a warm worker."""
+        key = settings.model_dump_json()
         box = self._sandboxes.get(key)
         if box is None or box.closed:
-            provider: SandboxProvider = SubprocessProvider()
-            if options["provider"] == "container":
-                provider = ContainerProvider(
-                    image=options["image"],
-                    runtime=options["runtime"],
-                    oci_runtime=options["oci_runtime"],
-                )
-            box = create(
-                provider=provider,
-                timeout=options["timeout"],
-                memory_limit_mb=options["memory_limit_mb"],
-                network=options["network"],
-                env=options["env"],
-                inherit_env=options["inherit_env"],
-            )
+            box = settings.make_sandbox()
             self._sandboxes[key] = box
         return box
 

@@ -23,8 +23,10 @@ from typing import Any
 
 import nbformat
 from pydantic import ValidationError
+from traitlets import TraitError
 
 from rewyn_kernel.kernel import kernelspec
+from rewyn_kernel.kernel._settings import settings_from_argv
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_output, reply_event
 from rewyn_kernel.kernel.record import summary_line as event_summary_line
 from rewyn_kernel.notebooks._review_notebook import (
@@ -197,13 +199,10 @@ def _kernel_mismatches(name: str, limits: dict[str, Any] | None) -> list[str]:
             f"kernel {name} is not the rewyn-kernel sandbox kernel: the agent's code is only "
             "re-run in a sandbox"
         )
-    prefix = f"--{kernelspec.KERNEL_CLASS}."
-    flags = dict(arg.removeprefix(prefix).split("=", 1) for arg in argv if arg.startswith(prefix))
-    values = {key: None if value == "None" else value for key, value in flags.items()}
     try:
-        settings = kernelspec.KernelSettings.model_validate(values).model_dump(mode="json")
-    except ValidationError as exc:
-        return [f"the settings of kernel {name} cannot be read ({exc.error_count()} errors)"]
+        settings = settings_from_argv(argv).model_dump(mode="json")
+    except (ValueError, TraitError) as exc:
+        return [f"the settings of kernel {name} cannot be read ({exc})"]
     return [
         f"{key} {settings.get(key)} (recorded {value})"
         for key, value in (limits or {}).items()

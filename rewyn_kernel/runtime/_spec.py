@@ -30,7 +30,7 @@ class SandboxSpec(BaseModel):
 
     timeout: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] | None = Field(
         default=30.0,
-        description="Seconds one execution may run before the sandbox is killed; None: no limit.",
+        description="Seconds one execution may run before the sandbox is killed; none: no limit.",
     )
     network: Literal["none", "allow"] = Field(
         default="none",
@@ -38,7 +38,7 @@ class SandboxSpec(BaseModel):
         "removes that containment.",
     )
     memory_limit_mb: Annotated[int, Field(ge=32, le=1024 * 1024)] | None = Field(
-        default=None, description="Memory cap in MiB (at least 32); None: no cap."
+        default=None, description="Memory cap in MiB (at least 32); none: no cap."
     )
     env: dict[str, str] = Field(
         default_factory=dict,
@@ -47,12 +47,12 @@ class SandboxSpec(BaseModel):
     inherit_env: tuple[str, ...] = Field(
         default=DEFAULT_INHERIT_ENV,
         description="Parent variables passed through: exact names, or a prefix ending in '*' "
-        "such as 'LC_*'. [] passes nothing.",
+        "such as 'LC_*'. An empty list passes nothing.",
     )
     workdir: Path | None = Field(
         default=None,
         description="Scratch directory, the code's working directory and HOME; it must exist. "
-        "None: a fresh directory, removed when the sandbox closes.",
+        "none: a fresh directory, removed when the sandbox closes.",
     )
     output_limit_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = Field(
         default=DEFAULT_OUTPUT_LIMIT,
@@ -64,7 +64,7 @@ class SandboxSpec(BaseModel):
     )
     python: str | None = Field(
         default=None,
-        description="Interpreter inside the sandbox; None: the provider's default "
+        description="Interpreter inside the sandbox; none: the provider's default "
         "(sys.executable for subprocess, python3 in a container).",
     )
 

@@ -1,0 +1,363 @@
+"""Every setting of the sandbox kernel, the ``%%sandbox`` magic and the command, declared once.
+
+``KernelSettings`` is the one declaration. The sandbox's limits are ``SandboxSpec``'s own fields
+(inherited with their defaults, bounds and descriptions); which provider runs the sandbox and what
+the kernel keeps of each cell are declared here. Everything else is derived from it:
+
+- the kernel's traitlets, ``SandboxKernel.<name>`` (``kernel/_settings.py``);
+- the argv flags a kernelspec carries (``KernelSettings.flags``: only the fields given);
+- the command line's options (``add_options`` / ``from_options``: ``rewyn-kernel install`` and
+  ``run``) and the magic's (``kernel/magic.py``), by the names in ``OPTIONS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from rewyn_kernel.runtime import ContainerProvider, JsonlRunLog, SubprocessProvider, create
+from rewyn_kernel.runtime.container import DEFAULT_IMAGE
+from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
+
+__all__ = [
+    "CONTAINER_CLIS",
+    "KERNEL_CLASS",
+    "OPTIONS",
+    "KernelSettings",
+    "Option",
+    "add_options",
+    "describe_error",
+    "from_options",
+    "option_arguments",
+    "plain_type",
+]
+
+KERNEL_CLASS = "SandboxKernel"
+"""The traitlets class name the flags configure (``--SandboxKernel.<setting>=<value>``)."""
+CONTAINER_CLIS = ("docker", "podman", "nerdctl")
+_CONTAINER_ONLY = ("image", "container_runtime", "oci_runtime")
+_PROVIDER_FIELDS = ("provider", *_CONTAINER_ONLY)
+# One argv token that no CLI can read as an option: no leading '-', no whitespace, and no
+# leading quote (traitlets strips a pair of surrounding quotes from string values).
+_TOKEN = re.compile(r"^[A-Za-z0-9_./][^\s]*$")
+
+
+class KernelSettings(SandboxSpec):
+    """Where the kernel's cells run, under which limits, and what is kept of them.
+
+    The limits are ``SandboxSpec``'s (same names, defaults and bounds). A field left unset
+    writes no flag into a kernelspec, so the kernel's own default (or a Jupyter config file)
+    stays in charge; a field set explicitly, even to its default, is pinned there.
+    """
+
+    provider: Literal["subprocess", "container"] = Field(
+        default="subprocess",
+        description='"subprocess" (against accidents) or "container" (for code you did not write).',
+    )
+    image: str = Field(
+        default=DEFAULT_IMAGE,
+        max_length=512,
+        description="Container image with python3 (3.8+); container provider only.",
+    )
+    container_runtime: str = Field(
+        default="docker",
+        max_length=4096,
+        description="Container CLI: docker, podman or nerdctl, by name or absolute path; "
+        "container provider only.",
+    )
+    oci_runtime: str | None = Field(
+        default=None,
+        max_length=4096,
+        description='OCI runtime as registered with the engine ("runsc" for gVisor; a path for '
+        "podman); none: the engine's default. Container provider only.",
+    )
+    run_log: Path | None = Field(
+        default=None,
+        description="JSONL file each cell's SANDBOX_EXECUTED event is appended to; none: no "
+        "log. A relative path is made absolute against the current directory, because the "
+        "kernel runs in each notebook's directory.",
+    )
+    event_output: bool = Field(
+        default=True,
+        description="Whether each cell ends with a small persisted output summarising its event.",
+    )
+    trust_output: bool = Field(
+        default=False,
+        description="Relay the sandbox's HTML and JavaScript unfiltered. Dangerous: output runs "
+        "in the frontend with the user's Jupyter credentials, outside any sandbox.",
+    )
+
+    @field_validator("image", "oci_runtime")
+    @classmethod
+    def _check_token(cls, value: str | None) -> str | None:
+        if value is not None and not _TOKEN.match(value):
+            raise ValueError(
+                f"{value!r} is not usable: no spaces, and it must start with a letter, "
+                "digit, '_', '.' or '/'"
+            )
+        return value
+
+    @field_validator("container_runtime")
+    @classmethod
+    def _check_cli(cls, value: str) -> str:
+        path = Path(value)
+        if path.name not in CONTAINER_CLIS or (value != path.name and not path.is_absolute()):
+            raise ValueError(
+                f"{value!r} is not a container CLI: use docker, podman or nerdctl, "
+                "or an absolute path to one of them"
+            )
+        return value
+
+    @field_validator("run_log")
+    @classmethod
+    def _absolute_log(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        if not str(value).strip():
+            raise ValueError("run_log is empty: give a file path")
+        path = Path(os.path.abspath(value.expanduser()))
+        if path.is_dir():
+            raise ValueError(f"run_log {str(path)!r} is a directory: give a file path")
+        return path
+
+    @model_validator(mode="after")
+    def _check_provider(self) -> KernelSettings:
+        stray = [name for name in _CONTAINER_ONLY if name in self.model_fields_set]
+        if stray and self.provider != "container":
+            raise ValueError(
+                f"only the container provider uses {', '.join(stray)}: "
+                "also set provider='container'"
+            )
+        return self
+
+    # -- what is derived ---------------------------------------------------------------------
+
+    def spec(self) -> SandboxSpec:
+        """The sandbox's limits alone."""
+        values = {name: getattr(self, name) for name in SandboxSpec.model_fields}
+        return SandboxSpec.model_validate(values)
+
+    def make_provider(self) -> SandboxProvider:
+        if self.provider == "container":
+            return ContainerProvider(
+                image=self.image, runtime=self.container_runtime, oci_runtime=self.oci_runtime
+            )
+        return SubprocessProvider()
+
+    def make_sandbox(self, listeners: Sequence[EventListener] = ()) -> Sandbox:
+        """Create the sandbox these settings describe; ``listeners`` get its events."""
+        if self.run_log is not None:
+            listeners = [*listeners, JsonlRunLog(self.run_log)]
+        return create(self.spec(), provider=self.make_provider(), listeners=listeners)
+
+    def flags(self) -> list[str]:
+        """The traitlets flags for the fields that were set, in declaration order.
+
+        ``env`` is refused: its values could be secrets, and a kernelspec is a file anyone with
+        the notebook server can read. Set them in a Jupyter config file instead.
+        """
+        if "env" in self.model_fields_set and self.env:
+            raise ValueError(
+                "env values are not written into a kernelspec (they could be secrets): "
+                "set c.SandboxKernel.env in a Jupyter config file instead"
+            )
+        return [
+            f"--{KERNEL_CLASS}.{name}={text}"
+            for name in self._given()
+            for text in _flag_values(getattr(self, name))
+        ]
+
+    def summary(self) -> dict[str, Any]:
+        """The fields that were set, as JSON values (for the spec's metadata)."""
+        values = self.model_dump(mode="json")
+        return {name: values[name] for name in self._given()}
+
+    def _given(self) -> list[str]:
+        """The fields set (but env), where the sandbox runs first, then in declaration order."""
+        names = [name for name in type(self).model_fields if name in self.model_fields_set]
+        names = [name for name in names if name != "env"]
+        return sorted(names, key=lambda name: name not in _PROVIDER_FIELDS)
+
+
+def _flag_values(value: object) -> list[str]:
+    # traitlets parses "None", "True" and "False" for Float(allow_none=True) and Bool traits;
+    # a List takes one flag per item, or the literal [] for none.
+    if isinstance(value, tuple):
+        return [str(item) for item in value] or ["[]"]
+    return [str(value)]
+
+
+# -- command-line options ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one setting is written on a command line (``rewyn-kernel`` and ``%%sandbox``)."""
+
+    flag: str
+    metavar: str | None = None
+    const: bool | None = None
+    """For a boolean setting: the flag alone sets it to this."""
+
+
+OPTIONS: dict[str, Option] = {
+    "provider": Option("--provider"),
+    "image": Option("--image"),
+    "container_runtime": Option("--runtime", "{docker,podman,nerdctl}"),
+    "oci_runtime": Option("--oci-runtime", "RUNTIME"),
+    "timeout": Option("--timeout", "SECONDS|none"),
+    "memory_limit_mb": Option("--memory", "MB"),
+    "network": Option("--network"),
+    "inherit_env": Option("--inherit-env", "NAME,..."),
+    "env": Option("--env", "NAME=VALUE"),
+    "output_limit_bytes": Option("--output-limit", "BYTES"),
+    "run_log": Option("--run-log", "PATH"),
+    "event_output": Option("--no-event-output", const=False),
+    "trust_output": Option("--trust-output", const=True),
+}
+"""The flag of every setting a command line may give, by setting name."""
+
+
+def plain_type(annotation: Any) -> tuple[Any, bool]:
+    """(the type without Annotated or None, whether None is allowed) of a field annotation."""
+    nullable = False
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+            nullable = nullable or len(args) < len(typing.get_args(annotation))
+            annotation = args[0] if len(args) == 1 else annotation
+            if len(args) != 1:
+                return annotation, nullable
+        else:
+            return annotation, nullable
+
+
+def _number_or_none(kind: type[float] | type[int]) -> Any:
+    def parse(text: str) -> float | int | None:
+        if text.strip().lower() == "none":
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            unit = "seconds" if kind is float else "a whole number"
+            what = "a number of seconds" if kind is float else unit
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} or 'none'") from None
+
+    return parse
+
+
+def option_arguments(
+    names: Iterable[str], *, defaults: bool = True
+) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    """The ``add_argument`` arguments of the settings ``names``: (flags, keywords) each.
+
+    A setting not typed stays absent from the parsed namespace (``from_options`` then leaves
+    it unset). ``defaults``: say each default in the help.
+    """
+    fields = KernelSettings.model_fields
+    arguments: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+    for name in names:
+        option, field = OPTIONS[name], fields[name]
+        kind, nullable = plain_type(field.annotation)
+        text = (field.description or "").rstrip(".")
+        kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
+        if option.const is not None:
+            kwargs.update(action="store_const", const=option.const)
+        elif typing.get_origin(kind) is Literal:
+            kwargs["choices"] = typing.get_args(kind)
+        elif kind in (float, int):
+            kwargs["type"] = _number_or_none(kind) if nullable else kind
+        elif name == "inherit_env":
+            kwargs["type"] = _names
+        elif name == "env":
+            kwargs.update(action="append", type=_pair)
+        if option.metavar:
+            kwargs["metavar"] = option.metavar
+        if defaults and option.const is None and name != "env":
+            text += f" (default: {_shown(field.get_default(call_default_factory=True))})"
+        kwargs["help"] = text.replace("%", "%%")
+        arguments.append(((option.flag,), kwargs))
+    return arguments
+
+
+def add_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    names: Iterable[str],
+    *,
+    defaults: bool = True,
+) -> None:
+    """Add the options of the settings ``names`` to ``parser`` (see ``option_arguments``)."""
+    for flags, kwargs in option_arguments(names, defaults=defaults):
+        parser.add_argument(*flags, **kwargs)
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return ",".join(value) or "nothing"
+    return str(value)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"--env takes NAME=VALUE, not {text!r}")
+    return name, value
+
+
+def from_options(
+    namespace: argparse.Namespace,
+    *,
+    base: KernelSettings | None = None,
+    error: Any = None,
+) -> KernelSettings:
+    """The settings typed on a command line (over ``base``'s); bad ones go to ``error``
+    (``parser.error``) as one line naming the flags, or raise ValueError without it."""
+    values: dict[str, Any] = {
+        name: getattr(namespace, name) for name in OPTIONS if hasattr(namespace, name)
+    }
+    if "env" in values:
+        values["env"] = dict(values["env"])
+    stray = [OPTIONS[name].flag for name in _CONTAINER_ONLY if name in values]
+    provider = values.get("provider", base.provider if base else "subprocess")
+    try:
+        if stray and provider != "container":
+            raise ValueError(f"{', '.join(stray)}: only used with --provider container")
+        given = base.model_dump(exclude_unset=True) if base else {}
+        return KernelSettings.model_validate({**given, **values})
+    except ValidationError as exc:
+        message = describe_error(exc)
+    except ValueError as exc:
+        message = str(exc)
+    if error is None:
+        raise ValueError(message)
+    error(message)
+    raise AssertionError("the error callback returned")  # (parser.error exits)
+
+
+def describe_error(error: ValidationError) -> str:
+    """One line for a person: each problem with the flag (or setting) it is about."""
+    lines = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item["loc"] else ""
+        message = item["msg"].removeprefix("Value error, ")
+        lines.append(f"{OPTIONS[field].flag}: {message}" if field in OPTIONS else message)
+    return "; ".join(lines)
