@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,6 +119,47 @@ def check_worker() -> None:
         )
 
 
+LOWEST_VENV = VENV / "lowest"
+LOWEST_TESTS = [
+    "tests/test_kernel.py",
+    "tests/test_kernel_conformance.py",
+    "tests/test_kernelspec.py",
+    "tests/test_magic.py",
+    "tests/test_settings.py",
+    "tests/test_notebook_run.py",
+    "tests/test_review.py",
+    "tests/test_safety.py",
+]
+"""The kernel's tests, run once more on the lowest version of every dependency pyproject.toml
+declares (the floors it promises)."""
+
+
+def lowest_pins() -> list[str]:
+    """``name==floor`` for each ``name>=floor`` in pyproject.toml's dependencies."""
+    text = (ROOT / "pyproject.toml").read_text()
+    block = text.split("\ndependencies = [", 1)[1].split("\n]", 1)[0]
+    pins = re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9][^,"]*)', block)
+    return [f"{name}=={floor}" for name, floor in pins]
+
+
+def test_lowest() -> None:
+    """Run LOWEST_TESTS in a venv holding the lowest declared versions."""
+    python = LOWEST_VENV / "bin" / "python"
+    wanted = digest([ROOT / "pyproject.toml"])
+    stamp = LOWEST_VENV / ".rewyn-installed"
+    if not (stamp.exists() and stamp.read_text() == wanted and python.exists()):
+        shutil.rmtree(LOWEST_VENV, ignore_errors=True)
+        print(f"+ creating {LOWEST_VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(LOWEST_VENV)
+        pip: list[str | Path] = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
+        test_tools = ["pytest>=8", "pytest-timeout>=2.3", "jupyter_kernel_test>=0.7"]
+        run(*pip, "install", "-e", ".", *test_tools, *lowest_pins())
+        stamp.write_text(wanted)
+    # jupyter_core 5.1 warns that its paths will change unless this is set; warnings fail tests.
+    env = {**os.environ, "JUPYTER_PLATFORM_DIRS": "1"}
+    run(python, "-m", "pytest", "-p", "no:cacheprovider", "-q", *LOWEST_TESTS, env=env)
+
+
 def ensure_node_modules() -> bool:
     """``npm ci`` in labextension/ unless current with its lock file; False without npm."""
     npm = shutil.which("npm")
@@ -181,6 +223,10 @@ def main(argv: list[str]) -> int:
             run(BIN / "mypy")
             check_worker()
             run(BIN / "python", "-m", "pytest", *argv[1:])
+            if argv[1:]:
+                print("tasks.py: a selection of tests: the lowest-versions run is left out")
+            else:
+                test_lowest()
     except subprocess.CalledProcessError as exc:
         return exc.returncode or 1
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,12 +103,7 @@ def test_bad_options_fail_clearly(shell: InteractiveShell) -> None:
 
 def test_the_magic_in_a_real_ipykernel_streams_and_filters(tmp_path: Path) -> None:
     # The plain python3 kernel of this environment, with the extension loaded in it.
-    with running_kernel(
-        Path(__file__).resolve().parent.parent / ".venv" / "share" / "jupyter", "python3"
-    ) as (
-        _,
-        kc,
-    ):
+    with running_kernel(Path(sys.prefix) / "share" / "jupyter", "python3") as (_, kc):
         assert run_cell(kc, "%load_ext rewyn_kernel").status == "ok"
         cell = run_cell(
             kc,

@@ -21,6 +21,7 @@ from ipykernel.kernelbase import Kernel
 from jupyter_client.session import Session as JupyterSession
 
 from rewyn_kernel import __version__
+from rewyn_kernel.kernel._compat import iopub_topic, shell_ident
 from rewyn_kernel.kernel._relay import StreamRelay
 from rewyn_kernel.kernel._settings import SandboxSettings
 from rewyn_kernel.kernel.record import METADATA_KEY, cell_error, event_json, event_output
@@ -89,7 +90,7 @@ class SandboxKernel(Kernel, SandboxSettings):
         # Callbacks run from the runtime's thread, outside this request's context: every
         # message names its parent explicitly, or frontends would not match it to the cell.
         self._parent = self.get_parent("shell")  # type: ignore[no-untyped-call]
-        self._stdin_ident = self._get_shell_context_var(self._shell_parent_ident)
+        self._stdin_ident = shell_ident(self)
         loop = asyncio.get_running_loop()
         relay = StreamRelay(self._send_stream if not silent else _discard, loop)
         dropped: set[str] = set()
@@ -173,7 +174,7 @@ class SandboxKernel(Kernel, SandboxSettings):
     # -- output ------------------------------------------------------------------------------
 
     def _publish(self, msg_type: str, content: dict[str, Any]) -> None:
-        topic = self._topic(msg_type)  # type: ignore[no-untyped-call]
+        topic = iopub_topic(self, msg_type)
         self._wire.send(self.iopub_socket, msg_type, content, self._parent, ident=topic)
 
     @property

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import platform
 import signal
@@ -113,7 +114,8 @@ def run_notebook(
             raise _Stopped  # no further cells after a Ctrl-C, errors allowed or not
 
     # The sandbox enforces the cell timeout; nbclient's own is only a backstop.
-    backstop = None if settings.timeout is None else settings.timeout + 60
+    # (A whole number: nbclient 0.10.0 takes an Int.)
+    backstop = None if settings.timeout is None else math.ceil(settings.timeout) + 60
     with _kernel_on_path(settings) as kernel_name:
         client = NotebookClient(
             nb,
