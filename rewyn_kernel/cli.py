@@ -1,4 +1,5 @@
-"""The ``rewyn-kernel`` command: a demo of the runtime, a check of the providers, and install."""
+"""The rewyn-kernel command: the sandbox's demo, a check of this machine, the Jupyter kernel's
+installer, and notebooks as the record (run one in the sandbox, review an agent's run log)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,18 @@ from rewyn_kernel import __version__
 from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.runtime import JsonlRunLog, create
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
-from rewyn_kernel.runtime.sandbox import SandboxProvider, SandboxResult, SubprocessProvider
+from rewyn_kernel.runtime.sandbox import (
+    CheckItem,
+    SandboxProvider,
+    SandboxResult,
+    SubprocessProvider,
+)
 from rewyn_kernel.settings import KernelSettings, add_options, from_options
+
+DESCRIPTION = (
+    "Run model-written and untrusted Python in a sandbox: from code (the runtime), in Jupyter "
+    "(the Python (sandboxed) kernel) and for agents. Each command takes --help."
+)
 
 DEMO_STEPS: list[tuple[str, dict[str, object], str]] = [
     ("The spec's minimal example", {}, "print(sum(range(10)))"),
@@ -111,7 +122,8 @@ def demo() -> int:
 
 
 def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
-    """Say, per provider, what works on this machine and what is missing."""
+    """Say, per provider, what works on this machine and what is missing; then the kernel's
+    own pieces: the kernelspec Jupyter would start, and the JupyterLab extension."""
     providers: list[SandboxProvider] = [SubprocessProvider()]
     for cli in ("docker", "podman", "nerdctl"):
         providers.append(ContainerProvider(image=image, runtime=cli))
@@ -124,9 +136,55 @@ def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
         ok = all(item.ok for item in items)
         usable += ok
         print(f"{provider.name}: {'usable' if ok else 'NOT usable'}")
-        for item in items:
-            print(f"   [{'ok' if item.ok else '!!'}] {item.name}: {item.detail}")
+        _print_items(items)
+    print("jupyter:")
+    _print_items(_jupyter_checks())
     return 0 if usable else 1
+
+
+def _print_items(items: Sequence[CheckItem]) -> None:
+    for item in items:
+        print(f"   [{'ok' if item.ok else '!!'}] {item.name}: {item.detail}")
+
+
+def _jupyter_checks() -> list[CheckItem]:
+    """The sandbox kernel's kernelspecs Jupyter finds here, and the frontend extension."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    manager = KernelSpecManager()
+    ours = []
+    for name, folder in sorted(manager.find_kernel_specs().items()):
+        try:
+            argv = manager.get_kernel_spec(name).argv
+        except (OSError, ValueError):
+            continue
+        if "rewyn_kernel" in argv:
+            ours.append(f"{name} ({folder})")
+    items = [
+        CheckItem(
+            "kernelspec",
+            bool(ours),
+            "; ".join(ours)
+            or f"none: pip install rewyn-kernel puts {kernelspec.KERNEL_NAME} in place, or "
+            "rewyn-kernel install --user",
+        )
+    ]
+    extension = [
+        Path(folder) / "rewyn-kernel" / "package.json"
+        for folder in jupyter_path("labextensions")
+        if (Path(folder) / "rewyn-kernel" / "package.json").is_file()
+    ]
+    items.append(
+        CheckItem(
+            "labextension",
+            bool(extension),
+            str(extension[0].parent)
+            if extension
+            else "not found: JupyterLab and Notebook 7 will not keep events in cell metadata "
+            "(reinstall rewyn-kernel into the environment Jupyter runs in)",
+        )
+    )
+    return items
 
 
 SETTING_OPTIONS = (
@@ -275,11 +333,17 @@ def install(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rewyn-kernel", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="rewyn-kernel",
+        description=DESCRIPTION,
+    )
     parser.add_argument("--version", action="version", version=f"rewyn-kernel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the runtime's examples in real sandboxes")
-    check = commands.add_parser("doctor", help="check what each provider can do here")
+    check = commands.add_parser(
+        "doctor",
+        help="check what each provider can do here, the kernelspec and the JupyterLab extension",
+    )
     check.add_argument(
         "--image", default=DEFAULT_IMAGE, help=f"image the containers use (default {DEFAULT_IMAGE})"
     )

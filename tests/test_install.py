@@ -1,0 +1,111 @@
+"""A plain ``pip install`` of the wheel, with no extras, into a fresh venv: every command works.
+
+(The project's own .venv has the dev extras, which hid that run and review needed nbformat.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin/ of a new venv into which only the built wheel was pip-installed."""
+    root = tmp_path_factory.mktemp("fresh")
+    dist = root / "dist"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    subprocess.run(
+        [*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist), str(ROOT)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = dist.glob("rewyn_kernel-*.whl")
+    venv.EnvBuilder(with_pip=True).create(root / "venv")
+    bin_dir = root / "venv" / "bin"
+    subprocess.run(
+        [bin_dir / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel],
+        check=True,
+        timeout=900,
+    )
+    return bin_dir
+
+
+def command(bin_dir: Path, *args: str | Path, cwd: Path | None = None) -> str:
+    done = subprocess.run(
+        [bin_dir / "rewyn-kernel", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, f"rewyn-kernel {' '.join(map(str, args))}: {done.stderr}"
+    return done.stdout
+
+
+def test_help_names_every_command(fresh: Path) -> None:
+    text = command(fresh, "--help")
+    for name in ("demo", "doctor", "install", "run", "review"):
+        assert name in text
+    assert "``" not in text
+    assert "(default: 30.0)" in command(fresh, "install", "--help")
+
+
+def test_doctor_finds_the_provider_the_kernelspec_and_the_extension(fresh: Path) -> None:
+    text = command(fresh, "doctor")
+    assert "subprocess: usable" in text
+    assert f"[ok] kernelspec: rewyn-sandbox ({fresh.parent}/share/jupyter/kernels" in text
+    assert f"[ok] labextension: {fresh.parent}/share/jupyter/labextensions/rewyn-kernel" in text
+
+
+def test_install_run_and_review(fresh: Path, tmp_path: Path) -> None:
+    command(fresh, "install", "--prefix", tmp_path / "prefix", "--name", "fresh", "--memory", "256")
+    spec = json.loads((tmp_path / "prefix/share/jupyter/kernels/fresh/kernel.json").read_text())
+    assert spec["argv"][-1] == "--SandboxKernel.memory_limit_mb=256"
+
+    notebook = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "execution_count": None,
+                "id": "a",
+                "metadata": {},
+                "outputs": [],
+                "source": "print(6 * 7)",
+            },
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (tmp_path / "nb.ipynb").write_text(json.dumps(notebook))
+    command(fresh, "run", tmp_path / "nb.ipynb", "-o", tmp_path / "out.ipynb")
+    cell = json.loads((tmp_path / "out.ipynb").read_text())["cells"][0]
+    assert "".join(cell["outputs"][0]["text"]) == "42\n"
+    assert cell["metadata"]["rewyn_kernel"]["events"][0]["ok"] is True
+
+    log = tmp_path / "run.jsonl"
+    make_log = (
+        "from rewyn_kernel.runtime import JsonlRunLog, create\n"
+        f"box = create(listeners=[JsonlRunLog({str(log)!r})])\n"
+        "box.execute('print(1)'); box.execute('1/0'); box.close()\n"
+    )
+    subprocess.run([fresh / "python", "-c", make_log], check=True, timeout=120)
+    command(fresh, "review", log, "-o", tmp_path / "review.ipynb")
+    cells = json.loads((tmp_path / "review.ipynb").read_text())["cells"]
+    assert len(cells) == 3  # the header and one cell per execution
+
+
+def test_demo_runs(fresh: Path, tmp_path: Path) -> None:
+    text = command(fresh, "demo", cwd=tmp_path)
+    assert "exit_code=124 ending=timeout" in text
