@@ -81,8 +81,7 @@ def drive(
     try:
         if not worker.send({"t": "exec", "id": execution.id}, payload, timeout=timeout or 60.0):
             return channel_ended(worker, ChannelEnded(), memory_limit_mb)
-        if execution.cancel.is_set():  # cancelled while the frame was on its way
-            worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
+        execution.sent(worker)  # an interrupt asked for meanwhile goes now
         questions = _Questions(worker, execution)
         late: float | None = None  # past the deadline: when the current step gives up
         aborting = False

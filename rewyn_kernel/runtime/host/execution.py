@@ -22,6 +22,7 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import OutputSummary, SandboxEvent
 
 if TYPE_CHECKING:
+    from rewyn_kernel.runtime.host.channel import LiveWorker
     from rewyn_kernel.runtime.host.drive import Outcome
 from rewyn_kernel.runtime.host.capture import StreamCapture, excerpt
 from rewyn_kernel.runtime.host.protocol import DisplayFrame, ErrorFrame, ResultFrame, scrub
@@ -68,6 +69,9 @@ class Execution:
     state_lost: bool = False
     """This execution runs in a fresh worker: the previous one was lost with its state."""
     cancel: threading.Event = field(default_factory=threading.Event)
+    _sent: bool = False
+    _interrupt_asked: bool = False
+    _interrupt_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         limit = self.spec.output_limit_bytes
@@ -75,6 +79,25 @@ class Execution:
             "stdout": StreamCapture("stdout", limit),
             "stderr": StreamCapture("stderr", limit),
         }
+
+    # -- interrupts ------------------------------------------------------------------------
+
+    def interrupt(self, worker: LiveWorker) -> bool:
+        """Raise KeyboardInterrupt in this execution's code: now, or (if its code is still on
+        its way to the worker) right after the code, so the interrupt is never lost."""
+        with self._interrupt_lock:
+            if not self._sent:
+                self._interrupt_asked = True
+                return True
+        return worker.send({"t": "interrupt", "id": self.id}, timeout=1.0)
+
+    def sent(self, worker: LiveWorker) -> None:
+        """(From drive.) The code has been sent: an interrupt asked for meanwhile goes now."""
+        with self._interrupt_lock:
+            self._sent = True
+            asked = self._interrupt_asked or self.cancel.is_set()
+        if asked:
+            worker.send({"t": "interrupt", "id": self.id}, timeout=1.0)
 
     # -- what arrives ----------------------------------------------------------------------
 

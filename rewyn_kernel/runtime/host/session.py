@@ -225,7 +225,7 @@ class Session(Closeable):
         if current is None:
             return False
         execution, worker = current
-        return worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
+        return execution.interrupt(worker)
 
     def restart(self) -> None:
         """Kill the worker (and anything running on it) and start a fresh one; state is gone."""
@@ -364,7 +364,7 @@ class Session(Closeable):
         if current is None or current[0].cancel is not token:
             return
         execution, worker = current
-        worker.send({"t": "interrupt", "id": execution.id}, timeout=1.0)
+        execution.interrupt(worker)
 
         def escalate() -> None:
             with self._lock:

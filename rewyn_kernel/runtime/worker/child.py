@@ -6,7 +6,7 @@ execution to the next) or once per execution for a one-shot sandbox. It holds no
 first), never sees the host's channel, and speaks only through four pipes the supervisor made:
 
 - ``ctl`` (supervisor to here): ``exec`` with the code as payload, ``input_reply`` with the
-  answer as payload, ``complete``, ``inspect``;
+  answer as payload, ``interrupt`` (with a SIGINT), ``complete``, ``inspect``;
 - ``frm`` (here to supervisor): ``display``, ``result``, ``error``, ``input_request``,
   ``complete_reply``, ``inspect_reply``, and ``status`` when an execution ends;
 - fd 1 and fd 2: whatever is printed, by this process or by any program it starts.
@@ -51,6 +51,9 @@ class CodeProcess:
         self.requests: "queue.Queue[Optional[Tuple[Header, bytes]]]" = queue.Queue()
         self.gate = Gate()
         self.executing = False
+        self.interrupted: Any = None  # the execution the last interrupt frame named
+        self.current: Any = None  # the execution under way
+        self.exec_lock = threading.Lock()
         self.count = 0
         self.module = types.ModuleType("__main__")
         self.namespace = self.module.__dict__
@@ -199,8 +202,14 @@ class CodeProcess:
                 self.requests.put(None)
                 return
             header, payload = frame
-            if header.get("t") == "input_reply":
+            kind = header.get("t")
+            if kind == "input_reply":
                 self.questions.deliver(header, payload)
+            elif kind == "interrupt":
+                with self.exec_lock:  # (its signal follows, for code that is running)
+                    self.interrupted = header.get("id")
+                    if self.current is not None and self.current == self.interrupted:
+                        self.gate.pending = True
             else:
                 self.requests.put(frame)
 
@@ -226,12 +235,18 @@ class CodeProcess:
         self.count = int(header.get("count") or self.count + 1)
         self.reset_stdio()
         self.executing = True
+        with self.exec_lock:  # an interrupt that came first means: do not start
+            self.current = header.get("id")
+            if self.current is not None and self.current == self.interrupted:
+                self.gate.pending = True
         exit_code, status = self.runner.run(code, self.count)
         if os.getpid() != self.pid:
             # A fork() made by the code fell off the end of the cell: keep its output, then leave.
             self.finish_output()
             os._exit(exit_code & 0xFF)
         self.executing = False
+        with self.exec_lock:
+            self.current = None
         self.restore_fds()  # output buffered after the code closed fd 1 or 2 still arrives
         self.finish_output()
         self.sender.send(

@@ -386,6 +386,9 @@ class Supervisor:
             self.to_child(child, {"t": "input_reply", **header}, payload_len)
         elif kind == "interrupt":
             if child is not None and self.exec_id is not None and header.get("id") == self.exec_id:
+                # The frame too, for an interrupt that comes before the code's process has
+                # taken up the execution (the signal alone would find it idle, and be lost).
+                self.to_child(child, {"t": "interrupt", "id": self.exec_id}, 0)
                 self.signal_child(child, signal.SIGINT)
         elif kind == "abort":
             if child is not None and self.exec_id is not None and header.get("id") == self.exec_id:
