@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -170,8 +171,14 @@ def test_cancelling_aexecute_interrupts_and_still_emits_an_event(
         box = await acreate(provider=provider, timeout=30)
         with box.session() as session:
             await session.aexecute("x = 1")
-            task = asyncio.create_task(session.aexecute("import time\ntime.sleep(30)"))
-            await asyncio.sleep(0.5)
+            running = asyncio.Event()
+            task = asyncio.create_task(
+                session.aexecute(
+                    "import time\nprint('running', flush=True)\ntime.sleep(30)",
+                    on_stream=lambda name, text: running.set(),
+                )
+            )
+            await running.wait()  # cancelled while the code runs
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -185,11 +192,12 @@ def test_cancelling_aexecute_interrupts_and_still_emits_an_event(
 
 def test_async_callbacks_run_on_the_loop_in_order() -> None:
     async def scenario() -> tuple[list[str], bool]:
-        loop_thread = []
+        loop_thread = threading.get_ident()
+        threads: set[int] = set()
         chunks: list[str] = []
 
         def on_stream(name: str, text: str) -> None:
-            loop_thread.append(asyncio.get_running_loop() is not None)
+            threads.add(threading.get_ident())
             chunks.append(text)
 
         async def on_input(prompt: str, password: bool) -> str:
@@ -204,7 +212,7 @@ def test_async_callbacks_run_on_the_loop_in_order() -> None:
                 on_input=on_input,
             )
         await box.aclose()
-        return chunks, all(loop_thread) and result.stdout == "".join(chunks)
+        return chunks, threads == {loop_thread} and result.stdout == "".join(chunks)
 
     chunks, consistent = asyncio.run(scenario())
     assert "".join(chunks) == "0\n1\n2\ntyped\n"

@@ -60,9 +60,9 @@ def test_an_unclosed_sandbox_is_cleaned_up_when_dropped() -> None:
     def counts() -> tuple[int, int]:
         return len(os.listdir("/proc/self/fd")), threading.active_count()
 
-    create().execute("pass")  # warm-up: probes, caches
+    with create() as warm:  # warm-up: probes, caches; closing it joins its threads
+        warm.execute("pass")
     gc.collect()
-    time.sleep(0.2)
     before = counts()
     workdirs = []
     for _ in range(10):
@@ -163,12 +163,21 @@ def test_cancelling_a_queued_aexecute_cancels_only_that_one(provider: SandboxPro
     async def scenario() -> tuple[str, str, str]:
         box = create(provider=provider, timeout=30)
         session = box.session()
+        started = asyncio.Event()
+
+        def on_stream(name: str, text: str) -> None:
+            if "started" in text:
+                started.set()
+
         first = asyncio.create_task(
-            session.aexecute("import time\ntime.sleep(1.5)\nprint('first done')")
+            session.aexecute(
+                "import time\nprint('started', flush=True)\ntime.sleep(1.5)\nprint('first done')",
+                on_stream=on_stream,
+            )
         )
-        await asyncio.sleep(0.3)
+        await started.wait()  # the first runs; the second can only wait behind it
         second = asyncio.create_task(session.aexecute("print('second ran')"))
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0)  # (let it start waiting)
         second.cancel()
         with pytest.raises(asyncio.CancelledError):
             await second
@@ -178,7 +187,7 @@ def test_cancelling_a_queued_aexecute_cancels_only_that_one(provider: SandboxPro
         return result.stdout, result.ending, after.stdout
 
     stdout, ending, after = asyncio.run(scenario())
-    assert (stdout, ending) == ("first done\n", "completed")
+    assert (stdout, ending) == ("started\nfirst done\n", "completed")
     assert after == "third\n"  # 'second ran' never printed anywhere
 
 
@@ -187,7 +196,12 @@ def test_an_interrupt_during_compilation_is_not_lost(make_box: Callable[..., San
     code = "x = 0\n" * 300_000 + "while True: x += 1\n"
     with make_box(timeout=20).session() as session:
         session.execute("kept = True")
-        threading.Timer(0.05, session.interrupt).start()
+
+        def interrupt_once_running() -> None:
+            while not session.interrupt():  # False until the execution has begun
+                time.sleep(0.001)
+
+        threading.Thread(target=interrupt_once_running, daemon=True).start()
         started = time.monotonic()
         result = session.execute(code)
         assert result.ending == "interrupted", result
@@ -201,15 +215,21 @@ def test_an_interrupted_input_does_not_shift_later_answers(
 ) -> None:
     with make_box(timeout=20).session() as session:
         answers = {"slow? ": "first answer", "next? ": "second answer"}
+        first_over = threading.Event()
+        late_sent = threading.Event()
 
         def slow_answer(prompt: str, password: bool) -> str:
             if prompt == "slow? ":
                 session.interrupt()
-                time.sleep(0.5)  # answered after the code was interrupted: must be dropped
+                first_over.wait(10)  # answered after the code was interrupted: must be dropped
+                late_sent.set()
+            else:
+                late_sent.wait(10)  # the late answer goes out while this question is open
             return answers[prompt]
 
         interrupted = session.execute("input('slow? ')", on_input=slow_answer)
         assert interrupted.ending == "interrupted"
+        first_over.set()
         later = session.execute("print(input('next? '))", on_input=slow_answer)
         assert later.stdout == "second answer\n"
 
@@ -283,9 +303,15 @@ def test_an_input_left_open_in_a_thread_does_not_stop_the_clock(
 
 @pytest.mark.providers("subprocess")
 def test_only_one_input_question_is_open_at_a_time(make_box: Callable[..., Sandbox]) -> None:
-    def slow(prompt: str, password: bool) -> str:
-        time.sleep(0.5)
+    refused = threading.Event()
+
+    def answer_once_the_other_is_refused(prompt: str, password: bool) -> str:
+        refused.wait(10)
         return "answer"
+
+    def watch(name: str, text: str) -> None:
+        if "refused" in text:
+            refused.set()
 
     code = (
         "import threading\n"
@@ -295,11 +321,12 @@ def test_only_one_input_question_is_open_at_a_time(make_box: Callable[..., Sandb
         "        answers.append(input('q> '))\n"
         "    except EOFError as exc:\n"
         "        answers.append(str(exc))\n"
+        "        print('refused', flush=True)\n"
         "threads = [threading.Thread(target=ask) for _ in range(2)]\n"
         "[t.start() for t in threads]; [t.join() for t in threads]\n"
         "print(sorted(answers))"
     )
     with make_box(timeout=10).session() as session:
-        result = session.execute(code, on_input=slow)
+        result = session.execute(code, on_input=answer_once_the_other_is_refused, on_stream=watch)
     assert "'answer'" in result.stdout
     assert "another input() is already waiting for an answer" in result.stdout

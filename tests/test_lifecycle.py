@@ -318,7 +318,8 @@ def test_nothing_outlives_the_host_process(
                      workdir={str(workdir)!r})
         session = box.session()
         inside = box.provider.worker_config(box.spec, box.workdir)["cwd"]
-        print(session.execute({HEARTBEAT!r}.format(path=inside + "/beat")).stdout, flush=True)
+        beating = session.execute({HEARTBEAT!r}.format(path=inside + "/beat"))
+        print(beating.stdout if beating.ok else repr(beating), flush=True)
         print(box.execute("print('warm')").stdout, flush=True)
         sys.stdin.read()
         """
@@ -331,7 +332,8 @@ def test_nothing_outlives_the_host_process(
     )
     try:
         assert process.stdout is not None
-        assert process.stdout.readline() == b"beating\n"
+        first = process.stdout.readline()
+        assert first == b"beating\n", first
         assert _still_beating(workdir / "beat")
         os.kill(process.pid, signal.SIGKILL)
         process.wait()

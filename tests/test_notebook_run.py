@@ -77,14 +77,16 @@ def test_allow_errors_runs_everything_and_exits_zero(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_keeps_what_ran(tmp_path: Path) -> None:
-    source = notebook(tmp_path / "long.ipynb", "print('first')", "import time\ntime.sleep(60)")
+    started = tmp_path / "second-cell-started"
+    second = f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(60)"
+    source = notebook(tmp_path / "long.ipynb", "print('first')", second)
     out = tmp_path / "long.out.ipynb"
     command = [sys.executable, "-m", "rewyn_kernel.cli", "run", str(source), "-o", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not out.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)
+    while not started.exists() and time.monotonic() < deadline:  # (the host's own files)
+        time.sleep(0.05)
+    assert started.exists()
     process.send_signal(signal.SIGINT)
     stdout, _ = process.communicate(timeout=60)
     assert process.returncode == 130
