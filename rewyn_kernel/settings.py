@@ -32,8 +32,8 @@ from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
 __all__ = [
     "CONTAINER_CLIS",
     "KERNEL_CLASS",
-    "OPTIONS",
     "KernelSettings",
+    "OPTIONS",
     "Option",
     "add_options",
     "describe_error",

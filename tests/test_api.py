@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -172,19 +173,155 @@ def test_protocols_are_satisfied() -> None:
         assert isinstance(box, Sandbox)
 
 
-def test_public_names_are_pinned() -> None:
-    assert sorted(runtime.__all__) == runtime.__all__
-    assert sorted(sandbox_module.__all__) == sandbox_module.__all__
-    assert set(runtime.__all__) >= {"create", "acreate", "sandbox", "SandboxResult", "SandboxSpec"}
-    assert set(sandbox_module.__all__) >= {
+PUBLIC: dict[str, list[str]] = {
+    "rewyn_kernel": ["__version__", "load_ipython_extension", "unload_ipython_extension"],
+    "rewyn_kernel.errors": [
+        "PolicyError",
+        "ProtocolError",
+        "ProviderUnavailableError",
+        "RewynError",
+        "SandboxClosedError",
+        "SandboxError",
+    ],
+    "rewyn_kernel.tools": [
+        "Approver",
+        "MaxRiskLevel",
+        "PermissionDecision",
+        "PermissionPolicy",
+        "RiskLevel",
+        "Tool",
+        "ToolArgumentsError",
+        "to_anthropic",
+        "to_openai",
+    ],
+    "rewyn_kernel.settings": [
+        "CONTAINER_CLIS",
+        "KERNEL_CLASS",
+        "KernelSettings",
+        "OPTIONS",
+        "Option",
+        "add_options",
+        "describe_error",
+        "from_options",
+        "option_arguments",
+        "plain_type",
+    ],
+    "rewyn_kernel.runtime": [
+        "ContainerProvider",
+        "ContainerSandbox",
+        "JsonlRunLog",
+        "Sandbox",
+        "SandboxEvent",
+        "SandboxProvider",
+        "SandboxResult",
+        "SandboxSpec",
+        "Session",
+        "SubprocessProvider",
+        "SubprocessSandbox",
+        "acreate",
+        "container",
+        "create",
+        "events",
+        "get_default_provider",
+        "sandbox",
+        "sandbox_tool",
+        "set_default_provider",
+    ],
+    "rewyn_kernel.runtime.sandbox": [
+        "BaseSandbox",
+        "CheckItem",
+        "DEFAULT_INHERIT_ENV",
+        "Ending",
+        "ErrorInfo",
+        "ExitInfo",
+        "Isolation",
+        "RichOutput",
         "Sandbox",
         "SandboxProvider",
         "SandboxResult",
         "SandboxSpec",
+        "Session",
+        "SubprocessProvider",
         "SubprocessSandbox",
+        "WorkerProcess",
         "acreate",
         "create",
+        "get_default_provider",
+        "sandbox_tool",
         "set_default_provider",
-    }
-    for name in sandbox_module.__all__:
-        assert getattr(sandbox_module, name) is not None
+    ],
+    "rewyn_kernel.runtime.container": [
+        "ContainerProvider",
+        "ContainerSandbox",
+        "DEFAULT_IMAGE",
+        "LABEL",
+    ],
+    "rewyn_kernel.runtime.events": [
+        "EVENT_TYPE",
+        "EventListener",
+        "JsonlRunLog",
+        "SandboxEvent",
+        "add_listener",
+        "emit",
+        "remove_listener",
+    ],
+    "rewyn_kernel.runtime.providers.scripted": [
+        "ScriptedProcess",
+        "ScriptedProvider",
+        "ScriptedSandbox",
+        "ScriptedWorker",
+    ],
+    "rewyn_kernel.kernel.kernelspec": [
+        "DISPLAY_NAME",
+        "KERNEL_NAME",
+        "KernelSettings",
+        "build_kernel_dict",
+        "default_display_name",
+        "install",
+        "normalize_kernel_name",
+        "write_kernel_spec",
+    ],
+    "rewyn_kernel.kernel.safety": [
+        "FilteredOutput",
+        "MAX_SVG_BYTES",
+        "MAX_VALUE_BYTES",
+        "drop_note",
+        "filter_bundle",
+    ],
+    "rewyn_kernel.notebooks.review": [
+        "DEFAULT_LIMITS",
+        "add_parser",
+        "build_notebook",
+        "check",
+        "compare",
+        "convert",
+        "install_command",
+        "kernel_name_for",
+        "limits_of",
+        "main",
+        "read_log",
+        "write_notebook",
+    ],
+}
+"""Every public module and exactly the names it exports: a change here is an API change."""
+
+
+@pytest.mark.parametrize("module", sorted(PUBLIC))
+def test_public_names_are_pinned(module: str) -> None:
+    imported = importlib.import_module(module)
+    assert list(imported.__all__) == PUBLIC[module]
+    assert sorted(imported.__all__) == list(imported.__all__)
+    for name in imported.__all__:
+        assert hasattr(imported, name), name
+
+
+def test_the_spec_names_its_paths() -> None:
+    """The spec's import paths, with the package prefix rewyn replaced by rewyn_kernel."""
+    from rewyn_kernel.runtime import ContainerProvider, create, sandbox, sandbox_tool
+    from rewyn_kernel.runtime.container import ContainerSandbox
+    from rewyn_kernel.tools import MaxRiskLevel, RiskLevel
+
+    assert sandbox.set_default_provider is runtime.set_default_provider
+    assert sandbox_module.create is create
+    assert ContainerSandbox.__module__.startswith("rewyn_kernel.runtime")
+    assert all((ContainerProvider, sandbox_tool, MaxRiskLevel, RiskLevel))

@@ -10,4 +10,4 @@ from rewyn_kernel.runtime.providers.container import (
     ContainerSandbox,
 )
 
-__all__ = ["DEFAULT_IMAGE", "LABEL", "ContainerProvider", "ContainerSandbox"]
+__all__ = ["ContainerProvider", "ContainerSandbox", "DEFAULT_IMAGE", "LABEL"]

@@ -37,7 +37,7 @@ from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
 from rewyn_kernel.runtime.providers.popen import PopenWorker
 
-__all__ = ["DEFAULT_IMAGE", "LABEL", "ContainerProvider", "ContainerSandbox", "ContainerWorker"]
+__all__ = ["ContainerProvider", "ContainerSandbox", "ContainerWorker", "DEFAULT_IMAGE", "LABEL"]
 
 DEFAULT_IMAGE = "python:3.13-slim"
 """The image a container sandbox runs when none is given (pull it, or build one: see README)."""
