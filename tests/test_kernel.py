@@ -69,6 +69,7 @@ def test_an_exception_is_exactly_one_error_output(kernel: Kernel) -> None:
     assert error["content"]["ename"] == "ZeroDivisionError"
     assert any("return 1 / 0" in line for line in error["content"]["traceback"])
     assert cell.reply["content"]["ename"] == "ZeroDivisionError"
+    assert cell.of_type("stream") == []  # the runtime's stderr ends with it; the cell does not
 
 
 def test_hostile_rich_output_never_reaches_iopub_executable(kernel: Kernel) -> None:
