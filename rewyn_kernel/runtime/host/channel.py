@@ -106,6 +106,7 @@ class LiveWorker:
         self._inbox: deque[tuple[bytes, bytes] | ChannelEnded] = deque()
         self._inbox_bytes = 0
         self._wanted: str | None = None  # what wants frames now: an execution or a request id
+        self._waiting_for_room = False  # the I/O thread stopped reading: the inbox is full
         self.dropped_between = 0
         self._ended: ChannelEnded | None = None
         self._kill_reason: str | None = None
@@ -160,7 +161,9 @@ class LiveWorker:
         with self._cond:
             self._wanted = key
             self._drop_queued()
-        self._wake()
+            waiting = self._waiting_for_room
+        if waiting:
+            self._wake()
 
     def take_dropped(self) -> int:
         """Return how many frames were dropped since the last call (between executions)."""
@@ -182,7 +185,9 @@ class LiveWorker:
                 self._inbox.appendleft(item)  # the end stays the end for every later reader
                 return item
             self._inbox_bytes -= len(item[0]) + len(item[1])
-        self._wake()  # room again: the reader may go on
+            waiting = self._waiting_for_room
+        if waiting:
+            self._wake()  # room again: the reader may go on
         body, payload = item
         try:
             return decode_header(body), payload, len(body)
@@ -291,8 +296,10 @@ class LiveWorker:
                 watch = [self._wake_r]
                 if stderr is not None:
                     watch.append(stderr)
-                if stdout is not None and not self._full(frame):
-                    watch.append(stdout)
+                with self._cond:  # (decided with the consumer's pop, or its wake-up is lost)
+                    self._waiting_for_room = stdout is not None and self._full_locked(frame)
+                    if stdout is not None and not self._waiting_for_room:
+                        watch.append(stdout)
                 ready = select.select(watch, [], [])[0]
                 if self._wake_r in ready:
                     with contextlib.suppress(BlockingIOError):
@@ -317,10 +324,13 @@ class LiveWorker:
 
     def _full(self, frame: _Assembler) -> bool:
         """Whether the frame being read waits for room in the inbox."""
+        with self._cond:
+            return self._full_locked(frame)
+
+    def _full_locked(self, frame: _Assembler) -> bool:
         if frame.body_len < 0 or not frame.keep:
             return False
-        with self._cond:
-            return bool(self._inbox) and self._inbox_bytes + frame.size > INBOX_BYTES
+        return bool(self._inbox) and self._inbox_bytes + frame.size > INBOX_BYTES
 
     def _read_diag(self, fd: int) -> bool:
         try:

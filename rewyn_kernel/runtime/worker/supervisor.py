@@ -63,6 +63,10 @@ IGNORED_SIGNALS = (
 STATUSES = ("ok", "error", "exit", "interrupted")
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
 ZEROS = bytes(CHUNK)
+OUT_HEADERS = {
+    True: encode_header({"t": "out", "s": "stdout"}),
+    False: encode_header({"t": "out", "s": "stderr"}),
+}
 
 
 class Child:
@@ -434,12 +438,14 @@ class Supervisor:
 
     def pass_through(self, source: int, target: Optional[int], size: int) -> None:
         view = memoryview(self.buffer)
+        used = 0
         try:
             while size > 0:
                 got = os.readv(source, [view[: min(size, CHUNK)]])
                 if got == 0:
                     self.shutdown()
                 size -= got
+                used = max(used, got)
                 if target is not None:
                     try:
                         write_all(target, view[:got])
@@ -447,7 +453,7 @@ class Supervisor:
                         target = None  # the code's process died while reading
         finally:
             view.release()
-            self.buffer[:] = ZEROS
+            self.buffer[:used] = ZEROS[:used]
 
     def signal_child(self, child: Child, signum: int) -> None:
         try:
@@ -477,6 +483,7 @@ class Supervisor:
     def relay_output(self, child: Child, fd: int) -> bool:
         """Relay one read of the code's stdout or stderr; False when nothing was there."""
         view = memoryview(self.buffer)
+        got = 0
         try:
             try:
                 got = os.readv(fd, [view])
@@ -485,14 +492,13 @@ class Supervisor:
             if got == 0:
                 self.unregister(fd)
                 return False
-            stream = "stdout" if fd == child.out else "stderr"
-            body = encode_header({"t": "out", "s": stream})
+            body = OUT_HEADERS[fd == child.out]
             write_all(self.host_out, HEADER.pack(len(body), got) + body)
             write_all(self.host_out, view[:got])
             return True
         finally:
             view.release()
-            self.buffer[:] = ZEROS
+            self.buffer[:got] = ZEROS[:got]
 
     def drain(self, child: Child, to_end: bool) -> None:
         """Relay what the code's process has written so far (``to_end``: everything, as every
