@@ -122,11 +122,18 @@ class LiveWorker:
         os.set_blocking(process.stdin, False)
         os.set_blocking(process.stdout, False)
         os.set_blocking(process.stderr, False)
-        self._io = threading.Thread(target=self._run_io, daemon=True, name="rewyn-io")
+        self.start_failure: str | None = None
+        """Why the worker never took its program, if it did not."""
+        # The I/O thread writes the program first, holding the write lock taken here: no frame
+        # can go before it, and the caller need not wait for the sandbox's interpreter to start.
+        self._write_lock.acquire()
+        self._io = threading.Thread(
+            target=self._run_io,
+            args=(program, time.monotonic() + startup_timeout),
+            daemon=True,
+            name="rewyn-io",
+        )
         self._io.start()
-        failure = self._write(program, time.monotonic() + startup_timeout)
-        if failure:
-            self.kill(f"the sandbox did not take its program: {failure}")
 
     # -- state -----------------------------------------------------------------------------
 
@@ -141,7 +148,8 @@ class LiveWorker:
         return self._kill_reason
 
     def wait_ready(self, timeout: float) -> bool:
-        """Wait for the worker's ``ready``; False if it ended or ``timeout`` passed first."""
+        """Wait for the worker's ``ready``; False if it ended, did not take its program, or
+        ``timeout`` passed first (give it a little past the startup time for the program)."""
         self._ready_event.wait(timeout)
         return self.ready is not None and not self.ended
 
@@ -221,24 +229,27 @@ class LiveWorker:
 
     def _write(self, data: bytes, deadline: float) -> str:
         """Write ``data`` before ``deadline``; '' when it went, else why it did not."""
-        view = memoryview(data)
         with self._write_lock:
-            while view:
-                if self._killed.is_set():
-                    return "the sandbox was killed"
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return "it did not read it in time"
-                try:
-                    _, writable, _ = select.select(
-                        [], [self.process.stdin], [], min(remaining, WRITE_SLICE)
-                    )
-                    if writable:
-                        view = view[os.write(self.process.stdin, view) :]
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except (OSError, ValueError):  # the worker closed its end, or died
-                    return "it closed its input (it exited)"
+            return self._write_locked(data, deadline)
+
+    def _write_locked(self, data: bytes, deadline: float) -> str:
+        view = memoryview(data)
+        while view:
+            if self._killed.is_set():
+                return "the sandbox was killed"
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "it did not read it in time"
+            try:
+                _, writable, _ = select.select(
+                    [], [self.process.stdin], [], min(remaining, WRITE_SLICE)
+                )
+                if writable:
+                    view = view[os.write(self.process.stdin, view) :]
+            except (BlockingIOError, InterruptedError):
+                continue
+            except (OSError, ValueError):  # the worker closed its end, or died
+                return "it closed its input (it exited)"
         return ""
 
     # -- the end ---------------------------------------------------------------------------
@@ -286,12 +297,20 @@ class LiveWorker:
             with contextlib.suppress(OSError):
                 os.write(self._wake_w, b"x")
 
-    def _run_io(self) -> None:
+    def _run_io(self, program: bytes, deadline: float) -> None:
         frame = _Assembler()
         stdout: int | None = self.process.stdout
         stderr: int | None = self.process.stderr
         end: ChannelEnded | None = None
         try:
+            try:
+                failure = self._write_locked(program, deadline)
+            finally:
+                self._write_lock.release()
+            if failure and not self._killed.is_set():
+                # (Its diagnostics are still read: a start-up error says why.)
+                self.start_failure = f"the sandbox did not take its program: {failure}"
+                self._ready_event.set()
             while not self._killed.is_set():
                 watch = [self._wake_r]
                 if stderr is not None:

@@ -323,19 +323,24 @@ class Session(Closeable):
         if isinstance(worker, Outcome):
             self._next = None
             return worker
-        if worker.wait_ready(self._core.spec.startup_timeout):
+        # (A little past the startup time: a program not taken by then is the reason to give.)
+        if worker.wait_ready(self._core.spec.startup_timeout + 0.2):
             self.ready = worker.ready
             self._used = True
             return worker
         self._next = None
-        reason = worker.kill_reason  # the host's own: it did not read its program in time
-        if worker.ended:
-            worker.process.wait(DEATH_WAIT_SECONDS)
-            worker.kill("it ended before it was ready")
-            info = worker.process.exit_info()
-            why = reason or f"it {describe_exit(info.exit_code, info.signal)} before it was ready"
+        killed, failure = worker.kill_reason, worker.start_failure
+        waited = DEATH_WAIT_SECONDS if (worker.ended or failure) else 0.0
+        exited = killed is None and worker.process.wait(waited) is not None
+        worker.kill(failure or "it was not ready in time")
+        info = worker.process.exit_info()
+        if killed is not None:
+            why = killed  # the host's own (closed while it started, say)
+        elif exited:
+            why = f"it {describe_exit(info.exit_code, info.signal)} before it was ready"
+        elif failure is not None:
+            why = failure.removeprefix("the sandbox ")
         else:
-            worker.kill("it was not ready in time")
             info = ExitInfo(exit_code=EXIT_KILLED, signal=signal.SIGKILL)
             why = f"it was not ready within {self._core.spec.startup_timeout:g} s"
         diagnostics = worker.diagnostics(wait=1.0)
