@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import uuid
@@ -15,12 +16,17 @@ from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
+from rewyn_kernel.runtime.host.scratch import ScratchEntry, list_dir, read_file, write_file
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.host.sync import Closeable
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.events import EventListener
     from rewyn_kernel.runtime.providers.base import SandboxProvider
+
+
+READ_LIMIT = 64 * 1024 * 1024
+"""Bytes ``read_file`` returns at most unless told otherwise."""
 
 
 class BaseSandbox(Closeable):
@@ -87,6 +93,26 @@ class BaseSandbox(Closeable):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    # -- the scratch directory, from the host ----------------------------------------------
+
+    def read_file(self, path: str | os.PathLike[str], *, limit: int = READ_LIMIT) -> bytes:
+        """Read a file the code wrote, by its path relative to the scratch directory.
+
+        A link anywhere on the way is refused (the code may have made ``result.txt`` a link to
+        ``~/.ssh/id_rsa``), as is anything but a regular file, and a file over ``limit`` bytes:
+        ``ScratchError`` says which.
+        """
+        return read_file(self.workdir, path, limit)
+
+    def write_file(self, path: str | os.PathLike[str], data: bytes) -> None:
+        """Put a file in the scratch directory for the code (folders are made as needed);
+        never through a link the code made."""
+        write_file(self.workdir, path, data)
+
+    def list_files(self, path: str | os.PathLike[str] = ".") -> list[ScratchEntry]:
+        """The entries of a directory in scratch, links shown as links (never followed)."""
+        return list_dir(self.workdir, path)
 
     def execute(
         self,

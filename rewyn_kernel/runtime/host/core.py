@@ -7,14 +7,8 @@ kills what is still running and removes the scratch directory.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
-import shutil
-import stat
-import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +17,7 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.protocol import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, worker_program
+from rewyn_kernel.runtime.host.scratch import remove_tree
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.events import EventListener
@@ -95,26 +90,8 @@ class SandboxCore:
             live = list(self._live)
         for worker in live:
             worker.kill("the sandbox was closed")
+        # (Without following any link the code made there: see scratch.py.)
         if self.owns_workdir:
             remove_tree(self.workdir)
         else:
             remove_tree(self.workdir / ".tmp")
-
-
-def remove_tree(path: Path) -> None:
-    """Remove ``path`` even where the code made directories unreadable or unwritable."""
-
-    def retry(function: Callable[..., Any], name: str, _: object) -> None:
-        parent = os.path.dirname(name)
-        for target in (parent, name):
-            with contextlib.suppress(OSError):
-                os.chmod(target, stat.S_IRWXU)
-        with contextlib.suppress(OSError):
-            function(name)
-
-    if not path.exists():
-        return
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:
-        shutil.rmtree(path, onerror=retry)

@@ -24,6 +24,7 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
+from rewyn_kernel.runtime.host.scratch import ensure_dir
 from rewyn_kernel.runtime.providers.base import CheckItem
 from rewyn_kernel.runtime.providers.popen import PopenWorker
 
@@ -148,8 +149,7 @@ class SubprocessProvider:
         }
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
-        tmp = workdir / ".tmp"
-        tmp.mkdir(exist_ok=True)
+        tmp = ensure_dir(workdir, ".tmp")  # a real directory, whatever the code put there
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR=str(tmp), REWYN_SANDBOX=name)
         env.update(spec.env)

@@ -1,0 +1,224 @@
+"""The scratch directory, handled by the host without following a single link the code made.
+
+Everything in a sandbox's scratch directory is the code's, links included: a ``result.txt`` can
+be a symlink to ``~/.ssh/id_rsa``, a ``.tmp`` a symlink to ``/etc``. So every operation here walks
+from a descriptor of the scratch directory itself, one component at a time, with ``O_NOFOLLOW``:
+removal unlinks a link instead of entering it, a directory the code made unreadable is opened
+(or chmod'ed through its own ``O_PATH`` descriptor) rather than named by path, and reading or
+writing refuses links and anything that is not a regular file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+__all__ = [
+    "ScratchEntry",
+    "ScratchError",
+    "ensure_dir",
+    "list_dir",
+    "read_file",
+    "remove_tree",
+    "write_file",
+]
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class ScratchError(OSError):
+    """A path in the scratch directory that cannot be used: a link, outside it, not a file."""
+
+
+@dataclass(frozen=True)
+class ScratchEntry:
+    """One entry of a directory in scratch, as it is (a link is a link, never its target)."""
+
+    name: str
+    kind: str
+    """'file', 'dir', 'link' or 'other'."""
+    size: int
+
+
+def remove_tree(path: Path) -> None:
+    """Remove ``path`` and all under it; links are removed, never followed. Gone already: fine.
+
+    ``path``'s parent is the host's own (a temporary directory, or the directory a caller
+    chose): only what is inside is the code's.
+    """
+    try:
+        parent = os.open(path.parent, _DIR)
+    except FileNotFoundError:
+        return
+    try:
+        _remove(parent, path.name)
+    finally:
+        os.close(parent)
+
+
+def _remove(dir_fd: int, name: str) -> None:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+        return
+    fd = _open_dir(dir_fd, name, repair=True)
+    try:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IRWXU)  # so that what is inside can be unlinked
+        with os.scandir(fd) as entries:
+            names = [entry.name for entry in entries]
+        for child in names:
+            with contextlib.suppress(OSError):  # best effort: the rest is still removed
+                _remove(fd, child)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(name, dir_fd=dir_fd)
+
+
+def _open_dir(dir_fd: int, name: str, *, repair: bool = False) -> int:
+    """Open the directory ``name`` (never a link to one); ``repair``: one the code made
+    unreadable is given back its owner's rights first, through its own descriptor."""
+    try:
+        return os.open(name, _DIR, dir_fd=dir_fd)
+    except PermissionError:
+        if not repair:
+            raise
+    handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        # chmod of /proc/self/fd/N reaches the inode this O_PATH descriptor names (a directory,
+        # opened without following links): no path is resolved again.
+        os.chmod(f"/proc/self/fd/{handle}", stat.S_IRWXU)
+    finally:
+        os.close(handle)
+    return os.open(name, _DIR, dir_fd=dir_fd)
+
+
+def _parts(relative: str | os.PathLike[str]) -> list[str]:
+    path = PurePosixPath(os.fspath(relative))
+    if path.is_absolute():
+        raise ScratchError(errno.EINVAL, "give a path relative to the scratch directory", str(path))
+    parts = [part for part in path.parts if part not in ("", ".")]
+    if ".." in parts:
+        raise ScratchError(errno.EINVAL, "'..' leads out of the scratch directory", str(path))
+    return parts
+
+
+@contextmanager
+def _walk(root: Path, parts: list[str], *, create: bool = False) -> Iterator[int]:
+    """A descriptor of the directory ``parts`` under ``root``, reached without a link."""
+    fd = os.open(root, _DIR)
+    try:
+        for part in parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                inner = os.open(part, _DIR, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise ScratchError(exc.errno, "not a directory (or a link)", part) from exc
+                raise
+            os.close(fd)
+            fd = inner
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_file(root: Path, relative: str | os.PathLike[str], limit: int) -> bytes:
+    """The bytes of a regular file under ``root``; a link anywhere on the way is refused, and
+    a file larger than ``limit`` bytes raises ScratchError."""
+    *folders, name = _parts(relative) or [""]
+    with _walk(root, folders) as dir_fd:
+        try:
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            fd = os.open(name, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ScratchError(exc.errno, "a link: not read", str(relative)) from exc
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ScratchError(errno.EINVAL, "not a regular file", str(relative))
+            if info.st_size > limit:
+                raise ScratchError(
+                    errno.EFBIG, f"{info.st_size} bytes, over the limit of {limit}", str(relative)
+                )
+            chunks, size = [], 0
+            while chunk := os.read(fd, min(1 << 20, limit + 1 - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:  # it grew while being read
+                    raise ScratchError(errno.EFBIG, f"over the limit of {limit}", str(relative))
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+
+def write_file(root: Path, relative: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to a file under ``root`` (folders made as needed); never through a link."""
+    *folders, name = _parts(relative) or [""]
+    if not name:
+        raise ScratchError(errno.EINVAL, "give a file name", str(relative))
+    with _walk(root, folders, create=True) as dir_fd:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        try:
+            fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ScratchError(exc.errno, "a link: not written", str(relative)) from exc
+            raise
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ScratchError(errno.EINVAL, "not a regular file", str(relative))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+
+def list_dir(root: Path, relative: str | os.PathLike[str] = ".") -> list[ScratchEntry]:
+    """The entries of a directory under ``root``, links shown as links."""
+    with _walk(root, _parts(relative)) as dir_fd:
+        entries = []
+        with os.scandir(dir_fd) as found:
+            for entry in found:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(info.st_mode):
+                    kind = "link"
+                elif stat.S_ISDIR(info.st_mode):
+                    kind = "dir"
+                elif stat.S_ISREG(info.st_mode):
+                    kind = "file"
+                else:
+                    kind = "other"
+                entries.append(ScratchEntry(entry.name, kind, info.st_size))
+        return sorted(entries, key=lambda entry: entry.name)
+
+
+def ensure_dir(root: Path, name: str) -> Path:
+    """Make ``root/name`` a real directory of the host's: anything else there (a link the code
+    put in its place, a file) is removed first. Return its path."""
+    with _walk(root, []) as dir_fd:
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if not stat.S_ISDIR(info.st_mode):
+                os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+    return root / name
