@@ -62,7 +62,7 @@ def probe_namespaces() -> Namespaces:
     )
     if unshare is None:
         return Namespaces((), False, "the 'unshare' command (util-linux) is not installed")
-    common = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+    common = ["--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
     attempts = [
         ([unshare, "--user", "--map-root-user", *common], True),
         ([unshare, *common], False),
@@ -83,9 +83,9 @@ def probe_namespaces() -> Namespaces:
             return Namespaces(
                 tuple(prefix),
                 user,
-                "user, PID, mount and network namespaces"
+                "user, PID, mount, IPC and network namespaces"
                 if user
-                else "PID, mount and network namespaces (as root)",
+                else "PID, mount, IPC and network namespaces (as root)",
             )
         errors.append(done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}")
     return Namespaces((), False, "unshare failed here: " + " | ".join(errors))
@@ -146,6 +146,7 @@ class SubprocessProvider:
         return {
             "memory_limit_bytes": limit * 1024 * 1024 if limit else None,
             "cwd": str(workdir),
+            "own_ipc": bool(self._namespaces(spec).prefix),
         }
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:

@@ -120,6 +120,14 @@ class Supervisor:
         os.dup2(null, 1)  # nothing printed by accident can reach the channel
         os.close(null)
         faulthandler.enable(file=self.diag)
+        if self.config.get("own_ipc"):
+            # Still root of the sandbox's own namespaces here: bound what shared memory the
+            # code can pin outside its processes (it all goes with the namespaces).
+            limit = self.config.get("memory_limit_bytes")
+            if not system.limit_sysv_ipc(limit):
+                self.notes.append("SysV shared memory could not be bounded")
+            if not system.private_tmpfs("/dev/shm", limit):
+                self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
         self.take_user()
         if not system.set_dumpable(False):
             self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
@@ -260,6 +268,8 @@ class Supervisor:
     def on_child_exit(self, child: Child) -> None:
         if self.once:
             self.kill_leftovers()
+            if self.config.get("own_ipc"):
+                system.remove_sysv_shm()  # (what the execution left in the sandbox's own IPC)
             self.drain(child, to_end=True)
             self.finish_exec(child)
             return

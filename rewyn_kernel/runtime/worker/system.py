@@ -157,6 +157,59 @@ def _holds_no_capability() -> bool:
         return False
 
 
+def limit_sysv_ipc(limit_bytes: Optional[int]) -> bool:
+    """In a fresh IPC namespace (as its root): bound SysV shared memory to ``limit_bytes`` in
+    all, and message queues to a few. The segments die with the namespace."""
+    values = {"msgmni": 16}
+    if limit_bytes:
+        values.update(shmmax=limit_bytes, shmall=max(1, limit_bytes // 4096), shmmni=64)
+    ok = True
+    for name, value in values.items():
+        try:
+            with open("/proc/sys/kernel/" + name, "w") as handle:
+                handle.write(str(value))
+        except OSError:
+            ok = False
+    return ok
+
+
+def remove_sysv_shm() -> int:
+    """Remove every SysV shared memory segment this process may remove; return how many."""
+    c = libc()
+    if c is None:
+        return 0
+    removed = 0
+    try:
+        with open("/proc/sysvipc/shm") as table:
+            next(table, None)
+            ids = [int(line.split()[1]) for line in table if line.strip()]
+    except (OSError, ValueError, IndexError):
+        return 0
+    ipc_rmid = 0
+    for shmid in ids:
+        try:
+            if int(c.shmctl(shmid, ipc_rmid, None)) == 0:
+                removed += 1
+        except Exception:
+            pass
+    return removed
+
+
+def private_tmpfs(path: str, limit_bytes: Optional[int]) -> bool:
+    """Mount a fresh tmpfs at ``path`` in this mount namespace (as its root): POSIX shared
+    memory then lives, bounded, in the sandbox and goes with it."""
+    c = libc()
+    if c is None:
+        return False
+    size = ",size=%d" % limit_bytes if limit_bytes else ""
+    options = ("mode=1777" + size).encode()
+    ms_nosuid, ms_nodev = 2, 4
+    try:
+        return int(c.mount(b"tmpfs", path.encode(), b"tmpfs", ms_nosuid | ms_nodev, options)) == 0
+    except Exception:
+        return False
+
+
 def one_malloc_arena() -> None:
     """Under an address-space cap, use one malloc arena: glibc reserves 64 MiB of address space
     for each thread that allocates, so three threads would use up most of a 256 MiB cap."""
