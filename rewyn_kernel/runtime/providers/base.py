@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
     from rewyn_kernel.runtime.events import EventListener
     from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
+    from rewyn_kernel.runtime.host.scratch import ScratchEntry
     from rewyn_kernel.runtime.host.session import Session
 
 
@@ -153,6 +155,12 @@ class Sandbox(Protocol):
     def interrupt(self) -> bool: ...
 
     def session(self, *, keep_state: bool = True) -> Session: ...
+
+    def read_file(self, path: str | os.PathLike[str], *, limit: int = ...) -> bytes: ...
+
+    def write_file(self, path: str | os.PathLike[str], data: bytes) -> None: ...
+
+    def list_files(self, path: str | os.PathLike[str] = ...) -> list[ScratchEntry]: ...
 
     def close(self) -> None: ...
 
