@@ -376,6 +376,50 @@ def test_markdown_with_any_image_is_dropped() -> None:
     assert "text/markdown" in filter_bundle({"text/markdown": text}, {}).dropped
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[x](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+        "[x]( data:text/html,<b>x</b> )",
+        "[x][1]\n\n[1]: data:text/html,x",
+        "[x](&#100;ata:text/html,x)",
+    ],
+)
+def test_markdown_with_a_data_link_is_dropped(text: str) -> None:
+    """HTML's <a href="data:..."> was already dropped; Markdown's spelling of it was not."""
+    result = filter_bundle({"text/markdown": text, "text/plain": "fallback"}, {})
+    assert result.data == {"text/plain": "fallback"}
+
+
+def test_the_word_data_in_markdown_text_is_kept() -> None:
+    text = "metadata: data: as plain words, and [a link](https://example.org/data:x)"
+    assert filter_bundle({"text/markdown": text}, {}).data == {"text/markdown": text}
+
+
+@pytest.mark.parametrize("mime", ["text/html", "text/markdown"])
+@pytest.mark.parametrize(
+    "tex",
+    [
+        "$\\style{background:url(https://e.example/?leak)}{x}$",
+        "$$\\class{jp-Dialog}{x}$$",
+        "$\\cssId{main}{x}$",
+        "$\\require{action}$",
+        "$&#92;style{background:url(https://e.example/)}{x}$",
+        "$\\unicode{x41}$",
+    ],
+)
+def test_math_that_asks_mathjax_for_styles_or_extensions_is_dropped(mime: str, tex: str) -> None:
+    """MathJax typesets $...$ in Markdown and HTML outputs; \\style fetches a URL on sight."""
+    result = filter_bundle({mime: tex, "text/plain": "fallback"}, {})
+    assert result.data == {"text/plain": "fallback"}
+
+
+@pytest.mark.parametrize("mime", ["text/html", "text/markdown"])
+def test_ordinary_math_is_kept(mime: str) -> None:
+    tex = "$\\alpha^2 + \\beta_1 \\textstyle \\frac{a}{b}$"
+    assert filter_bundle({mime: tex}, {}).data == {mime: tex}
+
+
 # -- SVG -------------------------------------------------------------------------------------
 
 

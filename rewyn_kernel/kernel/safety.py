@@ -41,6 +41,12 @@ _AUTOLOAD_ATTRIBUTES = frozenset({"src", "srcset", "poster", "background", "lows
 # (https://url.spec.whatwg.org/#concept-basic-url-parser); Markdown adds backslash escapes.
 _URL_NOISE = re.compile(r"[\x00-\x20\\]+")
 _SCRIPT_URL = re.compile(r"(?:java|vb)script:")
+# A link destination that is a data: URL (inline, autolink, reference), after _URL_NOISE went.
+_DATA_LINK = re.compile(r"(?:\]\(|<|\]:)data:")
+# TeX that MathJax turns into styles, classes, ids or loads: \style{background:url(...)}{x}
+# fetches a URL on sight, whatever the HTML sanitiser let through (MathJax typesets the math in
+# Markdown and HTML outputs alike).
+_TEX_DANGER = re.compile(r"\\(?:style|class|cssid|require|unicode|data|attributes)(?![a-z])")
 _DROP: Any = object()  # not None: JSON null is a value
 
 # ammonia's defaults (no script, style, iframe, object, embed, form, svg, math, meta, base, link;
@@ -139,6 +145,8 @@ def _filter_value(mime: str, value: object) -> Any:
         if not isinstance(value, str) or _utf8_size(value) > MAX_VALUE_BYTES:
             return _DROP
         if mime in ("text/html", "text/markdown"):
+            if _styles_math(value):
+                return _DROP
             clean = _clean_html(value) if mime == "text/html" else _clean_markdown(value)
             if clean is not _DROP and value.strip() and not clean.strip():
                 return _DROP  # it was nothing but script: show the note, not a blank output
@@ -216,9 +224,20 @@ def _clean_markdown(source: str) -> Any:
     decoded = cleaned
     for _ in range(3):  # entities decode once in Markdown and once more in the HTML it makes
         decoded = html.unescape(decoded)
-    if _SCRIPT_URL.search(_URL_NOISE.sub("", decoded).lower()):
+    bare = _URL_NOISE.sub("", decoded).lower()
+    if _SCRIPT_URL.search(bare) or _DATA_LINK.search(bare):
         return _DROP
     return cleaned
+
+
+def _styles_math(source: str) -> bool:
+    """Whether TeX in ``source`` asks MathJax for styles, classes, ids or extensions."""
+    if "\\" not in source and "&" not in source:
+        return False
+    decoded = source
+    for _ in range(3):  # entities decode in Markdown and again in the HTML it makes
+        decoded = html.unescape(decoded)
+    return _TEX_DANGER.search(decoded.lower()) is not None
 
 
 def _svg_as_img(svg: str, metadata: object) -> str:
