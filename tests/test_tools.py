@@ -518,3 +518,13 @@ def test_a_container_with_a_mounted_directory_of_yours_is_not_low_risk(tmp_path:
     assert risk_of(ContainerProvider().isolation(spec), spec) is RiskLevel.MEDIUM
     fresh = SandboxSpec(network="none", inherit_env=())
     assert risk_of(ContainerProvider().isolation(fresh), fresh) is RiskLevel.LOW
+
+
+def test_a_failure_shows_its_traceback_once(box: Sandbox) -> None:
+    """The result's stderr ends with the traceback (as Python prints it); the payload gives it
+    in ``error`` only, so it does not take the model's budget twice."""
+    tool = sandbox_tool(box)
+    payload = tool.run({"code": "import sys\nprint('before', file=sys.stderr)\n1/0"})
+    assert payload["error"]["ename"] == "ZeroDivisionError"
+    assert "ZeroDivisionError" in payload["error"]["traceback"]
+    assert payload["stderr"] == "before\n"

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.kernel.record import ERROR_NAMES, METADATA_KEY, event_json, event_output
+from rewyn_kernel.runtime._result import without_traceback
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import SandboxSpec
 
@@ -230,10 +231,8 @@ def _caveats(lines: list[Line], limits: dict[str, Any], other: list[int]) -> lis
 
 def _outputs(event: SandboxEvent) -> list[dict[str, Any]]:
     """Rebuild the outputs the agent saw, then the persisted event output."""
-    stderr = event.stderr
-    if event.error is not None:
-        # stderr ends with the traceback, as Python prints it; the error output shows it.
-        stderr = stderr.removesuffix("".join(event.error.traceback))
+    # stderr ends with the traceback, as Python prints it; the error output shows it.
+    stderr = without_traceback(event.stderr, event.error)
     outputs: list[dict[str, Any]] = [
         {"output_type": "stream", "name": name, "text": text}
         for name, text in (("stdout", event.stdout), ("stderr", stderr))

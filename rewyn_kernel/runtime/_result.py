@@ -112,3 +112,11 @@ class SandboxResult(_Model):
     def ok(self) -> bool:
         """True when the code ran to the end: exit code 0, no timeout, no exception."""
         return self.exit_code == 0 and not self.timed_out and self.error is None
+
+
+def without_traceback(stderr: str, error: ErrorInfo | None) -> str:
+    """``stderr`` without the traceback its end repeats from ``error`` (for a view that shows
+    the error on its own: a notebook's error output, a tool result's ``error``)."""
+    if error is None:
+        return stderr
+    return stderr.removesuffix("".join(error.traceback))

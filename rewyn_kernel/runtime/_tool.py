@@ -32,7 +32,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewyn_kernel.runtime._result import Isolation, RichOutput, SandboxResult
+from rewyn_kernel.runtime._result import (
+    Isolation,
+    RichOutput,
+    SandboxResult,
+    without_traceback,
+)
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.providers.base import Sandbox
@@ -203,7 +208,8 @@ def _timeout(arguments: dict[str, Any]) -> float | None:
 
 def result_payload(result: SandboxResult, max_chars: int) -> dict[str, Any]:
     """The model-facing, JSON-safe form of ``result``, its text within ``max_chars``."""
-    texts = {"stdout": result.stdout, "stderr": result.stderr}
+    # (stderr ends with the traceback, which the error carries: not twice in the budget.)
+    texts = {"stdout": result.stdout, "stderr": without_traceback(result.stderr, result.error)}
     if result.error is not None:
         texts["error.evalue"] = result.error.evalue
         texts["error.traceback"] = "".join(result.error.traceback)
