@@ -59,7 +59,7 @@ class SandboxCore:
         try:
             worker = LiveWorker(
                 process,
-                worker_program(config),
+                worker_program(config, compiled=bool(config.get("same_python"))),
                 startup_timeout=self.spec.startup_timeout,
                 on_kill=self._forget,
             )

@@ -10,6 +10,7 @@ which ends that sandbox (never the host).
 from __future__ import annotations
 
 import json
+import marshal
 import struct
 from functools import cache
 from importlib import resources
@@ -229,14 +230,43 @@ def worker_sources() -> tuple[str, dict[str, str]]:
     return loader, modules
 
 
-def worker_program(config: dict[str, Any]) -> bytes:
-    """Return the length-prefixed program that ``BOOTSTRAP`` reads: the worker plus its config."""
-    loader, modules = worker_sources()
+@cache
+def _compiled_modules() -> bytes:
+    """The worker's modules compiled by this interpreter, marshalled (made once per process)."""
+    _, modules = worker_sources()
+    return marshal.dumps(
+        {name: compile(text, f"<rewyn-worker/{name}.py>", "exec") for name, text in modules.items()}
+    )
+
+
+@cache
+def _module_texts() -> bytes:
+    return json.dumps(worker_sources()[1]).encode("utf-8")
+
+
+def worker_program(config: dict[str, Any], *, compiled: bool = False) -> bytes:
+    """Return what a sandbox reads on stdin at start: the length-prefixed program that
+    ``BOOTSTRAP`` runs (the loader and the call of ``main``), then the worker's modules.
+
+    ``compiled``: the sandbox runs this very interpreter (the subprocess provider, unless told
+    otherwise), so the modules go compiled (marshal) and it skips compiling 60 KB of source;
+    anywhere else they go as text.
+    """
+    loader, _ = worker_sources()
+    modules = _compiled_modules() if compiled else _module_texts()
     source = (
         f"{loader}\n"
-        f"install(__import__('json').loads({json.dumps(json.dumps(modules))}))\n"
+        "_kind, _size = __import__('struct').unpack('>BI', sys.stdin.buffer.read(5))\n"
+        "_blob = sys.stdin.buffer.read(_size)\n"
+        "install(__import__('marshal' if _kind else 'json').loads(_blob))\n"
+        "del _kind, _size, _blob\n"
         "from rewyn_worker.main import main\n"
         f"main(__import__('json').loads({json.dumps(json.dumps(config))}))\n"
     )
     data = source.encode("utf-8")
-    return struct.pack(">I", len(data)) + data
+    return (
+        struct.pack(">I", len(data))
+        + data
+        + struct.pack(">BI", int(compiled), len(modules))
+        + modules
+    )

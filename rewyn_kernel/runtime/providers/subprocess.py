@@ -147,6 +147,8 @@ class SubprocessProvider:
             "memory_limit_bytes": limit * 1024 * 1024 if limit else None,
             "cwd": str(workdir),
             "own_ipc": bool(self._namespaces(spec).prefix),
+            # This very interpreter: the worker's modules can go compiled.
+            "same_python": self._python(spec) == sys.executable,
         }
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:

@@ -27,12 +27,17 @@ import sys
 import threading
 import time
 import types
-from typing import Any, Dict, Optional, Tuple
 
 from . import system
 from .executor import Gate, Runner, describe_error
 from .frontend import Output, Questions, complete, inspect
-from .wire import CHUNK, Header, Sender, recv_frame
+from .wire import CHUNK, Sender, recv_frame
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Dict, Optional, Tuple
+
+    from .wire import Header
 
 FLUSH_INTERVAL = 0.05
 RESET_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGTSTP", "SIGTTIN")

@@ -11,10 +11,13 @@ import linecache
 import sys
 import traceback
 import types
-from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .frontend import Output, mimebundle
 from .wire import Sender
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
 WORKER_FILE_PREFIX = "<rewyn-worker"
 CO_COROUTINE = 0x80

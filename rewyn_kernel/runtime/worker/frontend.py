@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import base64
 import builtins
-import inspect as inspect_module
 import re
 import threading
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from .wire import Header, Sender, encode_header
+from .wire import Sender, encode_header
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+
+    from .wire import Header
 
 TEXT_LIMIT = 1 << 20  # a single repr or docstring worth sending
 MAX_JSON_CONTAINERS = 100000  # the host's limit per frame (host/protocol.MAX_JSON_CONTAINERS)
@@ -224,6 +228,8 @@ def inspect(namespace: Dict[str, Any], header: Header) -> Header:
     found, obj = lookup(namespace, name)
     if not found:
         return reply
+    import inspect as inspect_module  # (only here: it costs milliseconds to import)
+
     lines = ["Type:      %s" % type(obj).__name__]
     try:
         lines.append("Signature: %s%s" % (name, inspect_module.signature(obj)))

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 import traceback
-from typing import Any, Dict
 
 from .supervisor import Supervisor
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Dict
 
 
 def main(config: Dict[str, Any]) -> None:

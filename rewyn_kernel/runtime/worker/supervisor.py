@@ -31,11 +31,16 @@ import os
 import selectors
 import signal
 import sys
-from typing import Any, Dict, List, Optional, Tuple
 
 from . import system
 from .child import run_child
-from .wire import CHUNK, HEADER, Header, encode_header, frame_kind, read_exact, write_all
+from .wire import CHUNK, HEADER, encode_header, frame_kind, read_exact, write_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Dict, List, Optional, Tuple
+
+    from .wire import Header
 
 CHILD_KINDS = (
     "display",

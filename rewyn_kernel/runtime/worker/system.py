@@ -7,7 +7,10 @@ claiming it. Without ctypes (a stripped image) or off Linux, nothing here takes 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional, Tuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Optional, Tuple
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4

@@ -12,12 +12,16 @@ import json
 import os
 import struct
 import threading
-from typing import Any, Dict, Optional, Tuple, Union
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Dict, Optional, Tuple, Union
+
+    Header = Dict[str, Any]
+    Buffer = Union[bytes, bytearray, memoryview]
 
 HEADER = struct.Struct(">II")
 CHUNK = 65536
-Header = Dict[str, Any]
-Buffer = Union[bytes, bytearray, memoryview]
 
 
 def encode_header(header: Header) -> bytes:
