@@ -208,7 +208,11 @@ class Supervisor:
             self.step()
 
     def step(self) -> None:
-        for key, _ in self.selector.select():
+        events = self.selector.select()
+        # Output first: a pipe the code wrote before it sent a frame was ready when epoll looked,
+        # so it is in this batch too, and what was printed before a frame stays before it.
+        events.sort(key=lambda event: event[0].data != self.on_output)
+        for key, _ in events:
             key.data(key.fd)
 
     # -- the code's process ----------------------------------------------------------------
@@ -439,33 +443,32 @@ class Supervisor:
         self.to_child(child, {"t": "exec", "id": self.exec_id, "count": self.count}, payload_len)
 
     def to_child(self, child: Child, header: Header, payload_len: int) -> None:
-        """Send a frame to the code's process, its payload streamed from the host's channel."""
+        """Send a frame to the code's process, its payload streamed from the host's channel
+        (in the same write as the header when it fits in one)."""
         body = encode_header(header)
-        try:
-            write_all(child.ctl, HEADER.pack(len(body), payload_len) + body)
-        except OSError:
-            self.skip(payload_len)  # it died: what it would have read is read and dropped
-            return
-        self.pass_through(self.host_in, child.ctl, payload_len)
+        self.pass_through(child.ctl, payload_len, HEADER.pack(len(body), payload_len) + body)
 
     def skip(self, size: int) -> None:
-        self.pass_through(self.host_in, None, size)
+        self.pass_through(None, size)
 
-    def pass_through(self, source: int, target: Optional[int], size: int) -> None:
+    def pass_through(self, target: Optional[int], size: int, head: bytes = b"") -> None:
+        """Copy ``size`` bytes of the host's channel to ``target`` (None: drop them), after
+        ``head``; the code's process dying meanwhile only drops the rest."""
         view = memoryview(self.buffer)
         used = 0
         try:
-            while size > 0:
-                got = os.readv(source, [view[: min(size, CHUNK)]])
-                if got == 0:
+            while size > 0 or head:
+                got = os.readv(self.host_in, [view[: min(size, CHUNK)]]) if size > 0 else 0
+                if size > 0 and got == 0:
                     self.shutdown()
                 size -= got
                 used = max(used, got)
                 if target is not None:
                     try:
-                        write_all(target, view[:got])
+                        write_all_parts(target, head, view[:got])
                     except OSError:
                         target = None  # the code's process died while reading
+                head = b""
         finally:
             view.release()
             self.buffer[:used] = ZEROS[:used]
@@ -581,7 +584,6 @@ class Supervisor:
             elif kind == "status":
                 self.on_status(child, bytes(body) if size <= MAX_STATUS_BYTES else b"")
             else:
-                self.drain(child, to_end=False)
                 write_all(self.host_out, HEADER.pack(size, 0))
                 write_all(self.host_out, body)
         finally:
@@ -605,7 +607,6 @@ class Supervisor:
             return  # nothing it can end: no execution, or another one
         child.status = (exit_code, name)
         if not self.once:  # a session's process lives on: the execution ends now
-            self.drain(child, to_end=False)
             self.finish_exec(child)
 
     def violate(self, child: Child, what: str) -> None:
@@ -632,6 +633,16 @@ class Supervisor:
     def unregister(self, fd: int) -> None:
         if self.registered(fd):
             self.selector.unregister(fd)
+
+
+def write_all_parts(fd: int, head: bytes, rest: memoryview) -> None:
+    """Write ``head`` then ``rest`` (one writev when they fit, the rest as needed)."""
+    written = os.writev(fd, [head, rest]) if head else 0
+    if written < len(head):
+        write_all(fd, memoryview(head)[written:])
+        write_all(fd, rest)
+    else:
+        write_all(fd, rest[written - len(head) :])
 
 
 def empty_reply(header: Header) -> Header:
