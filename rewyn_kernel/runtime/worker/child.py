@@ -31,7 +31,7 @@ import types
 from . import system
 from .executor import Gate, Runner, describe_error
 from .frontend import Output, Questions, complete, inspect
-from .wire import CHUNK, Sender, recv_frame
+from .wire import CHUNK, Reader, Sender
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
@@ -51,7 +51,7 @@ class CodeProcess:
         self.once = once
         self.ctl = ctl
         self.frm = frm
-        self.pid = os.getpid()
+        self.forked = False  # True in a copy made by the code's own fork()
         self.sender = Sender(frm)
         self.requests: "queue.Queue[Optional[Tuple[Header, bytes]]]" = queue.Queue()
         self.gate = Gate()
@@ -133,8 +133,8 @@ class CodeProcess:
 
     def in_fork(self) -> None:
         """A fork made by the code: it must never speak for this process or read its input."""
-        if os.getpid() == self.pid:
-            return
+        self.sender.live = False
+        self.forked = True
         for fd in (self.ctl, self.frm):
             try:
                 os.close(fd)
@@ -197,9 +197,10 @@ class CodeProcess:
     # -- requests --------------------------------------------------------------------------
 
     def read_control(self) -> None:
+        reader = Reader(self.ctl)
         while True:
             try:
-                frame = recv_frame(self.ctl)
+                frame = reader.recv()
             except Exception:
                 frame = None
             if frame is None:
@@ -245,7 +246,7 @@ class CodeProcess:
             if self.current is not None and self.current == self.interrupted:
                 self.gate.pending = True
         exit_code, status = self.runner.run(code, self.count)
-        if os.getpid() != self.pid:
+        if self.forked:
             # A fork() made by the code fell off the end of the cell: keep its output, then leave.
             self.finish_output()
             os._exit(exit_code & 0xFF)
