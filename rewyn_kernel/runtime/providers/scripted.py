@@ -162,8 +162,10 @@ class ScriptedProcess:
     def _run(self, script: Script) -> None:
         worker = ScriptedWorker(self)
         try:
-            if self._read_program:
+            if self._read_program:  # what protocol.worker_program writes: the program, the modules
                 (size,) = struct.unpack(">I", worker._read(self.inner_stdin, 4, 30.0))
+                worker._read(self.inner_stdin, size, 30.0)
+                _, size = struct.unpack(">BI", worker._read(self.inner_stdin, 5, 30.0))
                 worker._read(self.inner_stdin, size, 30.0)
             else:
                 self.killed.wait()  # a worker that never reads its program
