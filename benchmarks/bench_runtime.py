@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from rewyn_kernel.runtime import SandboxResult, Session, create
+from rewyn_kernel.runtime import Sandbox, SandboxResult, Session, create
 
 MIB = 1024 * 1024
 SPACING_SECONDS = 0.05
@@ -132,6 +132,37 @@ def bench_flood(
         table.row(f"{label}: on_stream chars", str(counter.chars), same)
 
 
+IDLE_FLOOD = """
+import threading
+def flood():
+    for i in range(16):
+        display({{'text/plain': 'x' * (16 * 1024 * 1024 - 16384)}}, raw=True)
+    open({done!r}, 'w').close()
+threading.Thread(target=flood).start()
+"""
+
+
+def bench_idle_flood(table: Table, session: Session, box: Sandbox) -> None:
+    """16 displays of 16 MiB from a thread the cell left running, while the host is idle: the
+    host reads and drops them unparsed; what it costs in host memory."""
+    done = box.workdir / "flooded"
+    rss0, hwm0 = proc_status_kib("VmRSS"), proc_status_kib("VmHWM")
+    start = time.perf_counter()
+    session.execute(IDLE_FLOOD.format(done=str(done)))
+    peak = rss0
+    while not done.exists() and time.perf_counter() - start < 120:
+        peak = max(peak, proc_status_kib("VmRSS"))
+        time.sleep(0.01)
+    seconds = time.perf_counter() - start
+    dropped = session.execute("pass").stderr
+    table.row("256 MiB of displays between executions", ms(seconds * 1000), dropped.strip()[:24])
+    table.row(
+        "  host VmRSS peak delta", f"{(peak - rss0) / 1024:.1f} MiB", "read, dropped unparsed"
+    )
+    hwm = proc_status_kib("VmHWM")
+    table.row("  host VmHWM delta", f"{(hwm - hwm0) / 1024:.1f} MiB", f"peak {hwm / 1024:.0f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=None, help="baseline and one-shot runs (20)")
@@ -189,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             flood_mib,
             counter,
         )
+        bench_idle_flood(table, active, box)
     finally:
         start = time.perf_counter()
         if session is not None:
