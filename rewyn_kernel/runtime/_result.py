@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -53,6 +54,25 @@ class RichOutput(_Model):
     data: dict[str, Any] = Field(description="MIME type -> content, as in a Jupyter output.")
     metadata: dict[str, Any] = Field(default_factory=dict)
     execution_count: int | None = None
+    display_id: str | None = Field(
+        default=None, description="The id ``display(..., display_id=...)`` gave it, if any."
+    )
+    update: bool = Field(
+        default=False,
+        description="An ``update_display``: it replaces the output shown under ``display_id``.",
+    )
+
+
+class Payload(_Model):
+    """Something IPython asked of the frontend (an execute reply's payload), as the sandbox sent
+    it: the pager's text (``zip?``), the next cell's text (``%load``), or ``exit()``. Hostile
+    input: a kernel decides what to relay."""
+
+    source: Literal["page", "set_next_input", "ask_exit"]
+    data: dict[str, Any] = Field(default_factory=dict, description="The pager's MIME bundle.")
+    start: int = 0
+    text: str = ""
+    replace: bool = False
 
 
 class Isolation(_Model):
@@ -68,6 +88,11 @@ class Isolation(_Model):
     memory: str | None = Field(description="How the memory cap is enforced; None: no cap.")
     filesystem: str = Field(description="What of the host's filesystem the code can reach.")
     environment: str = "allow-list"
+    shell: Literal["python", "ipython"] | None = Field(
+        default=None,
+        description="What runs a session's code, once its worker is up: IPython, or plain "
+        "Python (asked for, or IPython is not installed in the sandbox).",
+    )
     notes: tuple[str, ...] = Field(default=(), description="Protections that were not applied.")
 
 
@@ -89,7 +114,12 @@ class SandboxResult(_Model):
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     error: ErrorInfo | None = None
-    outputs: tuple[RichOutput, ...] = ()
+    outputs: tuple[RichOutput, ...] = Field(
+        default=(),
+        description="The rich outputs the cell shows at its end: ``clear_output`` removes "
+        "those before it, an ``update_display`` changes the one it names in place.",
+    )
+    payloads: tuple[Payload, ...] = ()
     ending: Ending = "completed"
     message: str = Field(default="", description="What happened, in words; '' when completed.")
     state_lost: bool = Field(
@@ -119,4 +149,18 @@ def without_traceback(stderr: str, error: ErrorInfo | None) -> str:
     the error on its own: a notebook's error output, a tool result's ``error``)."""
     if error is None:
         return stderr
-    return stderr.removesuffix("".join(error.traceback))
+    return stderr.removesuffix(plain_traceback(error))
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain_traceback(error: ErrorInfo) -> str:
+    """The traceback as Python prints it: IPython's entries (coloured, one per frame, no
+    newline at their end) joined by newlines, without the colours; a plain one as it is."""
+    entries = error.traceback
+    if not entries:
+        return ""  # (shown by the code's shell itself: IPython's UsageError, say)
+    if all(entry.endswith("\n") for entry in entries):
+        return "".join(entries)
+    return _ANSI.sub("", "\n".join(entries)) + "\n"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 DEFAULT_INHERIT_ENV: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 """Parent variables a sandbox inherits unless told otherwise: locale, time zone and PATH only.
@@ -67,6 +67,25 @@ class SandboxSpec(BaseModel):
         description="Interpreter inside the sandbox; none: the provider's default "
         "(sys.executable for subprocess, python3 in a container).",
     )
+    files_dir: Path | None = Field(
+        default=None,
+        description="A directory the code works in (a notebook's): it sees the files there, "
+        "read-only where the provider can (an overlay), its writes kept in "
+        "files_dir/sandbox-files/<files_name>; none: it works in its scratch directory.",
+    )
+    files_name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")] = (
+        Field(
+            default="default",
+            description="The folder of files_dir/sandbox-files/ that the code's writes go to "
+            "(a kernel names it after its notebook).",
+        )
+    )
+    ipython: bool = Field(
+        default=False,
+        description="Run a session's code through IPython (magics, !commands, rich display, "
+        "inline plots) where the sandbox's Python has it, else as plain Python with a note. "
+        "One-shot execute() always runs plain Python.",
+    )
 
     @field_validator("env")
     @classmethod
@@ -98,13 +117,13 @@ class SandboxSpec(BaseModel):
                 )
         return value
 
-    @field_validator("workdir")
+    @field_validator("workdir", "files_dir")
     @classmethod
-    def _check_workdir(cls, value: Path | None) -> Path | None:
+    def _check_workdir(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is None:
             return None
         if not value.is_dir():
-            raise ValueError(f"workdir {str(value)!r} is not an existing directory")
+            raise ValueError(f"{info.field_name} {str(value)!r} is not an existing directory")
         return value.resolve()
 
     def build_env(self, parent: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -130,4 +149,6 @@ class SandboxSpec(BaseModel):
             "inherit_env": list(self.inherit_env),
             "workdir": str(self.workdir) if self.workdir else None,
             "output_limit_bytes": self.output_limit_bytes,
+            "files_dir": str(self.files_dir) if self.files_dir else None,
+            "ipython": self.ipython,
         }

@@ -6,7 +6,14 @@
 ('45\\n', 0)
 """
 
-from rewyn_kernel.runtime._result import Ending, ErrorInfo, Isolation, RichOutput, SandboxResult
+from rewyn_kernel.runtime._result import (
+    Ending,
+    ErrorInfo,
+    Isolation,
+    Payload,
+    RichOutput,
+    SandboxResult,
+)
 from rewyn_kernel.runtime._spec import DEFAULT_INHERIT_ENV, SandboxSpec
 from rewyn_kernel.runtime._tool import sandbox_tool
 from rewyn_kernel.runtime.host.base import BaseSandbox
@@ -34,6 +41,7 @@ __all__ = [
     "ErrorInfo",
     "ExitInfo",
     "Isolation",
+    "Payload",
     "RichOutput",
     "Sandbox",
     "SandboxProvider",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host.channel import LiveWorker
+from rewyn_kernel.runtime.host.files import plan_view, tidy
 from rewyn_kernel.runtime.host.protocol import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, worker_program
 from rewyn_kernel.runtime.host.scratch import remove_tree
 
@@ -52,6 +53,8 @@ class SandboxCore:
         config: dict[str, Any] = {
             **self.provider.worker_config(self.spec, self.workdir),
             "fork_per_exec": fork_per_exec,
+            "shell": "ipython" if self.spec.ipython and not fork_per_exec else "python",
+            "network": self.spec.network,
             "max_rich_bytes": MAX_HEADER_BYTES - 4096,
             "max_header_bytes": MAX_HEADER_BYTES,
             "max_payload_bytes": MAX_PAYLOAD_BYTES,
@@ -95,3 +98,5 @@ class SandboxCore:
             remove_tree(self.workdir)
         else:
             remove_tree(self.workdir / ".tmp")
+        if self.spec.files_dir is not None:  # (what the code wrote there stays, always)
+            tidy(plan_view(self.spec.files_dir, self.spec.files_name))

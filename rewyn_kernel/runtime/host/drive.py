@@ -15,17 +15,22 @@ from rewyn_kernel.runtime._result import EXIT_KILLED, EXIT_TIMEOUT, Ending
 from rewyn_kernel.runtime.host.channel import ChannelEnded, LiveWorker
 from rewyn_kernel.runtime.host.execution import Execution, describe_exit
 from rewyn_kernel.runtime.host.protocol import (
+    ClearOutputFrame,
     DisplayFrame,
     DoneFrame,
     ErrorFrame,
     InputRequestFrame,
     OutFrame,
+    PayloadFrame,
     ResultFrame,
     TruncatedFrameError,
 )
 
 GRACE_SECONDS = 0.5
-"""After a timeout the code gets an interrupt and this long to report where it was stuck."""
+"""After a timeout one-shot code gets an interrupt and this long to report where it was stuck."""
+SESSION_GRACE_SECONDS = 3.0
+"""After a timeout a session's code gets an interrupt and this long to stop; if it does, the
+session keeps its state (a person's variables after a slow cell), else its sandbox is killed."""
 ABORT_SECONDS = 2.0
 """Then a one-shot sandbox's supervisor gets this long to kill the execution and say so,
 before the whole sandbox is killed."""
@@ -66,9 +71,10 @@ def drive(
 ) -> Outcome:
     """Run ``execution`` on ``worker`` to its end, whatever it is, and say how it ended.
 
-    Past ``timeout`` the code gets an interrupt and GRACE_SECONDS to say where it was. Then a
-    one-shot execution is aborted by the sandbox's supervisor (the worker lives on); a session's
-    worker is killed, since its state cannot be trusted to be whole.
+    Past ``timeout`` the code gets an interrupt. A session's code that stops within
+    SESSION_GRACE_SECONDS keeps its state; one that does not has its worker killed. One-shot code
+    gets GRACE_SECONDS to say where it was, then its execution is aborted by the sandbox's
+    supervisor (the worker lives on).
     """
     payload = execution.code.encode("utf-8", "surrogatepass")
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -79,7 +85,10 @@ def drive(
             f"[rewyn: {dropped} frames of output written between executions were dropped]\n"
         )
     try:
-        if not worker.send({"t": "exec", "id": execution.id}, payload, timeout=timeout or 60.0):
+        header: dict[str, object] = {"t": "exec", "id": execution.id, "count": execution.count}
+        if execution.silent:
+            header["silent"] = True
+        if not worker.send(header, payload, timeout=timeout or 60.0):
             return channel_ended(worker, ChannelEnded(), memory_limit_mb)
         execution.sent(worker)  # an interrupt asked for meanwhile goes now
         questions = _Questions(worker, execution)
@@ -98,8 +107,9 @@ def drive(
                 continue
             if item is None:  # past the deadline
                 if late is None:
-                    worker.send({"t": "interrupt", "id": execution.id}, timeout=GRACE_SECONDS)
-                    late = time.monotonic() + GRACE_SECONDS
+                    grace = SESSION_GRACE_SECONDS if keep_state else GRACE_SECONDS
+                    worker.send({"t": "interrupt", "id": execution.id}, timeout=grace)
+                    late = time.monotonic() + grace
                 elif not keep_state and not aborting:
                     worker.send({"t": "abort", "id": execution.id}, timeout=ABORT_SECONDS)
                     aborting, late = True, time.monotonic() + ABORT_SECONDS
@@ -116,6 +126,10 @@ def drive(
                 execution.on_stream(frame.s, data)
             elif isinstance(frame, DisplayFrame | ResultFrame):
                 execution.on_rich(frame, size)
+            elif isinstance(frame, ClearOutputFrame):
+                execution.on_clear(frame.wait)
+            elif isinstance(frame, PayloadFrame):
+                execution.on_payload(frame)
             elif isinstance(frame, ErrorFrame):
                 execution.on_error(frame)
             elif isinstance(frame, InputRequestFrame):
@@ -123,12 +137,11 @@ def drive(
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:
                 questions.close()
                 if late is not None:
-                    # The code stopped, or was stopped, after its time was up.
-                    lost = (
-                        keep_state or frame.lost or frame.status not in ("interrupted", "aborted")
+                    # The code stopped, or was stopped, after its time was up. A session's
+                    # state is whole when its process stopped by itself or by the interrupt.
+                    lost = frame.lost or (
+                        not keep_state and frame.status not in ("interrupted", "aborted")
                     )
-                    if keep_state:
-                        worker.kill(_timed_out(timeout, keep_state))
                     return _timeout(timeout, keep_state, worker_lost=lost)
                 return outcome_of(frame, memory_limit_mb, keep_state)
     finally:
@@ -141,8 +154,10 @@ def _timed_out(timeout: float | None, keep_state: bool) -> str:
 
 
 def _timeout(timeout: float | None, keep_state: bool, *, worker_lost: bool) -> Outcome:
-    if keep_state or worker_lost:
+    if worker_lost:
         message = _timed_out(timeout, keep_state)
+    elif keep_state:
+        message = f"timed out after {timeout:g} s; the code was interrupted and the state is kept"
     else:
         message = f"timed out after {timeout:g} s; the execution was killed"
     return Outcome("timeout", EXIT_TIMEOUT, message, worker_lost=worker_lost)
@@ -256,7 +271,7 @@ class _Questions:
         try:
             ask = self._execution.callbacks.on_input
             if ask is None:
-                self._send(frame, error="input() is not available in this sandbox")
+                self._send(frame, error="input() is not available here", unavailable=True)
                 return
             try:
                 value = str(ask(frame.prompt, frame.password))
@@ -270,10 +285,19 @@ class _Questions:
                     self.paused += time.monotonic() - self._asked
                 self._pending = self._pauses = False
 
-    def _send(self, frame: InputRequestFrame, *, value: str = "", error: str = "") -> None:
+    def _send(
+        self,
+        frame: InputRequestFrame,
+        *,
+        value: str = "",
+        error: str = "",
+        unavailable: bool = False,
+    ) -> None:
         header: dict[str, object] = {"t": "input_reply", "id": frame.id, "exec": self._execution.id}
         if error:
             header["error"] = error
+        if unavailable:
+            header["unavailable"] = True  # (no one to ask: the frontend allows no stdin)
         self._worker.send(header, value.encode("utf-8", "surrogatepass"), timeout=5.0)
 
     def close(self) -> None:

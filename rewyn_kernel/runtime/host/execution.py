@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 from rewyn_kernel.runtime._result import (
     ErrorInfo,
     Isolation,
+    Payload,
     RichOutput,
     SandboxResult,
+    plain_traceback,
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import OutputSummary, SandboxEvent
@@ -25,7 +27,13 @@ if TYPE_CHECKING:
     from rewyn_kernel.runtime.host.channel import LiveWorker
     from rewyn_kernel.runtime.host.drive import Outcome
 from rewyn_kernel.runtime.host.capture import StreamCapture, excerpt
-from rewyn_kernel.runtime.host.protocol import DisplayFrame, ErrorFrame, ResultFrame, scrub
+from rewyn_kernel.runtime.host.protocol import (
+    DisplayFrame,
+    ErrorFrame,
+    PayloadFrame,
+    ResultFrame,
+    scrub,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +43,13 @@ OutputCallback = Callable[[RichOutput], None]
 """Called with each rich output (display data, the last expression's value) as it arrives."""
 InputCallback = Callable[[str, bool], str]
 """Called with (prompt, password) when the code calls input(); returns the line typed."""
+ClearCallback = Callable[[bool], None]
+"""Called with ``wait`` when the code calls ``clear_output(wait)``."""
 
 MAX_OUTPUTS = 1000
+MAX_PAYLOADS = 16
+PAGE_CHARS = 1024 * 1024
+"""Characters of pager text (``zip?``) kept; a next cell's text is bounded the same."""
 MAX_RICH_BYTES = 32 * 1024 * 1024
 """Rich output kept per execution, counted as the JSON the sandbox sent (metadata included)."""
 EVENT_EXCERPT_CHARS = 8 * 1024
@@ -50,6 +63,7 @@ class Callbacks:
     on_stream: StreamCallback | None = None
     on_output: OutputCallback | None = None
     on_input: InputCallback | None = None
+    on_clear: ClearCallback | None = None
 
 
 @dataclass
@@ -60,10 +74,13 @@ class Execution:
     spec: SandboxSpec
     callbacks: Callbacks
     count: int
+    silent: bool = False
+    """Run without a trace in the shell's history and counters (a frontend's silent request)."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     error: ErrorInfo | None = None
     outputs: list[RichOutput] = field(default_factory=list)
+    payloads: list[Payload] = field(default_factory=list)
     dropped_outputs: int = 0
     rich_bytes: int = 0
     state_lost: bool = False
@@ -107,6 +124,9 @@ class Execution:
             _call(self.callbacks.on_stream, name, text)
 
     def on_rich(self, frame: DisplayFrame | ResultFrame, size: int) -> None:
+        if isinstance(frame, DisplayFrame) and frame.update:
+            self._update(frame)
+            return
         if len(self.outputs) >= MAX_OUTPUTS or self.rich_bytes + size > MAX_RICH_BYTES:
             self.dropped_outputs += 1
             return
@@ -120,11 +140,56 @@ class Execution:
             )
         else:
             output = RichOutput(
-                output_type="display_data", data=frame.data, metadata=frame.metadata
+                output_type="display_data",
+                data=frame.data,
+                metadata=frame.metadata,
+                display_id=frame.display_id,
             )
         self.outputs.append(output)
         if self.callbacks.on_output:
             _call(self.callbacks.on_output, output)
+
+    def _update(self, frame: DisplayFrame) -> None:
+        """``update_display``: relayed (a frontend updates every output with that id, in any
+        cell), and the kept output of that id, if this execution showed one, changes too."""
+        output = RichOutput(
+            output_type="display_data",
+            data=frame.data,
+            metadata=frame.metadata,
+            display_id=frame.display_id,
+            update=True,
+        )
+        for index, kept in enumerate(self.outputs):
+            if kept.display_id == frame.display_id and kept.output_type == "display_data":
+                self.outputs[index] = output.model_copy(update={"update": False})
+        if self.callbacks.on_output:
+            _call(self.callbacks.on_output, output)
+
+    def on_clear(self, wait: bool) -> None:
+        """``clear_output``: what the cell showed so far is no longer in its outputs."""
+        self.outputs.clear()
+        self.rich_bytes = 0
+        if self.callbacks.on_clear:
+            _call(self.callbacks.on_clear, wait)
+
+    def on_payload(self, frame: PayloadFrame) -> None:
+        if len(self.payloads) >= MAX_PAYLOADS:
+            return
+        data: dict[str, object] = {}
+        if frame.source == "page":
+            # The pager's text alone: its other forms (HTML) would bypass what a cell's output
+            # goes through, and a pager has no use for them.
+            text = frame.data.get("text/plain", "")
+            data = {"text/plain": excerpt(text if isinstance(text, str) else str(text), PAGE_CHARS)}
+        self.payloads.append(
+            Payload(
+                source=frame.source,
+                data=data,
+                start=frame.start,
+                text=excerpt(frame.text, PAGE_CHARS),
+                replace=frame.replace,
+            )
+        )
 
     def on_error(self, frame: ErrorFrame) -> None:
         self.error = ErrorInfo(
@@ -180,7 +245,7 @@ class Execution:
             message = "interrupted: KeyboardInterrupt was raised in the code"
         if error is not None and ending != "completed":
             # As Python prints it, at the end of stderr: what a log of stderr alone should show.
-            self.streams["stderr"].append(excerpt("".join(error.traceback), TRACEBACK_CHARS))
+            self.streams["stderr"].append(excerpt(plain_traceback(error), TRACEBACK_CHARS))
         if self.state_lost:
             lost = "the previous sandbox was lost, so this ran in a fresh one without earlier state"
             message = f"{lost}; {message}" if message else lost
@@ -199,6 +264,7 @@ class Execution:
             stderr_truncated=err.truncated,
             error=error,
             outputs=tuple(self.outputs),
+            payloads=tuple(self.payloads),
             ending=ending,
             message=message,
             state_lost=self.state_lost,

@@ -60,6 +60,8 @@ class ReadyFrame(_Frame):
     executable: Text
     platform: Annotated[str, Field(max_length=64)]
     shell: Literal["stdlib", "ipython"] = "stdlib"
+    files: Text | None = None
+    """Where the code's writes in its files directory go (an overlay took them), if anywhere."""
     notes: Annotated[list[Text], Field(max_length=16)] = []
 
 
@@ -74,6 +76,28 @@ class DisplayFrame(_Frame):
     t: Literal["display"]
     data: dict[str, Any]
     metadata: dict[str, Any]
+    display_id: Annotated[str, Field(max_length=256)] | None = None
+    update: bool = False
+    """Replace the output shown earlier under ``display_id`` (``update_display``)."""
+
+
+class ClearOutputFrame(_Frame):
+    """``clear_output()``: clear what the cell showed (``wait``: when the next output comes)."""
+
+    t: Literal["clear_output"]
+    wait: bool = False
+
+
+class PayloadFrame(_Frame):
+    """What IPython puts in an execute reply's payload: the pager (``zip?``), a next cell's
+    text (``%load``), or a request to stop the kernel (``exit()``). The host decides."""
+
+    t: Literal["payload"]
+    source: Literal["page", "set_next_input", "ask_exit"]
+    data: dict[str, Any] = {}
+    start: Annotated[int, Field(ge=0)] = 0
+    text: str = ""
+    replace: bool = False
 
 
 class ResultFrame(_Frame):
@@ -134,6 +158,8 @@ WorkerFrame = Annotated[
     ReadyFrame
     | OutFrame
     | DisplayFrame
+    | ClearOutputFrame
+    | PayloadFrame
     | ResultFrame
     | ErrorFrame
     | DoneFrame
@@ -214,6 +240,7 @@ WORKER_MODULES = (
     "system",
     "frontend",
     "executor",
+    "ipython",
     "child",
     "supervisor",
     "main",

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rewyn_kernel.errors import SandboxClosedError
 from rewyn_kernel.runtime._result import (
@@ -29,6 +29,7 @@ from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive
 from rewyn_kernel.runtime.host.execution import (
     Callbacks,
+    ClearCallback,
     Execution,
     InputCallback,
     OutputCallback,
@@ -100,8 +101,14 @@ class Session(Closeable):
 
     @property
     def isolation(self) -> Isolation:
-        """What the provider applies to this session's sandbox."""
-        return self._core.isolation
+        """What the provider applies to this session's sandbox; once its worker is up, also
+        what runs the code (``shell``) and what the worker itself could not apply."""
+        base, ready = self._core.isolation, self.ready
+        if ready is None:
+            return base
+        shell: Literal["python", "ipython"] = "ipython" if ready.shell == "ipython" else "python"
+        notes = tuple(dict.fromkeys((*base.notes, *ready.notes)))
+        return base.model_copy(update={"shell": shell, "notes": notes})
 
     def execute(
         self,
@@ -111,6 +118,9 @@ class Session(Closeable):
         on_stream: StreamCallback | None = None,
         on_output: OutputCallback | None = None,
         on_input: InputCallback | None = None,
+        on_clear: ClearCallback | None = None,
+        count: int | None = None,
+        silent: bool = False,
         _cancel: threading.Event | None = None,
     ) -> SandboxResult:
         """Run ``code`` and return its result; never raises for anything the code does.
@@ -119,19 +129,22 @@ class Session(Closeable):
         cap: what it is given, joined, is exactly the result's ``stdout``/``stderr`` (past the
         first half of the cap, the kept tail comes at the end, after the marker). ``on_output``
         receives each rich output, ``on_input(prompt, password)`` answers ``input()`` (without
-        it, input() raises EOFError in the code). ``timeout`` overrides the spec's for this
-        execution.
+        it, input() raises EOFError in the code), ``on_clear(wait)`` is told of
+        ``clear_output()``. ``timeout`` overrides the spec's for this execution. ``count`` numbers
+        the execution (``Out[n]``, ``_n`` in IPython; a kernel passes its own), else the session
+        counts; ``silent`` leaves no trace in IPython's history and counter.
         """
         with self._exec_lock:
             if self._closed:
                 raise SandboxClosedError("this session is closed; open a new one with session()")
-            self._count += 1
+            self._count = self._count + 1 if count is None else count
             spec = self._core.spec
             execution = Execution(
                 code=code,
                 spec=spec,
-                callbacks=Callbacks(on_stream, on_output, on_input),
+                callbacks=Callbacks(on_stream, on_output, on_input, on_clear),
                 count=self._count,
+                silent=silent,
             )
             started = time.monotonic()
             execution.state_lost, self._state_lost = self._state_lost, False
@@ -187,6 +200,9 @@ class Session(Closeable):
         on_stream: StreamCallback | None = None,
         on_output: OutputCallback | None = None,
         on_input: Callable[[str, bool], str | Awaitable[str]] | None = None,
+        on_clear: ClearCallback | None = None,
+        count: int | None = None,
+        silent: bool = False,
     ) -> SandboxResult:
         """Run ``code`` without blocking the event loop; callbacks run on the loop, in order.
 
@@ -204,6 +220,9 @@ class Session(Closeable):
                 on_stream=on_loop(loop, on_stream),
                 on_output=on_loop(loop, on_output),
                 on_input=ask_on_loop(loop, on_input),
+                on_clear=on_loop(loop, on_clear),
+                count=count,
+                silent=silent,
                 _cancel=cancel,
             ),
             lambda: self._cancel(cancel),
@@ -245,9 +264,13 @@ class Session(Closeable):
         reply = self._ask({"t": "complete", "code": code, "cursor_pos": cursor_pos}, timeout)
         return reply if isinstance(reply, CompleteReplyFrame) else None
 
-    def inspect(self, code: str, cursor_pos: int, timeout: float = 2.0) -> InspectReplyFrame | None:
-        """Ask the worker to describe the name at ``cursor_pos``; None when it cannot."""
-        reply = self._ask({"t": "inspect", "code": code, "cursor_pos": cursor_pos}, timeout)
+    def inspect(
+        self, code: str, cursor_pos: int, timeout: float = 2.0, *, detail_level: int = 0
+    ) -> InspectReplyFrame | None:
+        """Ask the worker to describe the name at ``cursor_pos`` (``detail_level`` 1: with its
+        source, as ``??``); None when it cannot."""
+        header = {"t": "inspect", "code": code, "cursor_pos": cursor_pos, "detail": detail_level}
+        reply = self._ask(header, timeout)
         return reply if isinstance(reply, InspectReplyFrame) else None
 
     def close(self) -> None:

@@ -33,6 +33,7 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
+from rewyn_kernel.runtime.host.files import hold_view, plan_view, prepare
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
 from rewyn_kernel.runtime.providers.popen import PopenWorker
@@ -49,6 +50,8 @@ BOOT_LABEL = "io.rewyn-kernel.boot"
 """This machine's boot id: a host pid only means something on the boot that started it."""
 CLI_WAIT_SECONDS = 15.0
 SCRATCH = "/scratch"
+FILES = "/files"
+"""Where a files view (a notebook's directory) is mounted, and the code then works."""
 NOBODY = "65534:65534"
 SUPERVISOR_IDS = ((65533, 65533), (65532, 65532))
 """The supervisor's uid:gid inside a container: the first that is not the code's."""
@@ -68,8 +71,11 @@ class ContainerWorker(PopenWorker):
         cli: Sequence[str],
         name: str,
         memory_capped: bool,
+        files_lock: int = -1,
     ) -> None:
         super().__init__(argv, env, cwd)
+        self._files_lock = files_lock
+        """Held while this container writes to its files view (see host/files.py)."""
         self._cli = list(cli)
         self._name = name
         self._memory_capped = memory_capped
@@ -97,13 +103,24 @@ class ContainerWorker(PopenWorker):
         while self._listed() and time.monotonic() < deadline:
             self._remove()
             time.sleep(0.1)
+        self._let_go()
+
+    def _let_go(self) -> None:
+        if self._files_lock >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._files_lock)
+            self._files_lock = -1
+
+    def close(self) -> None:
+        super().close()
+        self._let_go()
 
     def _remove(self) -> None:
         # podman's rm -f waits 10 s for a graceful stop unless told not to.
         grace = ["-t", "0"] if Path(self._cli[0]).name in DAEMONLESS else []
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run(
-                [*self._cli, "rm", "-f", *grace, self._name],
+                [*self._cli, "rm", "-f", "-v", *grace, self._name],
                 capture_output=True,
                 timeout=15,
                 check=False,
@@ -210,6 +227,17 @@ class ContainerProvider:
             notes.append("the code shares the host's kernel (use oci_runtime='runsc' for gVisor)")
         if spec.network == "allow":
             notes.append("network='allow': the container uses the engine's default network")
+        if spec.files_dir is not None and self._overlay_files(spec):
+            notes.append(
+                f"{spec.files_dir} is mounted read-only at {FILES} through an overlay, the "
+                f"code's working directory; its writes go to "
+                f"{plan_view(spec.files_dir, spec.files_name).upper} (or a -N beside it)"
+            )
+        elif spec.files_dir is not None:
+            notes.append(
+                f"{spec.files_dir} is not mounted here (only docker mounts it, through an "
+                f"overlay volume): the code works in {SCRATCH}, without those files"
+            )
         memory = None
         if spec.memory_limit_mb:
             memory = f"cgroup {spec.memory_limit_mb} MiB, swap included"
@@ -225,7 +253,34 @@ class ContainerProvider:
 
     def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
         users = {"supervisor": list(self._supervisor_ids), "code": list(self._code_ids)}
-        return {"memory_limit_bytes": None, "cwd": SCRATCH, "oom_counter": True, "users": users}
+        cwd = FILES if self._overlay_files(spec) else SCRATCH
+        return {"memory_limit_bytes": None, "cwd": cwd, "oom_counter": True, "users": users}
+
+    def _overlay_files(self, spec: SandboxSpec) -> bool:
+        """Whether ``spec.files_dir`` is mounted (docker's local volume driver mounts an
+        overlay; its options are one CSV field, so no path may hold a comma or a quote)."""
+        if spec.files_dir is None or Path(self.runtime).name != "docker":
+            return False
+        view = plan_view(spec.files_dir, spec.files_name)
+        paths = (str(view.source), str(view.upper.parent))
+        return not any(char in path for path in paths for char in ',"=:')
+
+    def _files_mount(self, spec: SandboxSpec) -> tuple[list[str], int]:
+        """The ``--mount`` of the files view, and the fd holding its lock."""
+        if spec.files_dir is None or not self._overlay_files(spec):
+            return [], -1
+        view, lock = hold_view(plan_view(spec.files_dir, spec.files_name))
+        try:
+            prepare(view, self._code_ids)
+        except OSError:
+            os.close(lock)
+            raise
+        options = f"lowerdir={view.source},upperdir={view.upper},workdir={view.work}"
+        mount = (
+            f"type=volume,dst={FILES},volume-driver=local,volume-opt=type=overlay,"
+            f'volume-opt=device=overlay,"volume-opt=o={options}"'
+        )
+        return ["--mount", mount], lock
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
         owned = spec.workdir is None  # never re-own a directory the caller chose
@@ -265,7 +320,9 @@ class ContainerProvider:
             # pids limit bounds each container on its own. As high as the host allows, then.
             argv += ["--ulimit", f"nproc={_nproc_ceiling()}:{_nproc_ceiling()}"]
         argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"]
-        argv += ["--volume", f"{workdir}:{SCRATCH}:rw", "--workdir", SCRATCH]
+        files, lock = self._files_mount(spec)
+        argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *files]
+        argv += ["--workdir", FILES if files else SCRATCH]
         if spec.memory_limit_mb:
             argv += [
                 "--memory",
@@ -293,6 +350,7 @@ class ContainerProvider:
             cli=self._cli(),
             name=name,
             memory_capped=spec.memory_limit_mb is not None,
+            files_lock=lock,
         )
 
     def containers(self, *, host_pid: int | None = None, everyone: bool = False) -> list[str]:
@@ -342,7 +400,7 @@ class ContainerProvider:
         if stale:
             grace = ["-t", "0"] if Path(self.runtime).name in DAEMONLESS else []
             subprocess.run(
-                [*self._cli(), "rm", "-f", *grace, *stale],
+                [*self._cli(), "rm", "-f", "-v", *grace, *stale],
                 capture_output=True,
                 timeout=60,
                 check=False,

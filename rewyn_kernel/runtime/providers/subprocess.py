@@ -23,6 +23,7 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
+from rewyn_kernel.runtime.host.files import files_config, plan_view
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.host.scratch import ensure_dir
 from rewyn_kernel.runtime.providers.base import CheckItem
@@ -128,6 +129,11 @@ class SubprocessProvider:
                 "it started (setsid() included) can outlive the sandbox"
             )
         notes.append("the filesystem is not isolated: use ContainerProvider for untrusted code")
+        if spec.files_dir is not None and ns.prefix:
+            notes.append(
+                f"{spec.files_dir} is seen read-only through an overlay; the code's writes go to "
+                f"{plan_view(spec.files_dir, spec.files_name).upper}"
+            )
         network: Literal["isolated", "allowed", "not_isolated"] = "allowed"
         if spec.network == "none":
             network = "isolated" if ns.prefix else "not_isolated"
@@ -149,6 +155,7 @@ class SubprocessProvider:
             "own_ipc": bool(self._namespaces(spec).prefix),
             # This very interpreter: the worker's modules can go compiled.
             "same_python": self._python(spec) == sys.executable,
+            **files_config(spec),
         }
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:

@@ -31,6 +31,8 @@ import types
 from . import system
 from .executor import Gate, Runner, describe_error
 from .frontend import Output, Questions, complete, inspect
+from .ipython import IPythonRunner
+from .ipython import available as ipython_available
 from .wire import CHUNK, Reader, Sender
 
 TYPE_CHECKING = False
@@ -70,6 +72,9 @@ class CodeProcess:
         self.runner = Runner(
             self.namespace, self.sender, self.output, self.finish_output, self.gate
         )
+        self.ipython: Optional[IPythonRunner] = None
+        """The IPython shell cells run in (sessions that asked for it), once set up."""
+        self.shell_note = ""
         self.keep: Dict[int, int] = {}
         self.pipe_inode: Dict[int, int] = {}
 
@@ -118,6 +123,43 @@ class CodeProcess:
         threading.Thread(target=self.read_control, name="rewyn-control", daemon=True).start()
         threading.Thread(target=self.flush_loop, name="rewyn-flush", daemon=True).start()
         threading.stack_size(0)
+        if self.config.get("shell") == "ipython":
+            self.setup_ipython()
+
+    def setup_ipython(self) -> None:
+        """Run cells through IPython where the sandbox's Python has it; say so where not."""
+        if not ipython_available():
+            self.shell_note = (
+                "IPython is not installed in the sandbox's Python: cells run as plain Python "
+                "(no magics, no !commands); install ipython there (or in the image) for them"
+            )
+            self.runner.syntax_hint = (
+                "this sandbox runs plain Python: IPython is not installed in its Python, so "
+                "%magics, !commands and ? help are not available here"
+            )
+            return
+        try:
+            self.ipython = IPythonRunner(
+                self.module,
+                sender=self.sender,
+                output=self.output,
+                flush=self.finish_output,
+                gate=self.gate,
+                network=str(self.config.get("network") or "none"),
+            )
+            try:
+                from IPython.core.error import StdinNotImplementedError
+
+                self.questions.unavailable = StdinNotImplementedError
+                self.questions.unavailable_text = (
+                    "raw_input was called, but this frontend does not support input requests."
+                )
+            except ImportError:
+                pass
+        except Exception as exc:  # a broken IPython: plain Python still works
+            self.shell_note = "IPython could not start here (%s): cells run as plain Python" % (
+                type(exc).__name__,
+            )
 
     def set_limits(self) -> None:
         import resource
@@ -231,9 +273,14 @@ class CodeProcess:
                 if kind == "exec":
                     self.execute(header, payload.decode("utf-8", "surrogatepass"), once)
                 elif kind == "complete":
-                    self.sender.send(complete(self.namespace, header))
+                    ipy = self.ipython
+                    reply = ipy.complete(header) if ipy else complete(self.namespace, header)
+                    self.output.send_any(reply)
                 elif kind == "inspect":
-                    self.sender.send(inspect(self.namespace, header))
+                    ipy = self.ipython
+                    self.output.send_any(
+                        ipy.inspect(header) if ipy else inspect(self.namespace, header)
+                    )
             except KeyboardInterrupt:
                 continue  # an interrupt that arrived just as the code finished
 
@@ -245,7 +292,10 @@ class CodeProcess:
             self.current = header.get("id")
             if self.current is not None and self.current == self.interrupted:
                 self.gate.pending = True
-        exit_code, status = self.runner.run(code, self.count)
+        if self.ipython is not None:
+            exit_code, status = self.ipython.run(code, self.count, bool(header.get("silent")))
+        else:
+            exit_code, status = self.runner.run(code, self.count)
         if self.forked:
             # A fork() made by the code fell off the end of the cell: keep its output, then leave.
             self.finish_output()
@@ -268,7 +318,11 @@ def run_child(config: Dict[str, Any], pipes: Dict[str, int], once: bool) -> None
         child = CodeProcess(config, pipes["ctl"], pipes["frm"], once)
         child.setup(pipes["out"], pipes["err"])
         if not once:
-            child.sender.send({"t": "status", "id": None, "status": "ready", "pid": os.getpid()})
+            shell = "ipython" if child.ipython is not None else "stdlib"
+            ready = {"t": "status", "id": None, "status": "ready", "shell": shell}
+            if child.shell_note:
+                ready["note"] = child.shell_note
+            child.sender.send(ready)
         child.serve(once)
     except BaseException as exc:
         try:

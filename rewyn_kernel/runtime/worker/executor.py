@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import re
 import sys
 import traceback
 import types
@@ -34,8 +35,16 @@ class Gate:
         self.pending = False  # an interrupt arrived before the code started: it does not start
 
 
+IPYTHON_SYNTAX = re.compile(r"(?m)^\s*(%|!)|\?\s*$")
+"""A magic, a shell command or a ``?`` help request: IPython's syntax, not Python's."""
+
+
 class Runner:
     """Compiles and runs code in one namespace, reporting values and errors as frames."""
+
+    syntax_hint = ""
+    """Added to a SyntaxError in code that looks like IPython's (set where IPython was asked
+    for and is missing, to say why ``%time`` is not understood)."""
 
     def __init__(
         self,
@@ -83,7 +92,7 @@ class Runner:
                 exit_code, status = 130, "interrupted"
             except BaseException as exc:
                 self.gate.in_code = False
-                self.send_error(exc)
+                self.send_error(exc, code)
                 exit_code, status = 1, "error"
         except KeyboardInterrupt:  # one that landed in the reporting above
             exit_code, status = 130, "interrupted"
@@ -112,8 +121,10 @@ class Runner:
             value = self.loop.run_until_complete(value)
         return value
 
-    def send_error(self, exc: BaseException) -> None:
+    def send_error(self, exc: BaseException, code: str = "") -> None:
         name, value, lines = describe_error(exc)
+        if self.syntax_hint and isinstance(exc, SyntaxError) and IPYTHON_SYNTAX.search(code):
+            lines.append("(%s)\n" % self.syntax_hint)
         self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": lines})
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import builtins
 import re
+import sys
 import threading
 
 from .wire import Sender, encode_header
@@ -20,7 +21,8 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
     from .wire import Header
 
 TEXT_LIMIT = 1 << 20  # a single repr or docstring worth sending
-MAX_JSON_CONTAINERS = 100000  # the host's limit per frame (host/protocol.MAX_JSON_CONTAINERS)
+MAX_JSON_CONTAINERS = 100000  # the host's limits per frame (host/protocol.MAX_JSON_*)
+MAX_JSON_ITEMS = 1000000
 MAX_MATCHES = 1000
 REPR_METHODS = (
     ("text/html", "_repr_html_"),
@@ -97,6 +99,18 @@ class Output:
                 meta.update(metadata or {})
             self.send({"t": "display", "data": data, "metadata": meta})
 
+    def send_any(self, header: Header) -> None:
+        """Send a frame that may hold anything the code made; one that cannot be encoded, or
+        is too large for the host, becomes a note in stderr."""
+        try:
+            body = encode_header(header)
+            if len(body) > self.max_bytes or body.count(b",") + body.count(b":") > MAX_JSON_ITEMS:
+                raise ValueError("%d bytes, over the limit of %d" % (len(body), self.max_bytes))
+        except (TypeError, ValueError, RecursionError) as exc:
+            sys.stderr.write("[rewyn: a %s frame was dropped: %s]\n" % (header.get("t"), exc))
+            return
+        self.sender.send(header, body=body)
+
     def send(self, header: Header) -> None:
         """Send a display or result frame; one too large for the host becomes a note."""
         body: Optional[bytes]
@@ -106,6 +120,8 @@ class Output:
             body = encode_header(header)
             if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
                 raise ValueError("more than %d JSON objects and arrays" % MAX_JSON_CONTAINERS)
+            if body.count(b",") + body.count(b":") > MAX_JSON_ITEMS:
+                raise ValueError("more than %d JSON values" % MAX_JSON_ITEMS)
         except (TypeError, ValueError, RecursionError) as exc:
             note = "[rewyn: this output could not be encoded: %s]" % exc
             header = dict(header, data={"text/plain": note}, metadata={})
@@ -137,6 +153,10 @@ class Questions:
         self.waiting: Set[int] = set()
         self.answers: Dict[int, Tuple[Header, bytes]] = {}
         self.closed = False
+        self.unavailable: Any = EOFError
+        """Raised when nobody can answer (the frontend allows no stdin): IPython's
+        StdinNotImplementedError where cells run in IPython, as on ipykernel."""
+        self.unavailable_text = ""
 
     def input(self, prompt: object = "") -> str:
         return self.ask(str(prompt), False)
@@ -169,6 +189,8 @@ class Questions:
             with self.cond:
                 self.waiting.discard(ask_id)
                 self.answers.pop(ask_id, None)
+        if header.get("unavailable"):
+            raise self.unavailable(self.unavailable_text or str(header.get("error", "")))
         if header.get("error"):
             raise EOFError(str(header["error"]))
         return value.decode("utf-8", "replace")

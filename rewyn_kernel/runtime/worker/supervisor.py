@@ -30,7 +30,9 @@ import mmap
 import os
 import selectors
 import signal
+import stat
 import sys
+import time
 
 from . import system
 from .child import run_child
@@ -46,6 +48,8 @@ CHILD_KINDS = (
     "display",
     "result",
     "error",
+    "clear_output",
+    "payload",
     "input_request",
     "complete_reply",
     "inspect_reply",
@@ -113,6 +117,10 @@ class Supervisor:
         self.staging = mmap.mmap(-1, MAX_CHILD_HEADER, flags=mmap.MAP_PRIVATE)
         self.staged = 0  # bytes of ``staging`` that may hold data
         self.notes: List[str] = []
+        self.shell = "stdlib"  # what runs the cells: "ipython" once a session's process says so
+        self.files: Optional[str] = None  # where the code's writes go, when an overlay took them
+        self.files_lock = -1  # held while this sandbox writes there (overlayfs does not refuse
+        # a second mount of the same upper directory; it mixes their writes)
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -133,6 +141,8 @@ class Supervisor:
                 self.notes.append("SysV shared memory could not be bounded")
             if not system.private_tmpfs("/dev/shm", limit):
                 self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
+        if self.config.get("files"):
+            self.mount_files(self.config["files"], bool(self.config.get("own_ipc")))
         self.take_user()
         if not system.set_dumpable(False):
             self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
@@ -159,7 +169,6 @@ class Supervisor:
         self.selector.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
         for module in ("resource", "getpass", "faulthandler"):
             __import__(module)  # once here, not in every code process
-        shell = "stdlib"
         if self.once:
             self.spare = self.spawn()
         else:
@@ -177,9 +186,56 @@ class Supervisor:
                 "implementation": sys.implementation.name,
                 "executable": sys.executable,
                 "platform": sys.platform,
-                "shell": shell,
+                "shell": self.shell,
+                "files": self.files,
                 "notes": self.notes,
             }
+        )
+
+    def mount_files(self, files: Dict[str, Any], namespaced: bool) -> None:
+        """Show the code ``files["source"]`` (a notebook's directory) as its working directory:
+        through an overlay where this is root of a mount namespace, so the person's files stay
+        as they are and the code's writes go to ``upper``; else as it is, and say so."""
+        source = str(files["source"])
+        self.config["cwd"] = source
+        if not namespaced:
+            self.notes.append(
+                "the notebook's directory is not protected: no mount namespace here, so the "
+                "code can change and delete the files beside the notebook"
+            )
+            return
+        upper, work = str(files["upper"]), str(files["work"])
+        why = ""
+        for number in range(1, 17):
+            name = "" if number == 1 else "-%d" % number
+            candidate = upper + name
+            scratch = os.path.join(os.path.dirname(work), ".work-" + os.path.basename(candidate))
+            if not (real_directory(candidate) and real_directory(scratch)):
+                why = "its writes directory %s could not be made" % candidate
+                break
+            lock = hold_lock(candidate)
+            for _ in range(20 if number == 1 else 0):
+                # The sandbox this one replaces (after a restart) may still be on its way out.
+                if lock != -2:
+                    break
+                time.sleep(0.05)
+                lock = hold_lock(candidate)
+            if lock == -2:
+                why = "busy"  # another sandbox of this notebook writes there: try the next
+                continue
+            if lock < 0:
+                why = "its writes directory %s could not be locked" % candidate
+                break
+            why = system.overlay(source, candidate, scratch)
+            if not why:
+                self.files, self.files_lock = candidate, lock
+                return
+            os.close(lock)
+            if why != "busy":
+                break
+        self.notes.append(
+            "the notebook's directory is not protected (%s): the code can change the files "
+            "beside the notebook" % (why or "too many kernels of it are open")
         )
 
     def take_user(self) -> None:
@@ -230,6 +286,8 @@ class Supervisor:
             self.staging.close()
             for fd in (self.host_in, self.host_out, self.wake_r, self.wake_w, ctl_w, frm_r):
                 os.close(fd)
+            if self.files_lock >= 0:
+                os.close(self.files_lock)  # (the code could otherwise unlock it)
             for fd in (out_r, err_r):
                 os.close(fd)
             os.close(self.diag)
@@ -599,6 +657,10 @@ class Supervisor:
             return
         if name == "ready" and not child.ready:
             child.ready = True
+            if status.get("shell") == "ipython":
+                self.shell = "ipython"
+            if status.get("note"):
+                self.notes.append(str(status["note"])[:1000])
             return
         if name not in STATUSES or not -(2**31) <= exit_code < 2**31:
             self.violate(child, "it sent a malformed status frame")
@@ -699,3 +761,38 @@ def descendants(root: int) -> List[int]:
         found.append(pid)
         todo.extend(parents.get(pid, []))
     return found
+
+
+def real_directory(path: str) -> bool:
+    """Make ``path`` a directory if it is not one; False if something else is there (a link
+    the code made, say: nothing is followed)."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def hold_lock(path: str) -> int:
+    """An fd holding an exclusive lock on the directory ``path`` (never through a link); -2
+    when another process holds it, -1 when it cannot be had."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return -2
+    except OSError:
+        os.close(fd)
+        return -1
+    return fd

@@ -6,6 +6,8 @@ claiming it. Without ctypes (a stripped image) or off Linux, nothing here takes 
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 
 TYPE_CHECKING = False
@@ -71,8 +73,6 @@ def set_no_new_privs() -> bool:
 def become(uid: int, gid: int, keep: Tuple[int, ...] = ()) -> bool:
     """Switch every uid and gid of this process to ``uid``:``gid`` (no supplementary groups),
     keeping the capabilities numbered in ``keep`` and nothing else. True when it worked."""
-    import os
-
     try:
         if keep:
             prctl(PR_SET_KEEPCAPS, 1)
@@ -211,6 +211,28 @@ def private_tmpfs(path: str, limit_bytes: Optional[int]) -> bool:
         return int(c.mount(b"tmpfs", path.encode(), b"tmpfs", ms_nosuid | ms_nodev, options)) == 0
     except Exception:
         return False
+
+
+def overlay(source: str, upper: str, work: str) -> str:
+    """Mount an overlay over ``source`` (as root of this mount namespace): its files read-only
+    below, writes going to ``upper``. Return "" on success, else why not."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    for extra in (",userxattr", ""):  # (userxattr: in a user namespace; unknown before 5.11)
+        options = "lowerdir=%s,upperdir=%s,workdir=%s%s" % (source, upper, work, extra)
+        try:
+            done = int(c.mount(b"overlay", source.encode(), b"overlay", 0, options.encode()))
+        except Exception as exc:
+            return str(exc)
+        if done == 0:
+            return ""
+        number = ctypes.get_errno()
+        if number == errno.EBUSY:
+            return "busy"
+    return os.strerror(number)
 
 
 def one_malloc_arena() -> None:
