@@ -197,6 +197,8 @@ SETTING_OPTIONS = (
     "network",
     "inherit_env",
     "output_limit_bytes",
+    "ipython",
+    "notebook_files",
     "run_log",
     "event_output",
     "trust_output",

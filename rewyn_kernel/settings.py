@@ -20,7 +20,7 @@ import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -32,6 +32,7 @@ from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
 __all__ = [
     "CONTAINER_CLIS",
     "KERNEL_CLASS",
+    "KERNEL_TIMEOUT",
     "KernelSettings",
     "OPTIONS",
     "Option",
@@ -42,6 +43,8 @@ __all__ = [
     "plain_type",
 ]
 
+KERNEL_TIMEOUT = 600.0
+"""The kernel's default limit per cell: a notebook cell that trains a model runs for minutes."""
 KERNEL_CLASS = "SandboxKernel"
 """The traitlets class name the flags configure (``--SandboxKernel.<setting>=<value>``)."""
 CONTAINER_CLIS = ("docker", "podman", "nerdctl")
@@ -60,6 +63,22 @@ class KernelSettings(SandboxSpec):
     stays in charge; a field set explicitly, even to its default, is pinned there.
     """
 
+    timeout: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] | None = Field(
+        default=KERNEL_TIMEOUT,
+        description="Seconds a cell may run; past it the code is interrupted and keeps its "
+        "state if it stops, else the sandbox restarts; none: no limit.",
+    )
+    ipython: bool = Field(
+        default=True,
+        description="Run the cells through IPython, as ipykernel does (magics, !commands, rich "
+        "display, inline plots), where the sandbox's Python has it; else plain Python.",
+    )
+    notebook_files: bool = Field(
+        default=True,
+        description="Where files_dir is not given, the code works in the kernel's own working "
+        "directory (the notebook's: Jupyter starts each kernel there), read-only where the "
+        "provider can, its writes kept in sandbox-files/<notebook name> beside the notebook.",
+    )
     provider: Literal["subprocess", "container"] = Field(
         default="subprocess",
         description='"subprocess" (against accidents) or "container" (for code you did not write).',
@@ -88,8 +107,9 @@ class KernelSettings(SandboxSpec):
         "kernel runs in each notebook's directory.",
     )
     event_output: bool = Field(
-        default=True,
-        description="Whether each cell ends with a small persisted output summarising its event.",
+        default=False,
+        description="Whether each cell also ends with a small output summarising its event "
+        "(the event is kept in the cell's metadata either way).",
     )
     trust_output: bool = Field(
         default=False,
@@ -143,8 +163,12 @@ class KernelSettings(SandboxSpec):
     # -- what is derived ---------------------------------------------------------------------
 
     def spec(self) -> SandboxSpec:
-        """The sandbox's limits alone."""
+        """The sandbox's limits alone (with the notebook's directory, for a kernel)."""
         values = {name: getattr(self, name) for name in SandboxSpec.model_fields}
+        if self.files_dir is None and self.notebook_files:
+            values["files_dir"] = Path.cwd()
+            if "files_name" not in self.model_fields_set:
+                values["files_name"] = notebook_name()
         return SandboxSpec.model_validate(values)
 
     def make_provider(self) -> SandboxProvider:
@@ -189,6 +213,15 @@ class KernelSettings(SandboxSpec):
         return sorted(names, key=lambda name: name not in _PROVIDER_FIELDS)
 
 
+def notebook_name() -> str:
+    """The name of the notebook a kernel runs for, as a folder name: JupyterLab, Notebook 7
+    and ``rewyn-kernel run`` tell the kernel its notebook's path in ``JPY_SESSION_NAME``."""
+    from rewyn_kernel.runtime.host.files import safe_name
+
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    return safe_name(Path(session).stem) if session else "kernel"
+
+
 def _flag_values(value: object) -> list[str]:
     # traitlets parses "None", "True" and "False" for Float(allow_none=True) and Bool traits;
     # a List takes one flag per item, or the literal [] for none.
@@ -222,7 +255,9 @@ OPTIONS: dict[str, Option] = {
     "env": Option("--env", "NAME=VALUE"),
     "output_limit_bytes": Option("--output-limit", "BYTES"),
     "run_log": Option("--run-log", "PATH"),
-    "event_output": Option("--no-event-output", const=False),
+    "event_output": Option("--event-output", const=True),
+    "ipython": Option("--no-ipython", const=False),
+    "notebook_files": Option("--no-notebook-files", const=False),
     "trust_output": Option("--trust-output", const=True),
 }
 """The flag of every setting a command line may give, by setting name."""

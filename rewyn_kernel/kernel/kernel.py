@@ -24,12 +24,21 @@ from rewyn_kernel import __version__
 from rewyn_kernel.kernel._compat import iopub_topic, shell_ident
 from rewyn_kernel.kernel._relay import StreamRelay
 from rewyn_kernel.kernel._settings import SandboxSettings
-from rewyn_kernel.kernel.record import METADATA_KEY, cell_error, event_json, event_output
+from rewyn_kernel.kernel.history import History, is_complete_ipython
+from rewyn_kernel.kernel.record import (
+    METADATA_KEY,
+    cell_error,
+    compact_record,
+    event_json,
+    event_output,
+)
 from rewyn_kernel.kernel.safety import drop_note, filter_bundle
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, Session, SubprocessProvider
+from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, Session
 
 logger = logging.getLogger(__name__)
+INTROSPECT_WAIT = 10.0
+"""Seconds a completion or inspection may take in the sandbox (it runs off the event loop)."""
 
 
 class SandboxKernel(Kernel, SandboxSettings):
@@ -46,6 +55,7 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._parent: dict[str, Any] = {}
         self._stdin_ident: Any = None
         self._asking: set[asyncio.Task[Any]] = set()
+        self._history = History()
         self._sandbox = self.settings().make_sandbox([self._remember])
         self._session: Session = self._sandbox.session()
         if self.trust_output:
@@ -56,6 +66,15 @@ class SandboxKernel(Kernel, SandboxSettings):
 
     def _remember(self, event: SandboxEvent) -> None:
         self._last_event = event
+
+    def _banner(self) -> str:
+        """What runs the cells, and where (known once the sandbox is up)."""
+        ready = self._session.ready if hasattr(self, "_session") else None
+        where = self._sandbox.provider.name if hasattr(self, "_sandbox") else "a sandbox"
+        if ready is None:
+            return f"rewyn-kernel {__version__}: Python in a sandbox ({where})"
+        shell = "IPython" if ready.shell == "ipython" else "plain Python (no IPython there)"
+        return f"rewyn-kernel {__version__}: Python {ready.python} in a sandbox ({where}); {shell}"
 
     def _language_info(self) -> dict[str, Any]:
         ready = self._session.ready if hasattr(self, "_session") else None
@@ -100,12 +119,20 @@ class SandboxKernel(Kernel, SandboxSettings):
             if not silent:
                 dropped.update(self._send_rich(output))
 
+        def on_clear(wait: bool) -> None:
+            relay.flush()
+            if not silent:
+                self._publish("clear_output", {"wait": wait})
+
         try:
             result = await self._session.aexecute(
                 code,
                 on_stream=relay.write,
                 on_output=on_output,
                 on_input=self._ask if allow_stdin else None,
+                on_clear=on_clear,
+                count=self.execution_count,
+                silent=silent,
             )
         finally:
             relay.flush()
@@ -113,6 +140,8 @@ class SandboxKernel(Kernel, SandboxSettings):
                 task.cancel()  # the code is over: a question still open is moot
         if dropped and not silent:
             self._send_stream("stderr", drop_note(sorted(dropped)) + "\n")
+        if store_history and not silent:
+            self._history.append(self.execution_count, code)
         return self._finish(result, silent)
 
     # -- interrupts --------------------------------------------------------------------------
@@ -193,8 +222,9 @@ class SandboxKernel(Kernel, SandboxSettings):
             content["execution_count"] = self.execution_count
             self._publish("execute_result", content)
         else:
-            content["transient"] = {}
-            self._publish("display_data", content)
+            transient = {"display_id": output.display_id} if output.display_id else {}
+            content["transient"] = transient
+            self._publish("update_display_data" if output.update else "display_data", content)
         return list(filtered.dropped)
 
     def _finish(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
@@ -208,17 +238,51 @@ class SandboxKernel(Kernel, SandboxSettings):
 
     def _reply(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
         error = cell_error(result, self.timeout)
+        payload = [] if silent else self._payloads(result)
         if error is None:
-            return self._ok()
-        if not silent:
+            return self._ok(payload)
+        # An error IPython showed itself (a UsageError, in stderr) has no traceback: the reply
+        # names it, and no error output repeats it (as on ipykernel).
+        shown = result.ending == "exception" and result.error is not None
+        if not silent and not (shown and not result.error.traceback):  # type: ignore[union-attr]
             self._publish("error", error)
-        return {"status": "error", "execution_count": self.execution_count, **error}
+        return {
+            "status": "error",
+            "execution_count": self.execution_count,
+            "payload": payload,
+            **error,
+        }
 
-    def _ok(self) -> dict[str, Any]:
+    def _payloads(self, result: SandboxResult) -> list[dict[str, Any]]:
+        """The payloads relayed of those the sandbox's IPython sent (hostile input, already
+        bounded by the runtime): the pager as plain text; a next cell's text as a new cell,
+        never replacing the person's, and said so; ``exit()`` not at all, and said so."""
+        relayed: list[dict[str, Any]] = []
+        for item in result.payloads:
+            if item.source == "page":
+                relayed.append({"source": "page", "data": item.data, "start": item.start})
+            elif item.source == "set_next_input" and not any(
+                p["source"] == "set_next_input" for p in relayed
+            ):
+                relayed.append({"source": "set_next_input", "text": item.text, "replace": False})
+                self._send_stream(
+                    "stderr",
+                    "[rewyn: the code in the sandbox put the text of a new cell below this one: "
+                    "read it before you run it]\n",
+                )
+            elif item.source == "ask_exit":
+                self._send_stream(
+                    "stderr",
+                    "[rewyn: exit() does not stop a sandbox kernel from inside the sandbox: use "
+                    "the Kernel menu to shut it down or restart it]\n",
+                )
+        return relayed
+
+    def _ok(self, payload: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         return {
             "status": "ok",
             "execution_count": self.execution_count,
-            "payload": [],
+            "payload": payload or [],
             "user_expressions": {},
         }
 
@@ -233,22 +297,24 @@ class SandboxKernel(Kernel, SandboxSettings):
         metadata = super().finish_metadata(parent, metadata, reply_content)  # type: ignore[no-untyped-call]
         event, self._last_event = self._last_event, None
         if event is not None and reply_content.get("status") != "aborted":
-            metadata[METADATA_KEY] = {"event": event_json(event)}
+            metadata[METADATA_KEY] = {"event": event_json(event), "record": compact_record(event)}
         return metadata
 
     @property
     def kernel_info(self) -> dict[str, Any]:
         """The base claims a debugger and kernel subshells; this kernel honours neither."""
         info: dict[str, Any] = super().kernel_info
-        return {**info, "language_info": self._language_info(), "supported_features": []}
+        return {
+            **info,
+            "banner": self._banner(),
+            "language_info": self._language_info(),
+            "supported_features": [],
+        }
 
     async def kernel_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
-        """Reply with the sandbox's Python in language_info.
-
-        A local worker runs this very interpreter; a container's is only known once it is up.
-        """
-        if not isinstance(self._sandbox.provider, SubprocessProvider) or self._sandbox.spec.python:
-            await asyncio.to_thread(self._session.wait_ready, 10.0)
+        """Reply with the sandbox's Python in language_info, and what runs the cells in the
+        banner (IPython or plain Python): both are known once the sandbox is up."""
+        await asyncio.to_thread(self._session.wait_ready, 10.0)
         await super().kernel_info_request(stream, ident, parent)  # type: ignore[no-untyped-call]
 
     # -- introspection ---------------------------------------------------------------------
@@ -257,7 +323,8 @@ class SandboxKernel(Kernel, SandboxSettings):
         """Completions from the sandbox: bounded and checked, since the code there may answer
         for the completer (a session's code can replace it)."""
         cursor_pos = len(code) if cursor_pos is None else cursor_pos
-        reply = await asyncio.to_thread(self._session.complete, code, cursor_pos)
+        # (IPython's first completion imports jedi: seconds, not the runtime's 2 s default.)
+        reply = await asyncio.to_thread(self._session.complete, code, cursor_pos, INTROSPECT_WAIT)
         matches: list[str] = []
         start = cursor_pos
         if reply is not None and 0 <= reply.cursor_start <= cursor_pos:
@@ -282,13 +349,17 @@ class SandboxKernel(Kernel, SandboxSettings):
         """What the sandbox says of a name, through the same output filter as every output:
         a Shift+Tab tooltip renders HTML as a cell does."""
         cursor_pos = len(code) if cursor_pos is None else cursor_pos
-        reply = await asyncio.to_thread(self._session.inspect, code, cursor_pos)
+        reply = await asyncio.to_thread(
+            self._session.inspect, code, cursor_pos, INTROSPECT_WAIT, detail_level=detail_level
+        )
         if reply is None or not reply.found:
             return {"status": "ok", "found": False, "data": {}, "metadata": {}}
         filtered = filter_bundle(reply.data, {}, trust=self.trust_output)
         return {"status": "ok", "found": True, "data": filtered.data, "metadata": {}}
 
     async def do_is_complete(self, code: str) -> dict[str, Any]:
+        if self.ipython:
+            return is_complete_ipython(code)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -306,6 +377,32 @@ class SandboxKernel(Kernel, SandboxSettings):
             # Still inside an indented block, as a console sees it: more lines may follow.
             return {"status": "incomplete", "indent": indent}
         return {"status": "complete"}
+
+    async def do_history(  # noqa: PLR0917 (ipykernel's signature)
+        self,
+        hist_access_type: str,
+        output: bool,
+        raw: bool,
+        session: int | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        n: int | None = None,
+        pattern: str | None = None,
+        unique: bool = False,
+    ) -> dict[str, Any]:
+        """The cells run in this kernel, answered here: they outlive a sandbox restart, and
+        nothing the sandbox's code does can rewrite them."""
+        entries = self._history.answer(
+            hist_access_type,
+            session=session,
+            start=start,
+            stop=stop,
+            n=n,
+            pattern=pattern,
+            unique=unique,
+        )
+        history = [(s, line, (text, None) if output else text) for s, line, text in entries]
+        return {"status": "ok", "history": history}
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -1,17 +1,19 @@
 """How a cell's SANDBOX_EXECUTED event is kept with the notebook.
 
-Three places, one shape: ``execute_reply`` metadata under ``METADATA_KEY`` (``{"event": ...}``),
-a small persisted ``display_data`` output of type ``EVENT_MIME`` with a one-line ``text/plain``
-summary, and (for what sees the replies: ``rewyn-kernel run``, the JupyterLab extension) the
-cell's metadata under ``METADATA_KEY`` as ``{"events": [...]}``, appended per execution. Also
-the error a cell shows when its execution did not end well (``cell_error``; the review
-notebooks name errors from the same ``ERROR_NAMES``).
+The ``execute_reply`` metadata under ``METADATA_KEY`` holds the whole event and its compact
+record (``{"event": ..., "record": ...}``). What sees the replies (``rewyn-kernel run``, the
+JupyterLab extension) keeps the record in the cell's metadata (``{"record": ...}``, the latest
+execution's, replaced on each run: a notebook stays small and a re-run changes a few lines);
+the whole events go to the run log. On request (``event_output``) a small persisted
+``display_data`` output of type ``EVENT_MIME`` carries a summary too. Review notebooks keep
+their recorded events in ``{"events": [...], "recorded": true}``. Also the error a cell shows
+when its execution did not end well (``cell_error``; the review notebooks name errors from the
+same ``ERROR_NAMES``).
 """
 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from rewyn_kernel.runtime.events import SandboxEvent
@@ -29,15 +31,6 @@ ERROR_NAMES = {
 }
 """The error name a cell shows for an ending that raised no exception in the code."""
 EVENT_MIME = "application/vnd.rewyn.sandbox-event+json"
-CELL_EVENTS_KEPT = 20
-CELL_EVENTS_BUDGET = 16 * 1024
-"""A cell's metadata keeps its latest CELL_EVENTS_KEPT events, and of those only as many of the
-newest as fit in CELL_EVENTS_BUDGET characters of JSON (the newest always stays);
-``events_dropped`` counts the others. JupyterLab sends a cell's metadata with every
-execute_request, so an unbounded list would grow each request, and the notebook, with every
-re-run. The run log keeps every event. The frontend extension (labextension/src/event.ts)
-applies the same rule; tests/test_labextension.py runs both on the same cases."""
-
 # The persisted output keeps what a reviewer needs to judge the run, not the output itself
 # (that is in the cell already) nor the code (likewise).
 _SUMMARY_FIELDS = (
@@ -81,12 +74,18 @@ def cell_error(result: SandboxResult, timeout: float | None) -> dict[str, Any] |
         ename, evalue = "SystemExit", str(result.exit_code)
     else:
         ename, evalue = ERROR_NAMES.get(result.ending, "SandboxError"), result.message
-    traceback = list(result.error.traceback) if result.error else []
+    # One line per entry, as ipykernel sends them (a plain Python traceback's end in "\n").
+    traceback = [line.rstrip("\n") for line in result.error.traceback] if result.error else []
     if result.ending == "timeout":
+        what = (
+            "The sandbox was restarted and its state lost: run the cells this one needs again."
+            if result.sandbox_restarted
+            else "The code was interrupted; its variables are kept."
+        )
         traceback.append(
-            f"TimeoutError: the cell ran past the kernel's limit of {timeout:g} s. The sandbox "
-            "was restarted and its state lost: run the cells this one needs again. Raise the "
-            "limit with --SandboxKernel.timeout=SECONDS (or None for no limit)."
+            f"TimeoutError: the cell ran past the kernel's limit of {timeout:g} s. {what} "
+            "Raise the limit with `rewyn-kernel install --timeout SECONDS` (or `--timeout none`) "
+            "and restart the kernel."
         )
     elif result.ending not in ("exception", "interrupted") and result.message:
         traceback.append(f"{ename}: {result.message}")
@@ -120,6 +119,80 @@ def summary_line(event: SandboxEvent) -> str:
     return "sandbox: " + " · ".join(parts)
 
 
+RECORD_FLAGS = (
+    "timed_out",
+    "interrupted",
+    "memory_exceeded",
+    "state_lost",
+    "sandbox_restarted",
+    "stdout_truncated",
+    "stderr_truncated",
+)
+RECORD_MESSAGE_CHARS = 80
+
+
+def compact_record(event: SandboxEvent) -> dict[str, Any]:
+    """What a cell keeps of its latest execution: how it ended, where, under which limits and
+    how long, and the code's hash (its first 128 bits: what ties the record to the source and
+    to the whole event in the run log); not the code or output, which the cell has. Under 400
+    bytes of JSON (the message is cut; flags appear only when set). Shaped as the event's
+    summary, so the status line reads either."""
+    record: dict[str, Any] = {
+        "id": event.id,
+        "ending": event.ending,
+        "exit_code": event.exit_code,
+        "duration_ms": round(event.duration_ms, 1),
+        "provider": event.provider[:64],
+        "execution_count": event.execution_count,
+        "isolation": {"network": event.isolation.network if event.isolation else "unknown"},
+        "spec": {name: event.spec.get(name) for name in ("timeout", "memory_limit_mb", "network")},
+        "code_hash": event.code_hash[:32],
+    }
+    for flag in RECORD_FLAGS:
+        if getattr(event, flag):
+            record[flag] = True
+    if event.stdout_truncated or event.stderr_truncated:
+        record.update(stdout_bytes=event.stdout_bytes, stderr_bytes=event.stderr_bytes)
+    if event.message and not event.ok:
+        message = event.message
+        if len(message) > RECORD_MESSAGE_CHARS:
+            message = message[: RECORD_MESSAGE_CHARS - 1] + "…"
+        record["message"] = message
+    return _fit(record)
+
+
+MAX_RECORD_BYTES = 400
+
+
+def _size(record: dict[str, Any]) -> int:
+    return len(json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def _fit(record: dict[str, Any]) -> dict[str, Any]:
+    """Within MAX_RECORD_BYTES: the message shortened first, then the byte counts dropped."""
+    while _size(record) > MAX_RECORD_BYTES and len(record.get("message", "")) > 24:
+        record["message"] = record["message"][: len(record["message"]) - 17] + "…"
+    for name in ("stdout_bytes", "stderr_bytes", "message"):
+        if _size(record) > MAX_RECORD_BYTES:
+            record.pop(name, None)
+    return record
+
+
+def set_cell_record(record: dict[str, Any], compact: dict[str, Any]) -> bool:
+    """Make ``compact`` the cell's ``record`` (other keys kept); False when it is already."""
+    known = record.get("record")
+    if isinstance(known, dict) and known.get("id") == compact.get("id"):
+        return False
+    record["record"] = compact
+    return True
+
+
+def reply_record(reply: dict[str, Any]) -> dict[str, Any] | None:
+    """Return the compact record an execute_reply carries in its metadata, or None."""
+    found = (reply.get("metadata") or {}).get(METADATA_KEY, {}).get("record")
+    return found if isinstance(found, dict) else None
+
+
 def reply_event(reply: dict[str, Any]) -> dict[str, Any] | None:
     """Return the event an execute_reply carries in its metadata, or None."""
     event: dict[str, Any] | None = (reply.get("metadata") or {}).get(METADATA_KEY, {}).get("event")
@@ -132,42 +205,6 @@ def cell_record(metadata: dict[str, Any]) -> dict[str, Any]:
         metadata[METADATA_KEY] = {}
     record: dict[str, Any] = metadata[METADATA_KEY]  # (nbformat stores a copy of what it gets)
     return record
-
-
-def append_cell_event(record: dict[str, Any], event: dict[str, Any]) -> None:
-    """Append ``event`` to a cell's record ({"events": [...]}) under the rule above.
-
-    An event already there (by id) is not added twice; a malformed ``events`` starts afresh.
-    """
-    events = record.get("events")
-    if not isinstance(events, list):
-        events = []
-    event_id = event.get("id")
-    if isinstance(event_id, str) and any(
-        isinstance(known, dict) and known.get("id") == event_id for known in events
-    ):
-        return
-    events = [*events, event]
-    keep = min(len(events), CELL_EVENTS_KEPT)
-    size = 0
-    for index in range(len(events) - 1, len(events) - 1 - keep, -1):
-        size += len(json.dumps(events[index], ensure_ascii=False, separators=(",", ":")))
-        if size > CELL_EVENTS_BUDGET and index < len(events) - 1:
-            keep = len(events) - 1 - index
-            break
-    excess = len(events) - keep
-    record["events"] = events[excess:]
-    if excess:
-        record["events_dropped"] = _count(record.get("events_dropped")) + excess
-
-
-def _count(value: object) -> int:
-    """A positive whole number as JavaScript reads one (JSON has one number type: 2.0 is 2)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    if not math.isfinite(value) or value != int(value) or not 0 < value < 2**53:
-        return 0
-    return int(value)
 
 
 def event_output(event: SandboxEvent) -> tuple[dict[str, Any], dict[str, Any]]:

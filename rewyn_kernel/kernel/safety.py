@@ -5,7 +5,8 @@ Jupyter trusts every output produced in a live session: JupyterLab 4 and Noteboo
 there holds the user's Jupyter credentials, so it can start an unsandboxed kernel through the
 server's REST API, open a terminal or write files, and saving signs the notebook so it replays on
 reopen. The code in the sandbox is hostile, so this kernel is the only place to stop it:
-``filter_bundle`` passes the MIME types that cannot carry script, sanitises HTML and Markdown with
+``filter_bundle`` passes the MIME types that cannot carry script (TeX only without the commands
+that make MathJax style or load anything), sanitises HTML and Markdown with
 nh3 (bindings to ammonia, a maintained allow-list sanitiser), shows SVG only through ``<img>``
 (where browsers never run its scripts) and drops everything else, which ``drop_note`` names.
 """
@@ -30,7 +31,7 @@ MAX_VALUE_BYTES = 16 * 1024 * 1024
 MAX_SVG_BYTES = 8 * 1024 * 1024
 """SVG larger than this is dropped: base64 in an ``<img>`` grows it by a third."""
 
-_TEXT_TYPES = frozenset({"text/plain", "text/html", "text/markdown", "image/svg+xml"})
+_TEXT_TYPES = frozenset({"text/plain", "text/html", "text/markdown", "text/latex", "image/svg+xml"})
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif"})
 
 _MIME_NAME = re.compile(r"[\w.+/=; -]{1,100}", re.ASCII)
@@ -144,9 +145,11 @@ def _filter_value(mime: str, value: object) -> Any:
     if mime in _TEXT_TYPES:
         if not isinstance(value, str) or _utf8_size(value) > MAX_VALUE_BYTES:
             return _DROP
-        if mime in ("text/html", "text/markdown"):
+        if mime in ("text/html", "text/markdown", "text/latex"):
             if _styles_math(value):
                 return _DROP
+            if mime == "text/latex":
+                return value  # (typeset by MathJax, as plain text otherwise: no markup)
             clean = _clean_html(value) if mime == "text/html" else _clean_markdown(value)
             if clean is not _DROP and value.strip() and not clean.strip():
                 return _DROP  # it was nothing but script: show the note, not a blank output

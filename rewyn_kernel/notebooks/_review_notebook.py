@@ -26,13 +26,13 @@ Line = tuple[int, SandboxEvent]
 """An event and the number of the log line it came from."""
 
 
+LIMIT_FIELDS = ("provider", "timeout", "memory_limit_mb", "network", "ipython")
 DEFAULT_LIMITS: dict[str, Any] = {
-    "provider": "subprocess",
-    "timeout": 30.0,
-    "memory_limit_mb": None,
-    "network": "none",
+    name: kernelspec.KernelSettings.model_fields[name].default for name in LIMIT_FIELDS
 }
 """The limits of the shipped ``rewyn-sandbox`` kernelspec (a kernel with no flags)."""
+RECORDED_DEFAULTS = {"ipython": False}
+"""What an event written before its spec named a setting ran with (sessions ran plain Python)."""
 
 
 # -- limits and the kernel that applies them ----------------------------------------------------
@@ -42,15 +42,17 @@ def limits_of(event: SandboxEvent) -> dict[str, Any] | None:
     """Return the kernel settings that reproduce ``event``'s limits, or None if unknown.
 
     From ``event.provider``: "subprocess", or "container/CLI[+OCI]" (the container runtime and
-    OCI runtime; the image is not recorded). From ``event.spec``: timeout, memory_limit_mb and
-    network. None when the provider is another kind or a value is out of the kernel's bounds.
+    OCI runtime; the image is not recorded). From ``event.spec``: timeout, memory_limit_mb,
+    network and ipython (what ran the code: a re-run's tracebacks and displays look alike only
+    on the same). None when the provider is another kind or a value is out of the kernel's
+    bounds.
     """
     limits: dict[str, Any] = {"provider": event.provider}
     if event.provider.startswith("container/"):
         cli, _, oci = event.provider.removeprefix("container/").partition("+")
         limits.update(provider="container", container_runtime=cli, oci_runtime=oci or None)
-    for name in ("timeout", "memory_limit_mb", "network"):
-        limits[name] = event.spec.get(name, DEFAULT_LIMITS[name])
+    for name in LIMIT_FIELDS[1:]:
+        limits[name] = event.spec.get(name, RECORDED_DEFAULTS.get(name, DEFAULT_LIMITS[name]))
     try:
         settings = kernelspec.KernelSettings.model_validate(limits)
     except ValidationError:
@@ -91,6 +93,8 @@ def install_command(name: str, limits: dict[str, Any]) -> str:
     words += [
         str(part) for flag, value in flags.items() if value is not None for part in (flag, value)
     ]
+    if limits.get("ipython") is False:
+        words.append("--no-ipython")
     return shlex.join(words)
 
 

@@ -1,9 +1,10 @@
 """``rewyn-kernel run``: execute a notebook headless on the sandbox kernel and keep the record.
 
-Each cell's SANDBOX_EXECUTED event (from the execute_reply, which no frontend saves) is
-appended to ``cell.metadata["rewyn_kernel"]["events"]``; the notebook's metadata gets a summary
-of the run. The output file is rewritten after every cell, so a failure or Ctrl-C leaves
-everything executed so far on disk.
+Each cell keeps the compact record of its latest execution (from the execute_reply, which no
+frontend saves) in ``cell.metadata["rewyn_kernel"]["record"]``; the whole SANDBOX_EXECUTED
+events go to the run log (by default ``<output>.events.jsonl`` beside the output); the
+notebook's metadata gets a summary of the run. The output file is rewritten after every cell,
+so a failure or Ctrl-C leaves everything executed so far on disk.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from nbclient.exceptions import CellExecutionError
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel.kernelspec import KernelSettings, build_kernel_dict
-from rewyn_kernel.kernel.record import METADATA_KEY, append_cell_event, cell_record, reply_event
+from rewyn_kernel.kernel.record import METADATA_KEY, cell_record, reply_record, set_cell_record
 
 RUN_KERNEL = "rewyn-run"
 
@@ -53,22 +54,31 @@ class RunSummary:
 
 
 @contextlib.contextmanager
-def _kernel_on_path(settings: KernelSettings) -> Iterator[str]:
-    """Write a kernelspec with ``settings`` to a temporary Jupyter path for the run."""
+def _kernel_on_path(settings: KernelSettings, notebook: Path) -> Iterator[str]:
+    """Write a kernelspec with ``settings`` to a temporary Jupyter path for the run, and name
+    ``notebook`` to the kernel as JupyterLab does (``JPY_SESSION_NAME``: its writes go to
+    sandbox-files/<notebook name>)."""
     with tempfile.TemporaryDirectory(prefix="rewyn-run-") as root:
         spec_dir = Path(root) / "kernels" / RUN_KERNEL
         spec_dir.mkdir(parents=True)
         spec = build_kernel_dict(settings, python=sys.executable)
         (spec_dir / "kernel.json").write_text(json.dumps(spec, indent=1))
-        previous = os.environ.get("JUPYTER_PATH")
-        os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [root, previous]))
+        previous = {name: os.environ.get(name) for name in ("JUPYTER_PATH", "JPY_SESSION_NAME")}
+        os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [root, previous["JUPYTER_PATH"]]))
+        os.environ["JPY_SESSION_NAME"] = str(notebook.resolve())
         try:
             yield RUN_KERNEL
         finally:
-            if previous is None:
-                os.environ.pop("JUPYTER_PATH", None)
-            else:
-                os.environ["JUPYTER_PATH"] = previous
+            for name, value in previous.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def events_log(output: Path) -> Path:
+    """Where a run's whole events go when no run log is given: beside its output notebook."""
+    return output.with_name(output.name.removesuffix(".ipynb") + ".events.jsonl")
 
 
 def run_notebook(
@@ -82,6 +92,9 @@ def run_notebook(
     """Execute ``path`` on a sandbox kernel with ``settings``; write the result to ``output``."""
     output = output or path.with_name(path.stem + ".out.ipynb")
     settings = settings or KernelSettings()
+    if settings.run_log is None:  # the whole events, beside the output
+        values = {**settings.model_dump(exclude_unset=True), "run_log": events_log(output)}
+        settings = KernelSettings.model_validate(values)
     nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
     summary = RunSummary(path=path, output=output, cells=_code_cells(nb))
     started = datetime.now(timezone.utc)
@@ -90,10 +103,10 @@ def run_notebook(
     def on_cell_executed(**kwargs: Any) -> None:
         cell, index, reply = kwargs["cell"], kwargs["cell_index"], kwargs["execute_reply"]
         summary.executed += 1
-        event = reply_event(reply)
+        event = reply_record(reply)
         status = reply["content"].get("status", "?")
         if event is not None:
-            append_cell_event(cell_record(cell.metadata), event)
+            set_cell_record(cell_record(cell.metadata), event)
         ending = event["ending"] if event else status
         exit_code = event["exit_code"] if event else (0 if status == "ok" else 1)
         duration = event["duration_ms"] if event else 0.0
@@ -116,7 +129,7 @@ def run_notebook(
     # The sandbox enforces the cell timeout; nbclient's own is only a backstop.
     # (A whole number: nbclient 0.10.0 takes an Int.)
     backstop = None if settings.timeout is None else math.ceil(settings.timeout) + 60
-    with _kernel_on_path(settings) as kernel_name:
+    with _kernel_on_path(settings, path) as kernel_name:
         client = NotebookClient(
             nb,
             kernel_name=kernel_name,
