@@ -1,8 +1,9 @@
 /**
  * What the sandbox kernel sends and what a notebook keeps of it. The Python side of the same
  * contract is rewyn_kernel/kernel/record.py: the reply metadata holds
- * `{rewyn_kernel: {event}}`, a cell's metadata `{rewyn_kernel: {events: [...]}}` (appended per
- * execution), and the persisted output a summary of the event under EVENT_MIME.
+ * `{rewyn_kernel: {event, record}}`, a cell's metadata `{rewyn_kernel: {record}}` (the latest
+ * execution's compact record, replaced on each run), and the optional persisted output a
+ * summary of the event under EVENT_MIME.
  */
 import { JSONObject, PartialJSONObject } from '@lumino/coreutils';
 
@@ -30,42 +31,32 @@ export function replyEvent(metadata: unknown): JSONObject | null {
 }
 
 /**
- * A cell keeps its latest CELL_EVENTS_KEPT events, and of those only as many of the newest as
- * fit in CELL_EVENTS_BUDGET characters of JSON (the newest is always kept); `events_dropped`
- * counts the others. The frontend sends a cell's metadata with every execute_request, so an
- * unbounded list would grow each request (and the notebook) with every re-run. Same rule as
- * append_cell_event in rewyn_kernel/kernel/record.py; tests/test_labextension.py runs both on
- * the same cases.
+ * The compact record an execute_reply carries next to the event (how the execution ended,
+ * where, how long, the code's hash), or null. Only a record with a string id counts.
  */
-export const CELL_EVENTS_KEPT = 20;
-export const CELL_EVENTS_BUDGET = 16 * 1024;
-
-/**
- * The cell's record with `event` appended to its events, other keys kept; null when the event
- * is there already (the same reply seen twice changes nothing).
- */
-export function withEvent(record: unknown, event: JSONObject): PartialJSONObject | null {
-  const base: PartialJSONObject = isObject(record) ? record : {};
-  const known = Array.isArray(base['events']) ? base['events'] : [];
-  const id = event['id'];
-  if (typeof id === 'string' && known.some(old => isObject(old) && old['id'] === id)) {
+export function replyRecord(metadata: unknown): JSONObject | null {
+  if (!isObject(metadata)) {
     return null;
   }
-  const events = [...known, event];
-  let keep = Math.min(events.length, CELL_EVENTS_KEPT);
-  let size = 0;
-  for (let index = events.length - 1; index >= events.length - keep; index--) {
-    size += JSON.stringify(events[index]).length;
-    if (size > CELL_EVENTS_BUDGET && index < events.length - 1) {
-      keep = events.length - 1 - index;
-      break;
-    }
+  const holder = metadata[METADATA_KEY];
+  const record = isObject(holder) ? holder['record'] : undefined;
+  if (!isObject(record) || typeof record['id'] !== 'string') {
+    return null;
   }
-  const excess = events.length - keep;
-  if (excess === 0) {
-    return { ...base, events };
+  return record;
+}
+
+/**
+ * The cell's metadata entry with `record` as its latest execution's record, other keys kept;
+ * null when that record is there already (the same reply seen twice changes nothing). Same
+ * rule as set_cell_record in rewyn_kernel/kernel/record.py; tests/test_labextension.py runs
+ * both on the same cases.
+ */
+export function withRecord(entry: unknown, record: JSONObject): PartialJSONObject | null {
+  const base: PartialJSONObject = isObject(entry) ? entry : {};
+  const known = base['record'];
+  if (isObject(known) && known['id'] === record['id']) {
+    return null;
   }
-  const dropped = base['events_dropped'];
-  const before = Number.isSafeInteger(dropped) && (dropped as number) > 0 ? (dropped as number) : 0;
-  return { ...base, events: events.slice(excess), events_dropped: before + excess };
+  return { ...base, record };
 }

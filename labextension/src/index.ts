@@ -1,12 +1,14 @@
 /**
  * The rewyn-kernel JupyterLab / Notebook 7 extension: each cell run on the sandbox kernel keeps
- * its SANDBOX_EXECUTED events in its own metadata (this plugin), and the event output the kernel
- * persists reads as one status line (the MIME renderer in renderer.ts).
+ * the record of its latest execution in its own metadata (recorder.ts), a status line under the
+ * cell shows it (status.ts), and the event output the kernel persists on request reads as the
+ * same line (the MIME renderer in renderer.ts).
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 import { CellEventRecorder } from './recorder';
+import { CellStatusLines } from './status';
 
 const cellEvents: JupyterFrontEndPlugin<void> = {
   id: 'rewyn-kernel:cell-events',
@@ -22,4 +24,18 @@ const cellEvents: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default cellEvents;
+const statusLines: JupyterFrontEndPlugin<void> = {
+  id: 'rewyn-kernel:status-lines',
+  description: 'Shows under each cell how its latest sandboxed execution ended, from its metadata.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  activate: (_: JupyterFrontEnd, notebooks: INotebookTracker): void => {
+    const watch = (panel: NotebookPanel): void => {
+      new CellStatusLines(panel);
+    };
+    notebooks.forEach(watch);
+    notebooks.widgetAdded.connect((__, panel) => watch(panel));
+  }
+};
+
+export default [cellEvents, statusLines];

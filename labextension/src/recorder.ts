@@ -1,6 +1,7 @@
 /**
- * Copies each sandboxed execution's event from the execute_reply into the metadata of the cell
- * that ran it, so that saving the notebook keeps it, as `rewyn-kernel run` does headless.
+ * Copies each sandboxed execution's compact record from the execute_reply into the metadata of
+ * the cell that ran it, so that saving the notebook keeps it, as `rewyn-kernel run` does
+ * headless (the whole event goes to the kernel's run log).
  *
  * No frontend saves reply metadata, and a reply does not say which cell it belongs to; the
  * request does: JupyterLab and Notebook 7 put the cell's id in the execute_request's metadata
@@ -13,7 +14,7 @@ import { NotebookPanel } from '@jupyterlab/notebook';
 import { Kernel, KernelMessage } from '@jupyterlab/services';
 import { JSONObject } from '@lumino/coreutils';
 
-import { KERNEL_IMPLEMENTATION, METADATA_KEY, replyEvent, withEvent } from './event';
+import { KERNEL_IMPLEMENTATION, METADATA_KEY, replyRecord, withRecord } from './event';
 
 /** Requests whose reply has not come are forgotten past this many (oldest first). */
 const MAX_PENDING = 1000;
@@ -63,7 +64,7 @@ export class CellEventRecorder {
     if ((msg.content as { status?: unknown }).status === 'aborted') {
       return; // queued behind an error: it ran nothing (the kernel sends no event either)
     }
-    const event = replyEvent(msg.metadata);
+    const event = replyRecord(msg.metadata);
     if (event === null) {
       return;
     }
@@ -100,7 +101,7 @@ export class CellEventRecorder {
     }
     for (const cell of cells) {
       if (cell.id === cellId) {
-        const record = withEvent(cell.getMetadata(METADATA_KEY), event);
+        const record = withRecord(cell.getMetadata(METADATA_KEY), event);
         if (record !== null) {
           cell.setMetadata(METADATA_KEY, record);
         }

@@ -1,0 +1,68 @@
+/**
+ * The status line under each cell that ran on the sandbox kernel, drawn from the cell's own
+ * metadata (the record the recorder or `rewyn-kernel run` keeps there), so it needs no output
+ * in the notebook and shows again when the notebook is reopened. It is added to the cell's
+ * node, below its outputs, without replacing the notebook's cell factory (as
+ * deshaw/jupyterlab-execute-time draws its timing line), and redrawn when the record changes.
+ *
+ * A notebook file can hold any JSON: the record is read through the same checks as the event
+ * output (text nodes only, every field typed and bounded).
+ */
+import { NotebookPanel } from '@jupyterlab/notebook';
+
+import { isObject, METADATA_KEY } from './event';
+import { renderEvent } from './view';
+
+const LINE_CLASS = 'rewyn-CellStatus';
+
+type Cell = NotebookPanel['content']['widgets'][number];
+
+export class CellStatusLines {
+  constructor(private readonly panel: NotebookPanel) {
+    const notebook = panel.content;
+    notebook.model?.cells.changed.connect(() => this.watchAll(), this);
+    notebook.modelContentChanged.connect(() => this.watchAll(), this);
+    panel.context.ready.then(() => this.watchAll(), () => undefined);
+    this.watchAll();
+  }
+
+  private watchAll(): void {
+    if (this.panel.isDisposed) {
+      return;
+    }
+    for (const cell of this.panel.content.widgets) {
+      if (!this.watched.has(cell)) {
+        this.watched.add(cell);
+        cell.model.metadataChanged.connect(() => this.draw(cell), this);
+        cell.disposed.connect(() => this.watched.delete(cell));
+      }
+      this.draw(cell);
+    }
+  }
+
+  private draw(cell: Cell): void {
+    if (cell.isDisposed || cell.model.type !== 'code') {
+      return;
+    }
+    const entry = cell.model.getMetadata(METADATA_KEY);
+    const record = isObject(entry) ? entry['record'] : undefined;
+    const key = isObject(record) ? JSON.stringify(record) : '';
+    let line = cell.node.querySelector(`:scope > .${LINE_CLASS}`) as HTMLElement | null;
+    if (!key) {
+      line?.remove();
+      return;
+    }
+    if (line !== null && line.dataset.record === key) {
+      return;
+    }
+    if (line === null) {
+      line = document.createElement('div');
+      line.className = LINE_CLASS;
+      cell.node.append(line);
+    }
+    line.dataset.record = key;
+    line.replaceChildren(renderEvent(record, ''));
+  }
+
+  private readonly watched = new Set<Cell>();
+}
