@@ -158,10 +158,13 @@ def write_notebook(
     kernel: str,
     cells: list[tuple[str, str]],
     outputs: dict[int, list[dict[str, Any]]] | None = None,
+    metadata: dict[int, dict[str, Any]] | None = None,
 ) -> None:
     """Write an nbformat 4 notebook of (cell_type, source) pairs for the kernelspec ``kernel``,
-    with ``outputs`` of code cells by index (unsigned: the page treats them as untrusted)."""
+    with ``outputs`` and ``metadata`` of cells by index (unsigned: the page treats them as
+    untrusted)."""
     outputs = outputs or {}
+    metadata = metadata or {}
     notebook = {
         "nbformat": 4,
         "nbformat_minor": 5,
@@ -173,7 +176,7 @@ def write_notebook(
             {
                 "id": f"cell-{index}",
                 "cell_type": kind,
-                "metadata": {},
+                "metadata": metadata.get(index, {}),
                 "source": source,
                 **(
                     {"outputs": outputs.get(index, []), "execution_count": None}
@@ -239,12 +242,12 @@ _SAVE = """async () => {
 }"""
 
 # Events recorded per cell in the live model (what a save would write): kept plus dropped.
-_EVENT_COUNTS = """() => {
+_RECORD_COUNTS = """() => {
   const panel = window.jupyterapp.shell.currentWidget;
   return Array.from(panel.content.model.cells).map(cell => {
-    const record = cell.getMetadata('rewyn_kernel');
-    if (!record || !Array.isArray(record.events)) return 0;
-    return record.events.length + (record.events_dropped || 0);
+    const entry = cell.getMetadata('rewyn_kernel');
+    const record = entry && entry.record;
+    return record && Number.isInteger(record.execution_count) ? record.execution_count : 0;
   });
 }"""
 
@@ -296,13 +299,15 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: Callable[[],
         time.sleep(0.05)
 
 
-def wait_for_event_counts(page: Page, expected: list[int], timeout: float = 30.0) -> None:
-    """Wait until the cells' metadata have recorded ``expected`` events each, kept or dropped
-    (replies may lag a run)."""
+def wait_for_records(page: Page, expected: list[int], timeout: float = 30.0) -> None:
+    """Wait until each cell's metadata holds the record of the execution numbered as in
+    ``expected`` (0: no record), replies may lag a run."""
     counts: list[int] = []
 
     def reached() -> bool:
-        counts[:] = page.evaluate(_EVENT_COUNTS)
+        counts[:] = page.evaluate(_RECORD_COUNTS)
         return counts == expected
 
-    wait_until(reached, timeout, lambda: f"event counts per cell: {counts}, expected {expected}")
+    wait_until(
+        reached, timeout, lambda: f"recorded executions per cell: {counts}, expected {expected}"
+    )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -14,6 +16,13 @@ from typing import Any
 
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager, start_new_kernel
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal colours (IPython colours its tracebacks, as on ipykernel)."""
+    return ANSI.sub("", text)
 
 
 def write_spec(root: Path, name: str, flags: Sequence[str] = (), **extra: Any) -> None:
@@ -26,12 +35,17 @@ def write_spec(root: Path, name: str, flags: Sequence[str] = (), **extra: Any) -
 
 
 @contextmanager
-def running_kernel(root: Path, name: str) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    """Start the kernel ``name`` from ``root``; shut it down (and wait) afterwards."""
+def running_kernel(
+    root: Path, name: str, cwd: Path | None = None
+) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """Start the kernel ``name`` from ``root`` in ``cwd`` (the notebook's directory; default a
+    fresh one); shut it down (and wait) afterwards."""
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(root)
+    if cwd is None:
+        cwd = Path(tempfile.mkdtemp(prefix="rewyn-notebook-"))
     try:
-        km, kc = start_new_kernel(kernel_name=name, startup_timeout=60)
+        km, kc = start_new_kernel(kernel_name=name, startup_timeout=60, cwd=str(cwd))
     finally:
         if old is None:
             os.environ.pop("JUPYTER_PATH", None)

@@ -197,6 +197,7 @@ PUBLIC: dict[str, list[str]] = {
     "rewyn_kernel.settings": [
         "CONTAINER_CLIS",
         "KERNEL_CLASS",
+        "KERNEL_TIMEOUT",
         "KernelSettings",
         "OPTIONS",
         "Option",
@@ -235,6 +236,7 @@ PUBLIC: dict[str, list[str]] = {
         "ErrorInfo",
         "ExitInfo",
         "Isolation",
+        "Payload",
         "RichOutput",
         "Sandbox",
         "SandboxProvider",

@@ -18,12 +18,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, Request, sync_playwright
 
-from rewyn_kernel.kernel.record import (
-    CELL_EVENTS_BUDGET,
-    CELL_EVENTS_KEPT,
-    EVENT_MIME,
-    METADATA_KEY,
-)
+from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY
+from rewyn_kernel.runtime import JsonlRunLog
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import SandboxSpec, SubprocessProvider
 from tests.conftest import unavailable
@@ -41,7 +37,7 @@ from tests.jupyter_browser import (
     run_all,
     run_cells,
     save,
-    wait_for_event_counts,
+    wait_for_records,
     wait_until,
     write_notebook,
 )
@@ -92,6 +88,7 @@ SANDBOX_CELLS = [
     ("code", "import time\ntime.sleep(60)"),
 ]
 FIRST, SECOND, FLOOD, HOSTILE, RAISES, SLEEPS = range(1, 7)
+RUN_LOG = "run.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +103,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
     write_spec(
         kernels,
         SANDBOX_KERNEL,
-        ["--SandboxKernel.timeout=3", "--SandboxKernel.output_limit_bytes=4096"],
+        [
+            "--SandboxKernel.timeout=3",
+            "--SandboxKernel.output_limit_bytes=4096",
+            f"--SandboxKernel.run_log={work / RUN_LOG}",
+        ],
     )
     forging = kernels / "kernels" / OTHER_KERNEL
     forging.mkdir(parents=True)
@@ -189,10 +190,8 @@ def saved_cells(server: JupyterServer, name: str) -> list[dict[str, Any]]:
     return cells
 
 
-def event_output(cell: dict[str, Any]) -> dict[str, Any]:
-    (output,) = [o for o in cell["outputs"] if EVENT_MIME in o.get("data", {})]
-    data: dict[str, Any] = output["data"][EVENT_MIME]
-    return data
+def event_outputs(cell: dict[str, Any]) -> list[dict[str, Any]]:
+    return [o["data"][EVENT_MIME] for o in cell["outputs"] if EVENT_MIME in o.get("data", {})]
 
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
@@ -205,42 +204,42 @@ def test_events_are_saved_in_the_metadata_of_the_cells_that_ran(
     assert loaded_extensions(page.page)["rewyn-kernel"].endswith(committed), "pip install -e ."
 
     run_cells(page.page, [FIRST, SECOND, FLOOD, HOSTILE, RAISES, SLEEPS, FIRST])
-    wait_for_event_counts(page.page, [0, 2, 1, 1, 1, 1, 1])
+    wait_for_records(page.page, [0, 7, 2, 3, 4, 5, 6])
     save(page.page)
 
     cells = saved_cells(server, name)
     assert METADATA_KEY not in cells[0]["metadata"]  # markdown: nothing ran
+    events = {event.id: event for event in JsonlRunLog.read(server.root.parent / RUN_LOG)}
     for cell in cells[1:]:
-        record = cell["metadata"][METADATA_KEY]
-        assert set(record) == {"events"}  # the shape `rewyn-kernel run` writes
-        events = [SandboxEvent.model_validate(event) for event in record["events"]]
-        # The last event is the one the cell's persisted output shows.
-        assert events[-1].id == event_output(cell)["id"]
-    first = [
-        SandboxEvent.model_validate(e) for e in cells[FIRST]["metadata"][METADATA_KEY]["events"]
-    ]
-    assert [e.execution_count for e in first] == [1, 7]  # appended per execution, in order
-    assert first[0].stdout == "hello from the sandbox\n"
-    assert first[0].id != first[1].id
+        entry = cell["metadata"][METADATA_KEY]
+        assert set(entry) == {"record"}  # the shape `rewyn-kernel run` writes
+        record = entry["record"]
+        assert len(json.dumps(record, separators=(",", ":"))) <= 400
+        # The whole event is in the run log, tied by its id and the code's hash.
+        assert events[record["id"]].code_hash.startswith(record["code_hash"])
+        assert events[record["id"]].execution_count == record["execution_count"]
+        assert event_outputs(cell) == []  # (the event output is opt-in)
 
-    def event(index: int) -> dict[str, Any]:
-        event: dict[str, Any] = cells[index]["metadata"][METADATA_KEY]["events"][-1]
-        return event
+    def event(index: int) -> SandboxEvent:
+        return events[cells[index]["metadata"][METADATA_KEY]["record"]["id"]]
 
-    assert event(SECOND)["stdout"] == "42\n"
-    assert event(FLOOD)["stdout_truncated"] is True
-    assert event(RAISES)["ending"] == "exception"
-    assert event(SLEEPS)["ending"] == "timeout"
-    assert event(SLEEPS)["timed_out"] is True
+    assert event(FIRST).stdout == "hello from the sandbox\n"
+    assert event(FIRST).execution_count == 7  # the latest execution's record, replaced
+    assert event(SECOND).stdout == "42\n"
+    assert event(FLOOD).stdout_truncated is True
+    assert cells[FLOOD]["metadata"][METADATA_KEY]["record"]["stdout_truncated"] is True
+    assert event(RAISES).ending == "exception"
+    assert event(SLEEPS).ending == "timeout"
+    assert event(SLEEPS).timed_out is True
 
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
-def test_the_event_output_reads_as_one_status_line(
+def test_each_cell_that_ran_has_one_status_line(
     server: JupyterServer, page: Watched, frontend: str
 ) -> None:
     start(server, page, f"line-{frontend}.ipynb", frontend)
     run_cells(page.page, [FIRST, FLOOD, RAISES, SLEEPS])
-    wait_for_event_counts(page.page, [0, 1, 0, 1, 0, 1, 1])
+    wait_for_records(page.page, [0, 1, 0, 2, 0, 3, 4])
 
     notebook = current_notebook(page.page)
     assert notebook.locator(".rewyn-Event").count() == 4
@@ -254,13 +253,12 @@ def test_the_event_output_reads_as_one_status_line(
         *unisolated,
         "output truncated (97.7 KiB printed)",
         *unisolated,
-        *unisolated,
-        "sandbox restarted: variables lost",  # the timeout killed the sandbox
+        *unisolated,  # (the timeout interrupted the sleep: the sandbox was not restarted)
     ]
     facts = notebook.locator(".rewyn-Event-facts").first.inner_text()
     assert facts.startswith("sandbox · exit 0 · ")
     assert facts.endswith(f"subprocess, network {network.replace('_', ' ')}")
-    # The renderer replaced the text fallback; the details open on a click.
+    # Drawn from the cells' metadata: there is no event output; the details open on a click.
     assert "sandbox: exit" not in notebook.inner_text()
     rows = notebook.locator(".rewyn-Event-rows").last
     assert not rows.is_visible()
@@ -278,7 +276,7 @@ def test_hostile_output_stays_inert_in_the_live_page_and_after_reopening(
     name = f"hostile-{frontend}.ipynb"
     start(server, page, name, frontend)
     run_cells(page.page, [HOSTILE])
-    wait_for_event_counts(page.page, [0, 0, 0, 0, 1, 0, 0])
+    wait_for_records(page.page, [0, 0, 0, 0, 1, 0, 0])
     page.page.wait_for_timeout(1000)  # time for a handler or an image load to fire
 
     assert page.pwned() is None
@@ -347,26 +345,18 @@ def test_run_all_stops_at_an_error_and_recording_goes_on_after_a_restart(
     cells = [("code", failing), ("code", "print(1)"), ("code", "print(2)")]
     start(server, page, name, frontend, cells=cells)
 
-    run_all(page.page)  # the cells queued behind the error ran nothing: no events for them
-    wait_for_event_counts(page.page, [1, 0, 0])
+    run_all(page.page)  # the cells queued behind the error ran nothing: no records for them
+    wait_for_records(page.page, [1, 0, 0])
 
     restart_kernel(page.page)
-    runs = CELL_EVENTS_KEPT + 2
+    runs = 5
     run_cells(page.page, [1] * runs)
-    wait_for_event_counts(page.page, [1, runs, 0])
+    wait_for_records(page.page, [1, runs, 0])  # numbered afresh after the restart
     save(page.page)
 
     saved = saved_cells(server, name)
-    assert saved[0]["metadata"][METADATA_KEY]["events"][0]["id"] == event_output(saved[0])["id"]
-    record = saved[1]["metadata"][METADATA_KEY]
-    kept = record["events"]
-    # The latest, in order, after the restart, within the rule `rewyn-kernel run` follows.
-    assert [event["execution_count"] for event in kept] == list(
-        range(runs - len(kept) + 1, runs + 1)
-    )
-    assert record["events_dropped"] == runs - len(kept) >= 2
-    assert len(json.dumps(kept[1:])) <= CELL_EVENTS_BUDGET
-    assert kept[-1]["id"] == event_output(saved[1])["id"]
+    assert saved[0]["metadata"][METADATA_KEY]["record"]["ending"] == "exception"
+    assert saved[1]["metadata"][METADATA_KEY]["record"]["execution_count"] == runs
     assert METADATA_KEY not in saved[2]["metadata"]
 
 
@@ -396,6 +386,19 @@ def test_a_hostile_event_output_renders_as_inert_text(server: JupyterServer, pag
 
     line = current_notebook(page.page).locator(".rewyn-Event")
     assert line.count() == 1
+    check_inert(page, line)
+
+    # The same in a cell's metadata, where the status line under a cell reads it.
+    name = "hostile-record.ipynb"
+    metadata = {0: {METADATA_KEY: {"record": {"id": "forged", **summary}}}}
+    write_notebook(server.root / name, SANDBOX_KERNEL, [("code", "pass")], metadata=metadata)
+    open_notebook(page.page, server, "lab", name)
+    line = current_notebook(page.page).locator(".rewyn-CellStatus .rewyn-Event")
+    assert line.count() == 1
+    check_inert(page, line)
+
+
+def check_inert(page: Watched, line: Any) -> None:
     line.locator(".rewyn-Event-line").click()
     page.page.wait_for_timeout(500)
     assert page.pwned() is None

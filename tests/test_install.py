@@ -58,7 +58,7 @@ def test_help_names_every_command(fresh: Path) -> None:
     for name in ("demo", "doctor", "install", "run", "review"):
         assert name in text
     assert "``" not in text
-    assert "(default: 30.0)" in command(fresh, "install", "--help")
+    assert "(default: 600.0)" in command(fresh, "install", "--help")
 
 
 def test_doctor_finds_the_provider_the_kernelspec_and_the_extension(fresh: Path) -> None:
@@ -92,7 +92,11 @@ def test_install_run_and_review(fresh: Path, tmp_path: Path) -> None:
     command(fresh, "run", tmp_path / "nb.ipynb", "-o", tmp_path / "out.ipynb")
     cell = json.loads((tmp_path / "out.ipynb").read_text())["cells"][0]
     assert "".join(cell["outputs"][0]["text"]) == "42\n"
-    assert cell["metadata"]["rewyn_kernel"]["events"][0]["ok"] is True
+    assert cell["metadata"]["rewyn_kernel"]["record"]["ending"] == "completed"
+    (event,) = [
+        json.loads(line) for line in (tmp_path / "out.events.jsonl").read_text().splitlines()
+    ]
+    assert event["ok"] is True  # the whole event, in the run log beside the output
 
     log = tmp_path / "run.jsonl"
     make_log = (

@@ -225,13 +225,13 @@ def test_trust_output_warns_loudly(tmp_path: Path, capsys: pytest.CaptureFixture
     assert read_spec(tmp_path, KERNEL_NAME)["argv"][-1] == "--SandboxKernel.trust_output=True"
 
 
-def test_no_event_output_and_run_log(tmp_path: Path) -> None:
+def test_event_output_and_run_log(tmp_path: Path) -> None:
     log = tmp_path / "logs/run.jsonl"
-    argv = ["install", "--prefix", str(tmp_path), "--no-event-output", "--run-log", str(log)]
+    argv = ["install", "--prefix", str(tmp_path), "--event-output", "--run-log", str(log)]
     assert cli.main(argv) == 0
     assert read_spec(tmp_path, KERNEL_NAME)["argv"][-2:] == [
         f"--SandboxKernel.run_log={log}",
-        "--SandboxKernel.event_output=False",
+        "--SandboxKernel.event_output=True",
     ]
 
 

@@ -16,13 +16,7 @@ from typing import Any
 import pytest
 
 import rewyn_kernel
-from rewyn_kernel.kernel.record import (
-    CELL_EVENTS_BUDGET,
-    CELL_EVENTS_KEPT,
-    METADATA_KEY,
-    append_cell_event,
-    cell_record,
-)
+from rewyn_kernel.kernel.record import METADATA_KEY, cell_record, set_cell_record
 from tests.conftest import unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,35 +78,28 @@ def test_building_the_sources_gives_the_committed_extension(rebuilt: Path) -> No
     assert changed == [], "rebuild with: python3 tasks.py labextension"
 
 
-def event(n: int, **fields: Any) -> dict[str, Any]:
-    return {"type": "SANDBOX_EXECUTED", "id": f"e{n}", **fields}
+def record(n: int, **fields: Any) -> dict[str, Any]:
+    return {"id": f"e{n}", "ending": "completed", **fields}
 
 
-# (the cell's record before, the events appended in turn); no floats or non-ASCII text, where
-# JSON text lengths in Python and JavaScript could differ.
-CELL_EVENT_CASES: list[tuple[Any, list[dict[str, Any]]]] = [
-    ({}, [event(n) for n in range(CELL_EVENTS_KEPT + 5)]),
-    ({}, [event(n, stdout="x" * (CELL_EVENTS_BUDGET // 2 - 200)) for n in range(5)]),  # two fit
-    ({}, [event(1), event(2, stdout="y" * (CELL_EVENTS_BUDGET * 2))]),  # the newest stays
-    ({}, [event(1), event(1), event(2)]),  # the same reply seen twice
-    ({}, [{"type": "SANDBOX_EXECUTED"}, {"type": "SANDBOX_EXECUTED"}]),  # no id: no dedupe
-    ("garbage", [event(1)]),
-    (None, [event(1)]),
-    ({"events": "x", "other": 1}, [event(1)]),
-    ({"events": [event(n) for n in range(20)], "events_dropped": 2.0}, [event(99)]),
-    ({"events": [event(n) for n in range(20)], "events_dropped": -3}, [event(99)]),
-    ({"events": [event(n) for n in range(20)], "events_dropped": True}, [event(99)]),
-    ({"events": [event(n) for n in range(20)], "events_dropped": "7"}, [event(99)]),
-    ({"events": [event(n) for n in range(20)], "events_dropped": 7}, [event(99), event(98)]),
+# (the cell's metadata entry before, the records set in turn)
+CELL_RECORD_CASES: list[tuple[Any, list[dict[str, Any]]]] = [
+    ({}, [record(1), record(2)]),  # the latest replaces the one before
+    ({}, [record(1), record(1)]),  # the same reply seen twice
+    ("garbage", [record(1)]),
+    (None, [record(1)]),
+    ({"record": "x", "other": 1}, [record(1)]),
+    ({"events": [{"id": "r1", "recorded": True}], "recorded": True}, [record(2)]),  # a review's
 ]
+
 _APPLY_IN_NODE = """
 import { readFileSync } from 'node:fs';
-import { withEvent } from './event.mjs';
+import { withRecord } from './event.mjs';
 const cases = JSON.parse(readFileSync(0, 'utf8'));
-const results = cases.map(([record, events]) => {
-  let current = record;
-  for (const event of events) {
-    current = withEvent(current, event) ?? current;
+const results = cases.map(([entry, records]) => {
+  let current = entry;
+  for (const record of records) {
+    current = withRecord(current, record) ?? current;
   }
   return current;
 });
@@ -121,18 +108,18 @@ process.stdout.write(JSON.stringify(results));
 
 
 @pytest.mark.slow
-def test_the_extension_and_rewyn_kernel_run_keep_events_by_one_rule(rebuilt: Path) -> None:
+def test_the_extension_and_rewyn_kernel_run_keep_records_by_one_rule(rebuilt: Path) -> None:
     expected = []
-    for record, events in CELL_EVENT_CASES:
-        metadata = {METADATA_KEY: copy.deepcopy(record)}
-        for item in events:
-            append_cell_event(cell_record(metadata), item)
+    for entry, records in CELL_RECORD_CASES:
+        metadata = {METADATA_KEY: copy.deepcopy(entry)}
+        for item in records:
+            set_cell_record(cell_record(metadata), item)
         expected.append(metadata[METADATA_KEY])
     shutil.copy(rebuilt / "lib" / "event.js", rebuilt / "lib" / "event.mjs")
     node = subprocess.run(
         ["node", "--input-type=module", "-e", _APPLY_IN_NODE],
         cwd=rebuilt / "lib",
-        input=json.dumps(CELL_EVENT_CASES),
+        input=json.dumps(CELL_RECORD_CASES),
         check=False,
         capture_output=True,
         text=True,
@@ -142,8 +129,8 @@ def test_the_extension_and_rewyn_kernel_run_keep_events_by_one_rule(rebuilt: Pat
     results = json.loads(node.stdout)
     for case, (python, javascript) in enumerate(zip(expected, results, strict=True)):
         assert javascript == python, f"case {case}"
-    assert [len(r["events"]) for r in expected[:3]] == [CELL_EVENTS_KEPT, 2, 1]
-    assert [r.get("events_dropped") for r in expected[:3]] == [5, 3, 1]
+    assert expected[0] == {"record": record(2)}
+    assert expected[-1]["events"] == [{"id": "r1", "recorded": True}]  # a review's stay
 
 
 def test_the_extension_and_the_package_have_one_version() -> None:

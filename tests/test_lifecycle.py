@@ -19,10 +19,12 @@ import pytest
 from rewyn_kernel.runtime import create
 from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.host.drive import SESSION_GRACE_SECONDS
 from rewyn_kernel.runtime.providers.scripted import ScriptedProvider, ScriptedWorker
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
 
 from .conftest import leftover_containers
+from .test_limits import STUBBORN
 
 
 @pytest.mark.providers("subprocess")
@@ -118,7 +120,30 @@ def test_a_done_racing_the_timeout_ends_in_one_timeout_and_one_event(
     with box.session() as session:
         result = session.execute("spin()", timeout=0.3)
         assert (result.ending, result.exit_code) == ("timeout", 124)
-        assert result.sandbox_restarted  # a session's state is not trusted past its deadline
+        assert not result.sandbox_restarted  # the code stopped: its state is whole
+    box.close()
+    assert [event.ending for event in events] == ["timeout"]
+
+
+def test_a_session_whose_code_ignores_the_interrupt_is_killed_at_the_grace(
+    events: list[SandboxEvent],
+) -> None:
+    """Scripted: past the deadline the worker takes the interrupt and says nothing more."""
+
+    def script(worker: ScriptedWorker) -> None:
+        worker.ready()
+        worker.expect("exec")
+        worker.expect("interrupt")
+        worker.recv(timeout=60)  # (nothing comes: the host kills the worker)
+
+    box = ScriptedProvider(script).create(listeners=())
+    with box.session() as session:
+        started = time.monotonic()
+        result = session.execute("spin()", timeout=0.3)
+        assert 0.3 + SESSION_GRACE_SECONDS <= time.monotonic() - started < 0.3 + 5
+        assert (result.ending, result.exit_code) == ("timeout", 124)
+        assert result.sandbox_restarted
+        assert "state lost" in result.message
     box.close()
     assert [event.ending for event in events] == ["timeout"]
 
@@ -268,8 +293,9 @@ def test_nothing_the_code_starts_outlives_close_or_a_timeout(
     session = box.session()
     assert session.execute(heartbeat).stdout == "beating\n"
     assert _still_beating(workdir / "beat")
-    result = session.execute("while True: pass")
+    result = session.execute(STUBBORN)  # (code that stops on the interrupt keeps its state)
     assert result.timed_out
+    assert result.sandbox_restarted
     assert not _still_beating(workdir / "beat")
     assert session.execute(heartbeat).stdout == "beating\n"
     assert _still_beating(workdir / "beat")

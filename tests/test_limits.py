@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rewyn_kernel.runtime.container import ContainerProvider
+from rewyn_kernel.runtime.host.drive import SESSION_GRACE_SECONDS
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
 
 from .conftest import inside_workdir, processes_with, wait_until_gone
@@ -72,17 +73,46 @@ def test_timeout_returns_promptly_and_leaves_no_process(
     assert wait_until_gone(marker, timeout=1.0) == []
 
 
-def test_timeout_in_a_session_restarts_and_says_state_was_lost(
+STUBBORN = """
+while True:
+    try:
+        while True:
+            pass
+    except KeyboardInterrupt:
+        pass
+"""
+"""Code that swallows every interrupt: only killing its sandbox stops it."""
+
+
+def test_timeout_in_a_session_interrupts_and_keeps_the_state(
     make_box: Callable[..., Sandbox],
 ) -> None:
+    """Past the limit the code is interrupted first; code that stops keeps its variables (a
+    person's work on a slow cell), and the result says where it was stuck."""
     with make_box(timeout=1.0).session() as session:
         session.execute("x = 1")
         timed_out = session.execute("while True: pass")
         assert timed_out.timed_out
+        assert (timed_out.ending, timed_out.exit_code) == ("timeout", 124)
+        assert not timed_out.sandbox_restarted
+        assert "the state is kept" in timed_out.message
+        assert any("<cell-2>" in line for line in timed_out.error.traceback)  # type: ignore[union-attr]
+        after = session.execute("print(x)")
+        assert after.stdout == "1\n"
+        assert not after.state_lost
+
+
+def test_timeout_of_code_that_does_not_stop_restarts_and_says_state_was_lost(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    with make_box(timeout=1.0).session() as session:
+        session.execute("x = 1")
+        started = time.monotonic()
+        timed_out = session.execute(STUBBORN)
+        assert time.monotonic() - started < 1.0 + SESSION_GRACE_SECONDS + 3.0
+        assert timed_out.timed_out
         assert timed_out.sandbox_restarted
         assert "state lost" in timed_out.message
-        # Where the code was stuck is reported.
-        assert any("<cell-2>" in line for line in timed_out.error.traceback)  # type: ignore[union-attr]
         after = session.execute("print(x)")
         assert after.state_lost
         assert after.error is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -12,12 +13,8 @@ from typing import Any
 import nbformat
 import pytest
 
-from rewyn_kernel.kernel.record import (
-    CELL_EVENTS_KEPT,
-    METADATA_KEY,
-    append_cell_event,
-    cell_record,
-)
+from rewyn_kernel.kernel.record import METADATA_KEY, cell_record, set_cell_record
+from rewyn_kernel.runtime import JsonlRunLog
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,17 +36,25 @@ def read(path: Path) -> nbformat.NotebookNode:
     return node
 
 
-def test_the_quickstart_runs_and_every_cell_keeps_its_event(tmp_path: Path) -> None:
+def test_the_quickstart_runs_and_every_cell_keeps_its_record(tmp_path: Path) -> None:
+    """A cell keeps a compact record of its latest execution (under 400 bytes: what the
+    notebook has already, code and output, is not copied); the whole events go to the run
+    log beside the output."""
     out = tmp_path / "quickstart.out.ipynb"
     done = run(str(ROOT / "notebooks" / "quickstart.ipynb"), "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert "ok: 10 of 10 code cells run, 0 failed" in done.stdout
     nb = read(out)
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
-    for cell in code_cells:
-        (event,) = cell.metadata[METADATA_KEY]["events"]
-        assert event["type"] == "SANDBOX_EXECUTED"
-        assert event["ending"] == "completed"
+    events = JsonlRunLog.read(tmp_path / "quickstart.out.events.jsonl")
+    assert len(events) == len(code_cells) == 10
+    for cell, event in zip(code_cells, events, strict=True):
+        record = cell.metadata[METADATA_KEY]["record"]
+        assert list(cell.metadata[METADATA_KEY]) == ["record"]
+        assert record["ending"] == "completed"
+        assert record["id"] == event.id
+        assert event.code_hash.startswith(record["code_hash"])
+        assert len(json.dumps(record)) < 400
     summary = nb.metadata[METADATA_KEY]["run"]
     assert summary["counts"] == {"code_cells": 10, "executed": 10, "failed": 0}
     assert summary["versions"]["rewyn_kernel"]
@@ -77,15 +82,20 @@ def test_allow_errors_runs_everything_and_exits_zero(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_keeps_what_ran(tmp_path: Path) -> None:
-    started = tmp_path / "second-cell-started"
-    second = f"import time\nopen({str(started)!r}, 'w').close()\ntime.sleep(60)"
+    # The code writes beside its notebook, which it sees read-only: the file lands in the
+    # notebook's writes directory (where the host looks for it).
+    second = "import time\nopen('second-cell-started', 'w').close()\ntime.sleep(60)"
     source = notebook(tmp_path / "long.ipynb", "print('first')", second)
+    started = tmp_path / "sandbox-files" / "long" / "second-cell-started"
     out = tmp_path / "long.out.ipynb"
     command = [sys.executable, "-m", "rewyn_kernel.cli", "run", str(source), "-o", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not started.exists() and time.monotonic() < deadline:  # (the host's own files)
         time.sleep(0.05)
+    if not started.exists():
+        process.kill()
+        process.communicate()
     assert started.exists()
     process.send_signal(signal.SIGINT)
     stdout, _ = process.communicate(timeout=60)
@@ -133,22 +143,16 @@ def test_a_cell_tagged_raises_exception_is_not_a_failure(tmp_path: Path) -> None
     assert "ok: 2 of 2 code cells run, 0 failed" in done.stdout
 
 
-def test_a_cell_keeps_its_latest_events_and_counts_the_rest() -> None:
-    record: dict[str, Any] = {}
-    for n in range(CELL_EVENTS_KEPT + 3):
-        append_cell_event(record, {"id": str(n)})
-    assert [e["id"] for e in record["events"]] == [str(n) for n in range(3, CELL_EVENTS_KEPT + 3)]
-    assert record["events_dropped"] == 3
-    append_cell_event(record, {"id": str(CELL_EVENTS_KEPT + 2)})  # the same reply seen twice
-    assert len(record["events"]) == CELL_EVENTS_KEPT
-    assert record["events_dropped"] == 3
+def test_a_cell_keeps_its_latest_record_only() -> None:
+    entry: dict[str, Any] = {}
+    assert set_cell_record(entry, {"id": "1"})
+    assert set_cell_record(entry, {"id": "2"})
+    assert not set_cell_record(entry, {"id": "2"})  # the same reply seen twice
+    assert entry == {"record": {"id": "2"}}
 
 
-def test_a_malformed_cell_record_starts_its_events_afresh() -> None:
+def test_a_malformed_cell_record_is_replaced() -> None:
     metadata = {METADATA_KEY: "garbage", "tags": ["x"]}
     cell = nbformat.v4.new_code_cell("pass", metadata=metadata)  # type: ignore[no-untyped-call]
-    append_cell_event(cell_record(cell.metadata), {"id": "a"})
-    assert cell.metadata == {METADATA_KEY: {"events": [{"id": "a"}]}, "tags": ["x"]}
-    cell.metadata[METADATA_KEY]["events"] = "not a list"
-    append_cell_event(cell_record(cell.metadata), {"id": "b"})
-    assert cell.metadata[METADATA_KEY] == {"events": [{"id": "b"}]}
+    set_cell_record(cell_record(cell.metadata), {"id": "a"})
+    assert cell.metadata == {METADATA_KEY: {"record": {"id": "a"}}, "tags": ["x"]}

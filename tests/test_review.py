@@ -33,7 +33,13 @@ CODES = [
     "display({'text/plain': 'a chart', 'image/png': 'iVBORw0KGgo='}, raw=True)\n6 * 7",
     LONG_CODE,
 ]
-LIMITS = {"provider": "subprocess", "timeout": 1.0, "memory_limit_mb": None, "network": "none"}
+LIMITS = {
+    "provider": "subprocess",
+    "timeout": 1.0,
+    "memory_limit_mb": None,
+    "network": "none",
+    "ipython": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +112,7 @@ def test_a_real_run_becomes_one_cell_per_execution(
 
     source = text(header["source"])
     command = install_command(kernel_name_for(LIMITS), LIMITS)
-    assert command.endswith("--provider subprocess --timeout 1 --network none")
+    assert command.endswith("--provider subprocess --timeout 1 --network none --no-ipython")
     for line in (
         f"# Review of an agent's run: `{run_log}`",
         "in the order of the log's lines",
@@ -152,7 +158,7 @@ def test_code_cut_short_in_the_log_is_marked_and_kept(run_log: Path, tmp_path: P
 def test_kernel_names_and_limits(run_log: Path) -> None:
     event = events_of(run_log)[0]
     assert limits_of(event) == LIMITS
-    default = event.model_copy(update={"spec": {**event.spec, "timeout": 30.0}})
+    default = event.model_copy(update={"spec": {**event.spec, "timeout": 600.0, "ipython": True}})
     assert limits_of(default) == DEFAULT_LIMITS
     assert kernel_name_for(DEFAULT_LIMITS) == KERNEL_NAME
     assert kernel_name_for(LIMITS) == kernel_name_for(dict(reversed(LIMITS.items())))
@@ -168,7 +174,7 @@ def test_kernel_names_and_limits(run_log: Path) -> None:
     }
     assert install_command("rv", limits).endswith(
         "--name rv --provider container --runtime docker --oci-runtime runsc "
-        "--timeout 1 --network none"
+        "--timeout 1 --network none --no-ipython"
     )
     capped = event.model_copy(update={"spec": {**event.spec, "memory_limit_mb": 256}})
     assert "--memory 256" in install_command("rv", limits_of(capped) or {})
@@ -323,7 +329,11 @@ def test_check_reruns_and_marks_what_differs(
     nb = load(path)
     nb["cells"][1]["source"] = "print('changed')"  # the reviewer edits the first step
     path.write_text(json.dumps(nb))
-    write_spec(tmp_path / "jupyter", "rv-check", ["--SandboxKernel.timeout=1.0"])
+    write_spec(
+        tmp_path / "jupyter",
+        "rv-check",
+        ["--SandboxKernel.timeout=1.0", "--SandboxKernel.ipython=False"],
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     capsys.readouterr()
 
@@ -377,21 +387,23 @@ def test_check_of_an_unchanged_step_is_the_same_and_warns_of_other_limits(
     hello.write_text(run_log.read_text().splitlines(keepends=True)[0])
     path = tmp_path / "hello.ipynb"
     assert review(hello, "-o", path) == 0
-    write_spec(tmp_path / "jupyter", "rv-default")  # no flags: the kernel's 30 s timeout
+    write_spec(tmp_path / "jupyter", "rv-default")  # no flags: the kernel's 600 s, IPython
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     capsys.readouterr()
     assert review("--check", path, "--kernel-name", "rv-default") == 0
     out, err = capsys.readouterr()
     assert (
-        "warning: kernel rv-default does not apply the recorded limits: timeout 30.0 "
-        "(recorded 1.0)" in err
+        err == "warning: kernel rv-default does not apply the recorded limits: ipython True "
+        "(recorded False)\nwarning: kernel rv-default does not apply the recorded limits: "
+        "timeout 600.0 (recorded 1.0)\n"
     )
     assert "cell line-1: same as the recorded run" in out
     nb = load(path.with_name("hello.checked.ipynb"))  # no -o: the record stays as it was
     assert event_text(nb["cells"][1]).endswith(" — same as the recorded run")
     assert not event_text(load(path)["cells"][1]).endswith(" — same as the recorded run")
     assert nb["metadata"][METADATA_KEY]["review"]["last_check"]["kernel_mismatches"] == [
-        "timeout 30.0 (recorded 1.0)"
+        "ipython True (recorded False)",
+        "timeout 600.0 (recorded 1.0)",
     ]
 
 
@@ -408,10 +420,11 @@ def test_install_kernel_then_check_on_the_notebooks_own_kernel(
     assert review(hello, "-o", path, "--install-kernel") == 0
     name = kernel_name_for(LIMITS)
     spec = json.loads((tmp_path / "data" / "kernels" / name / "kernel.json").read_text())
-    assert spec["argv"][-3:] == [
+    assert spec["argv"][-4:] == [
         "--SandboxKernel.provider=subprocess",
         "--SandboxKernel.timeout=1.0",
         "--SandboxKernel.network=none",
+        "--SandboxKernel.ipython=False",
     ]
     capsys.readouterr()
     assert review("--check", path) == 0
@@ -441,8 +454,9 @@ def test_check_never_runs_the_code_outside_the_sandbox_kernel(
     assert "kernel plain is not the rewyn-kernel sandbox kernel" in capsys.readouterr().err
     assert review("--check", path) == 1  # its own kernel, installed with other limits
     assert (
-        f"kernel {kernel_name_for(LIMITS)} does not apply the recorded limits (timeout 30.0 "
-        f"(recorded 1.0)): install it again with {install_command(kernel_name_for(LIMITS), LIMITS)}"
+        f"kernel {kernel_name_for(LIMITS)} does not apply the recorded limits (ipython True "
+        f"(recorded False); timeout 600.0 (recorded 1.0)): install it again with "
+        f"{install_command(kernel_name_for(LIMITS), LIMITS)}"
         ", or choose one with --kernel-name"
     ) in capsys.readouterr().err
     assert path.read_text() == before  # nothing ran, nothing was written

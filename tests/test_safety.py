@@ -472,7 +472,6 @@ def test_oversized_svg_is_dropped() -> None:
         "application/ecmascript",
         "application/vnd.jupyter.widget-view+json",
         "application/vnd.jupyter.widget-state+json",
-        "text/latex",
         "application/vnd.plotly.v1+json",
         "application/vnd.bokehjs_exec.v0+json",
         "application/vnd.vegalite.v5+json",
@@ -499,10 +498,21 @@ def test_the_sandbox_cannot_forge_the_kernels_event_output() -> None:
 
 
 def test_empty_result_falls_back_to_the_note() -> None:
-    bundle = {"application/javascript": "alert(1)", "text/latex": "$x$"}
+    bundle = {"application/javascript": "alert(1)", "application/pdf": "JVBERi0="}
     result = filter_bundle(bundle, {})
-    assert result.data == {"text/plain": drop_note(["application/javascript", "text/latex"])}
-    assert result.dropped == ("application/javascript", "text/latex")
+    assert result.data == {"text/plain": drop_note(["application/javascript", "application/pdf"])}
+    assert result.dropped == ("application/javascript", "application/pdf")
+
+
+def test_latex_passes_unless_it_asks_mathjax_for_styles_or_loads() -> None:
+    """``IPython.display.Math`` and ``Latex``: MathJax typesets them, as it does math in HTML
+    and Markdown, so the same TeX commands are refused."""
+    math = {"text/plain": "<Math>", "text/latex": "$\\displaystyle \\frac{1}{2}$"}
+    assert filter_bundle(math, {}).data == math
+    for tex in ("$\\style{background:url(https://e.example/)}{x}$", "$\\require{html}$"):
+        result = filter_bundle({"text/latex": tex, "text/plain": "x"}, {})
+        assert result.data == {"text/plain": "x"}
+        assert result.dropped == ("text/latex",)
 
 
 @pytest.mark.parametrize("data", [{}, None, "text", [("text/plain", "x")], {1: "x", b"k": "y"}])

@@ -14,19 +14,34 @@ from rewyn_kernel.kernel.kernel import SandboxKernel
 from rewyn_kernel.kernel.magic import MAGIC_SETTINGS, SandboxMagics
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.runtime.sandbox import SandboxSpec
-from rewyn_kernel.settings import OPTIONS, KernelSettings, add_options, from_options
+from rewyn_kernel.settings import (
+    KERNEL_TIMEOUT,
+    OPTIONS,
+    KernelSettings,
+    add_options,
+    from_options,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "rewyn_kernel"
 
 
 def test_the_limits_are_the_sandbox_specs_own_fields() -> None:
+    """Inherited, but for the two defaults a notebook needs otherwise (a cell that trains a
+    model runs for minutes; a notebook expects IPython), whose types and bounds stay the same."""
     for name, field in SandboxSpec.model_fields.items():
         mine = KernelSettings.model_fields[name]
+        if name in ("timeout", "ipython"):
+            assert repr(mine.annotation) == repr(field.annotation)
+            assert mine.default != field.default
+            continue
         assert (mine.annotation, mine.default, mine.description) == (
             field.annotation,
             field.default,
             field.description,
         )
+    assert KernelSettings().timeout == KERNEL_TIMEOUT == 600
+    assert KernelSettings().ipython is True
+    assert SandboxSpec().ipython is False
 
 
 def test_every_setting_is_a_kernel_trait_with_its_default_and_help() -> None:
@@ -67,7 +82,8 @@ def test_every_option_names_a_setting_and_parses_into_it() -> None:
             "--env",
             "B==2",
             "--output-limit=4096",
-            "--no-event-output",
+            "--event-output",
+            "--no-ipython",
         ]
     )
     settings = from_options(args)
@@ -80,11 +96,13 @@ def test_every_option_names_a_setting_and_parses_into_it() -> None:
         "env",
         "output_limit_bytes",
         "event_output",
+        "ipython",
     }
     assert settings.timeout is None
     assert settings.inherit_env == ("PATH", "LC_*")
     assert settings.env == {"A": "1", "B": "=2"}
-    assert settings.event_output is False
+    assert settings.event_output is True
+    assert settings.ipython is False
 
 
 def test_the_flags_a_kernelspec_carries_read_back_as_the_same_settings() -> None:
