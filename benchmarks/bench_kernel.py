@@ -34,6 +34,9 @@ from jupyter_client.manager import KernelManager
 PLAIN, SANDBOX = "python3", "rewyn-bench-sandbox"
 After = tuple[float, Callable[[], object]] | None
 FLOOD = "for _ in range({lines}):\n    print('x' * 1023)"
+NOTEBOOKS = tempfile.gettempdir()
+"""Where each kernel gets a directory to start in (main makes it a temporary one)."""
+PLOT = "plt.plot(range(100), [n * n for n in range(100)])\nplt.title('squares')\nplt.show()"
 
 
 def percentile(samples: Sequence[float], fraction: float) -> float:
@@ -85,7 +88,9 @@ def start(name: str, log: IO[str], timeout: float = 60) -> Kernel:
     """Do what ``start_new_kernel(kernel_name=name)`` does, timing when the kernel is ready."""
     began = time.perf_counter()
     km = KernelManager(kernel_name=name)
-    km.start_kernel(stderr=log)  # not interleaved with the table
+    # In a notebook directory of its own, as Jupyter starts a kernel (the sandbox kernel keeps
+    # the code's writes in sandbox-files/ there).
+    km.start_kernel(stderr=log, cwd=tempfile.mkdtemp(prefix="notebook-", dir=NOTEBOOKS))
     kc = km.client()
     kc.start_channels()
     kernel = Kernel(km, kc, 0.0, 0.0)
@@ -217,6 +222,21 @@ def bench(starts: int, cells: int, flood_mib: int, interrupts: int, log: IO[str]
             if code == "1":
                 row("cell '1' reply+idle p99", pcts(times, 0.99), ms)
 
+        records = [
+            len(json.dumps(execute(both[1].kc, code).reply["metadata"]["rewyn_kernel"]["record"]))
+            for code in ("1", "print('hi')", "1 / 0", "for i in range(10**5): print(i)")
+        ]
+        row("record bytes per cell, max", ["-", max(records)], target="< 400", ratio="-")
+
+        for kernel in both:  # (matplotlib's import, once, outside the figures)
+            execute(kernel.kc, "import matplotlib.pyplot as plt\nplt.figure(); plt.show()")
+        times = [[], []]
+        for i in range(max(cells // 10, 5) + 2):
+            for k, kernel in enumerate(both):
+                cell = execute(kernel.kc, PLOT)
+                times[k].extend([cell.seconds] if i >= 2 else [])
+        row("640x480 plot cell p50", pcts(times), ms, target="<= 1.1x")
+
         before = [proc_kib(k.pid, "VmRSS") for k in both]
         floods = [execute(k.kc, FLOOD.format(lines=flood_mib * 1024)) for k in both]
         after = [proc_kib(k.pid, "VmRSS") for k in both]
@@ -260,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     starts = args.runs or (2 if args.quick else 5)
     interrupts = 2 if args.quick and args.runs is None else min(max(starts, 3), 5)
+    global NOTEBOOKS
     with tempfile.TemporaryDirectory(prefix="rewyn-bench-") as root:
+        NOTEBOOKS = root
         spec_dir = Path(root, "kernels", SANDBOX)
         spec_dir.mkdir(parents=True)
         argv_ = [sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}"]

@@ -1,0 +1,368 @@
+"""Print how closely the sandbox kernel matches plain ipykernel on real public notebooks.
+
+Never asserts. The notebooks in ``benchmarks/notebooks/`` are the code cells of notebooks from
+jakevdp/PythonDataScienceHandbook (their README.md says which). Each runs with nbclient
+(``allow_errors``, 120 s a cell, interrupted past it) on plain ipykernel and then on the
+sandbox kernel, both started by this interpreter from temporary kernelspecs, each kernel in its
+own fresh copy of the notebooks folder (so ``data/*.csv`` resolve and nothing a notebook writes
+is left behind or seen by the other kernel).
+
+Per code cell it compares the outcome (error or not) and the set of output kinds: the stream's
+name for a stream, each MIME type of a ``display_data``, ``execute_result`` plus
+``execute_result:<MIME>`` for each of its types, ``error``, and ``payload:<source>`` for each
+payload of the ``execute_reply`` (the pager: ``%prun``, ``?``). A stderr stream of the sandbox
+made only of ``[rewyn: ...]`` lines (what its output filter says it dropped) is a *filter
+note*: not a mismatch, but counted in the second, strict ratio. Cells that fail on ipykernel
+are left out of both ratios (and listed when they fail on both).
+
+    python -m benchmarks.bench_notebooks              # every notebook (a few minutes)
+    python -m benchmarks.bench_notebooks 01.07 03.0   # those whose name contains one of these
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import IO, Any
+from unittest.mock import patch
+
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+PLAIN, SANDBOX = "rewyn-bench-ipykernel", "rewyn-bench-sandbox"
+LABELS = {PLAIN: "ipykernel", SANDBOX: "sandbox"}
+ARGV = {
+    PLAIN: [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    SANDBOX: [sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}"],
+}
+CELL_TIMEOUT = 120
+TARGET = 0.98
+SLOWER_S = 1.0
+"""A cell that takes this much longer on the sandbox is named with its two timings."""
+NOTE_PREFIX = "[rewyn:"
+EVENT_MIME = "application/vnd.rewyn.sandbox-event+json"
+"""The sandbox kernel's own record of a cell (``event_output``): left out of the comparison."""
+LIBRARIES = ("numpy", "pandas", "matplotlib", "scipy", "IPython", "ipykernel", "nbclient")
+
+
+@dataclass
+class CellRun:
+    """What one code cell did on one kernel."""
+
+    error: tuple[str, str] | None  # ename, first line of evalue
+    kinds: frozenset[str]
+    notes: tuple[str, ...] = ()  # the [rewyn: ...] lines of a stderr made only of them
+    seconds: float = 0.0
+
+
+@dataclass
+class NotebookRun:
+    """One notebook on one kernel: its code cells by index, and how long it took."""
+
+    cells: dict[int, CellRun] = field(default_factory=dict)
+    seconds: float = 0.0  # kernel start to shutdown
+    failure: str | None = None  # why it stopped before its last cell, if it did
+    isolation: str = ""  # the sandbox's own word on where its cells ran
+
+
+def write_spec(root: Path, name: str) -> None:
+    """Write kernels/NAME/kernel.json under ``root`` (as tests/kernel_client.py does)."""
+    spec_dir = root / "kernels" / name
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    spec = {"argv": ARGV[name], "display_name": name, "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+
+
+def first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def kinds_of(outputs: Sequence[Any], reply: dict[str, Any]) -> tuple[frozenset[str], list[str]]:
+    """Return a cell's output kinds, and the filter notes of a stderr made only of them."""
+    kinds: set[str] = set()
+    stderr: list[str] = []
+    for output in outputs:
+        kind = output["output_type"]
+        if kind == "stream":
+            if output["name"] == "stderr":
+                stderr.append(output["text"])
+            else:
+                kinds.add(output["name"])
+        elif kind == "display_data":
+            data = output.get("data", {})
+            if EVENT_MIME not in data:
+                kinds.update(data)
+        elif kind == "execute_result":
+            kinds.add("execute_result")
+            kinds.update(f"execute_result:{mime}" for mime in output.get("data", {}))
+        else:  # error, and anything new
+            kinds.add(kind)
+    for payload in reply.get("content", {}).get("payload", None) or ():
+        kinds.add(f"payload:{payload.get('source', '?')}")
+    lines = [line for line in "".join(stderr).splitlines() if line.strip()]
+    notes = [line for line in lines if line.startswith(NOTE_PREFIX)]
+    if len(notes) < len(lines):
+        kinds.add("stderr")
+        notes = []
+    return frozenset(kinds), notes
+
+
+def cell_error(outputs: Sequence[Any], reply: dict[str, Any]) -> tuple[str, str] | None:
+    content = reply.get("content", {})
+    errors = [o for o in outputs if o["output_type"] == "error"]
+    if content.get("status", "ok") == "ok" and not errors:
+        return None
+    source = errors[-1] if errors else content
+    return str(source.get("ename", content.get("status"))), first_line(str(source.get("evalue")))
+
+
+def run_notebook(path: Path, kernel: str, workdir: Path, log: IO[str]) -> NotebookRun:
+    """Execute the notebook ``path`` on ``kernel`` in a copy of its folder under ``workdir``."""
+    folder = workdir / LABELS[kernel]
+    shutil.copytree(path.parent, folder, ignore=shutil.ignore_patterns("*.md", "*.toml"))
+    copy = folder / path.name
+    nb = nbformat.read(copy, as_version=4)  # type: ignore[no-untyped-call]
+    run, started = NotebookRun(), [0.0]
+
+    def on_cell_execute(cell: Any, cell_index: int) -> None:
+        started[0] = time.perf_counter()
+
+    def on_cell_executed(cell: Any, cell_index: int, execute_reply: dict[str, Any]) -> None:
+        seconds = time.perf_counter() - started[0]
+        kinds, notes = kinds_of(cell.outputs, execute_reply)
+        error = cell_error(cell.outputs, execute_reply)
+        run.cells[cell_index] = CellRun(error, kinds, tuple(notes), seconds)
+        event = execute_reply.get("metadata", {}).get("rewyn_kernel", {}).get("event", {})
+        if event and not run.isolation:
+            isolation = event.get("isolation") or {}
+            run.isolation = ", ".join(
+                f"{key} {isolation[key]}" for key in ("provider", "network") if key in isolation
+            )
+
+    client = NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT,
+        interrupt_on_timeout=True,
+        allow_errors=True,
+        kernel_name=kernel,
+        resources={"metadata": {"path": str(folder)}},
+        on_cell_execute=on_cell_execute,
+        on_cell_executed=on_cell_executed,
+    )
+    began = time.perf_counter()
+    # JupyterLab tells a kernel its notebook in JPY_SESSION_NAME (the sandbox kernel keeps the
+    # notebook's writes in sandbox-files/<its name>); the kernels inherit this environment.
+    with patch.dict(os.environ, {"JPY_SESSION_NAME": str(copy)}):
+        try:
+            client.execute(stderr=log)
+        except Exception as exc:  # a dead kernel, a start that failed: say so, go on
+            run.failure = f"{type(exc).__name__}: {first_line(str(exc))}"
+    run.seconds = time.perf_counter() - began
+    return run
+
+
+def show_kinds(cell: CellRun | None) -> str:
+    if cell is None:
+        return "(not run)"
+    return ", ".join(sorted(cell.kinds)) or "(no output)"
+
+
+def show_error(cell: CellRun | None) -> str:
+    return f"{cell.error[0]}: {cell.error[1]}".rstrip(": ") if cell and cell.error else ""
+
+
+@dataclass
+class Tally:
+    cells: int = 0
+    plain_ok: int = 0
+    matching: int = 0  # outcome and kinds match, filter notes aside
+    strict: int = 0  # ... and no filter note either
+    both_failed: int = 0
+    errors_alike: int = 0  # of those, same ename and output kinds
+    plain_s: float = 0.0
+    sandbox_s: float = 0.0
+
+    def add(self, other: Tally) -> None:
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+def ratio(part: int, whole: int) -> str:
+    return f"{part / whole:.3f}" if whole else "-"
+
+
+def matches(a: CellRun | None, b: CellRun | None) -> bool:
+    """Whether both kernels ran the cell with the same outcome and output kinds."""
+    if a is None or b is None:
+        return False
+    return (a.error is None) == (b.error is None) and a.kinds == b.kinds
+
+
+def compare(source: list[str], plain: NotebookRun, sandbox: NotebookRun) -> tuple[Tally, list[str]]:
+    """Return the notebook's tally and the lines that describe its differences."""
+    tally = Tally(plain_s=plain.seconds, sandbox_s=sandbox.seconds)
+    mismatches: list[str] = []
+    notes: list[str] = []
+    both_failed: list[str] = []
+    for index in sorted(set(plain.cells) | set(sandbox.cells)):
+        a, b = plain.cells.get(index), sandbox.cells.get(index)
+        tally.cells += 1
+        head = f"[{index}] {first_line(source[index])[:60]!r}"
+        same, counted = matches(a, b), a is not None and a.error is None
+        if counted:
+            tally.plain_ok += 1
+            tally.matching += same
+            tally.strict += same and b is not None and not b.notes
+        elif a is not None and a.error and b is not None and b.error:
+            differ = "" if a.error[0] == b.error[0] else f" (sandbox: {b.error[0]})"
+            both_failed.append(f"[{index}] {a.error[0]}{differ}")
+            tally.both_failed += 1
+            tally.errors_alike += same and not differ
+        if b is not None and b.notes:
+            notes.append(f"  filter note {head}: {' | '.join(b.notes)}")
+        if not same:
+            aside = "" if counted else "  (failed on ipykernel: not in the ratios)"
+            mismatches.append(f"  mismatch {head}{aside}")
+            mismatches.append(f"      ipykernel: {show_kinds(a)}  {show_error(a)}".rstrip())
+            mismatches.append(f"      sandbox:   {show_kinds(b)}  {show_error(b)}".rstrip())
+    lines = [*mismatches, *notes]
+    for label, run in (("ipykernel", plain), ("sandbox", sandbox)):
+        if run.failure:
+            lines.append(f"  {label} stopped early: {run.failure}")
+    if both_failed:
+        lines.append("  failed on both: " + ", ".join(both_failed))
+    slower = [
+        (b.seconds - a.seconds, index, a.seconds, b.seconds)
+        for index, a in plain.cells.items()
+        if (b := sandbox.cells.get(index)) is not None and b.seconds - a.seconds >= SLOWER_S
+    ]
+    if slower:
+        cells = [f"[{i}] {a:.1f} -> {b:.1f} s" for _, i, a, b in sorted(slower, reverse=True)[:3]]
+        lines.append("  slower on the sandbox: " + ", ".join(cells))
+    return tally, lines
+
+
+def row(*cells: object) -> None:
+    print("{:<40} {:>5} {:>6} {:>5} {:>6} {:>6} {:>8} {:>8} {:>6}".format(*cells), flush=True)
+
+
+def library_versions() -> str:
+    found = []
+    for name in LIBRARIES:
+        if importlib.util.find_spec(name) is None:
+            found.append(f"{name} MISSING")
+            continue
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} (no version)")
+    return ", ".join(found)
+
+
+def bench(paths: Sequence[Path], root: Path, log: IO[str]) -> None:
+    print(f"interpreter (both kernels): {sys.executable}")
+    print(f"libraries: {library_versions()}")
+    print(f"notebooks: {len(paths)} from {NOTEBOOKS}; {CELL_TIMEOUT} s a cell; target >= {TARGET}")
+    results: list[tuple[str, Tally]] = []
+    began = time.perf_counter()
+    for n, path in enumerate(paths):
+        workdir = root / f"run-{n:02d}"
+        nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
+        source = [str(cell.source) for cell in nb.cells]
+        plain = run_notebook(path, PLAIN, workdir, log)
+        sandbox = run_notebook(path, SANDBOX, workdir, log)
+        tally, lines = compare(source, plain, sandbox)
+        results.append((path.stem, tally))
+        speed = f"{tally.sandbox_s / tally.plain_s:.2f}x" if tally.plain_s else "-"
+        print(f"\n== {path.stem}: {tally.cells} cells run, {tally.plain_ok} ok on ipykernel")
+        matching = f"{tally.matching}/{tally.plain_ok} ({ratio(tally.matching, tally.plain_ok)})"
+        strict = f"{tally.strict}/{tally.plain_ok} ({ratio(tally.strict, tally.plain_ok)})"
+        print(f"  matching {matching}, strict (filter notes count) {strict}")
+        if tally.both_failed:
+            alike = f"{tally.errors_alike}/{tally.both_failed}"
+            print(f"  failing on both kernels alike (same ename and kinds): {alike}")
+        cells_s = [sum(c.seconds for c in r.cells.values()) for r in (plain, sandbox)]
+        print(
+            f"  time: ipykernel {tally.plain_s:.1f} s (cells {cells_s[0]:.1f} s), "
+            f"sandbox {tally.sandbox_s:.1f} s (cells {cells_s[1]:.1f} s), sandbox/ipykernel {speed}"
+        )
+        if sandbox.isolation:
+            print(f"  sandbox isolation: {sandbox.isolation}")
+        for line in lines:
+            print(line)
+    print()
+    row("notebook", "cells", "ok ipk", "match", "ratio", "strict", "ipk s", "sbx s", "x")
+    total = Tally()
+    for name, tally in [*results, ("TOTAL", total)]:
+        if name == "TOTAL":
+            print("-" * 97)
+        else:
+            total.add(tally)
+        speed = f"{tally.sandbox_s / tally.plain_s:.2f}" if tally.plain_s else "-"
+        row(
+            name[:40],
+            tally.cells,
+            tally.plain_ok,
+            tally.matching,
+            ratio(tally.matching, tally.plain_ok),
+            ratio(tally.strict, tally.plain_ok),
+            f"{tally.plain_s:.1f}",
+            f"{tally.sandbox_s:.1f}",
+            speed,
+        )
+    reached = (
+        "reached" if total.plain_ok and total.matching / total.plain_ok >= TARGET else "NOT met"
+    )
+    wall = time.perf_counter() - began
+    print(
+        f"\nmatching ratio {ratio(total.matching, total.plain_ok)} (target >= {TARGET}: {reached})"
+    )
+    print(f"strict ratio {ratio(total.strict, total.plain_ok)} (filter notes count as differences)")
+    alike = (
+        f"{total.errors_alike}/{total.both_failed} ({ratio(total.errors_alike, total.both_failed)})"
+    )
+    print(f"cells failing on both kernels alike (same ename and kinds): {alike}; wall {wall:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("only", nargs="*", help="run the notebooks whose name contains one")
+    args = parser.parse_args(argv)
+    paths = [
+        p
+        for p in sorted(NOTEBOOKS.glob("*.ipynb"))
+        if not args.only or any(word in p.name for word in args.only)
+    ]
+    if not paths:
+        print(f"no notebook in {NOTEBOOKS} matches {args.only}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="rewyn-bench-notebooks-") as folder:
+        root = Path(folder)
+        for name in (PLAIN, SANDBOX):
+            write_spec(root, name)
+        path = os.pathsep.join(p for p in (folder, os.environ.get("JUPYTER_PATH")) if p)
+        log = open(root / "kernels.log", "w+", encoding="utf-8")  # noqa: SIM115
+        with log, patch.dict(os.environ, {"JUPYTER_PATH": path}):
+            try:
+                bench(paths, root, log)
+            except BaseException:
+                log.seek(0)
+                print("kernels' stderr (tail):\n" + log.read()[-3000:], file=sys.stderr)
+                raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
