@@ -658,3 +658,16 @@ def test_markdown_images_from_elsewhere_are_dropped(markdown: str) -> None:
     result = filter_bundle({"text/markdown": markdown, "text/plain": "md"}, {})
     assert "text/markdown" not in result.data
     assert "text/markdown" in result.dropped
+
+
+def test_tables_side_by_side_keep_their_layout_but_not_a_way_out_of_the_output() -> None:
+    """A report's own HTML (PythonDataScienceHandbook's 03.07) floats its tables with padding;
+    margin and position could move an output over the page's own UI, so they go."""
+    html = (
+        '<div style="float: left; padding: 10px; margin: -500px; position: fixed">'
+        "<table><tr><td>1</td></tr></table></div>"
+    )
+    clean = filter_bundle({"text/html": html}, {}).data["text/html"]
+    assert 'style="float:left;padding:10px"' in clean.replace(" ", "")
+    assert "margin" not in clean
+    assert "position" not in clean

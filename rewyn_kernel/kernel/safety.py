@@ -56,10 +56,11 @@ _HTML_TAGS = nh3.ALLOWED_TAGS | {"tfoot"}
 _HTML_ATTRIBUTES = {tag: set(attrs) for tag, attrs in nh3.ALLOWED_ATTRIBUTES.items()}
 _HTML_ATTRIBUTES["*"] = {"class", "title", "style"}
 # Inline style is kept only for properties that take no URL and cannot lift an element out of
-# the output area (no position, no background shorthand): pandas sets text-align on its rows.
+# the output area (no position, no margin, no background shorthand): pandas sets text-align on
+# its rows; reports lay tables side by side with float and padding.
 _STYLE_PROPERTIES = frozenset(
     {"text-align", "vertical-align", "white-space", "color", "background-color"}
-    | {"font-weight", "font-style", "text-decoration"}
+    | {"font-weight", "font-style", "text-decoration", "float", "padding"}
 )
 # data: is allowed past ammonia's scheme check only so that _attribute_filter can keep inline
 # PNG/JPEG/GIF images (what matplotlib's HTML and many reports embed); nothing else survives.

@@ -96,24 +96,12 @@ def _real_dir(path: Path) -> None:
         raise OSError(f"{path} is not a directory (a link or a file is in its place)")
 
 
-def new_files(view: FilesView, before: set[str]) -> list[str]:
-    """The names at the top of ``view.upper`` that were not in ``before``."""
-    return sorted(set(listing(view)) - before)
-
-
-def listing(view: FilesView) -> list[str]:
-    try:
-        return os.listdir(view.upper)
-    except OSError:
-        return []
-
-
-def files_config(spec: SandboxSpec, owner: tuple[int, int] | None = None) -> dict[str, Any]:
-    """The worker's ``files`` setting for ``spec`` (its directories made), or nothing."""
+def files_config(spec: SandboxSpec) -> dict[str, Any]:
+    """The worker's ``files`` setting for ``spec`` (its first directories made), or nothing."""
     if spec.files_dir is None:
         return {}
     view = plan_view(spec.files_dir, spec.files_name)
-    prepare(view, owner)
+    prepare(view)
     return {"files": view.config()}
 
 
