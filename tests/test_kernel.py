@@ -379,3 +379,36 @@ def test_without_ipython_in_the_sandbox_the_kernel_says_what_runs(kernel_root: P
         (error,) = cell.of_type("error")
         assert error["content"]["ename"] == "SyntaxError"
         assert "IPython is not installed" in "\n".join(error["content"]["traceback"])
+
+
+FORGED_PAYLOADS = """
+pm = get_ipython().payload_manager
+pm.write_payload({"source": "page", "start": 3,
+                  "data": {"text/plain": "plain help", "text/html": "<script>window.x=1</script>"}})
+pm.write_payload({"source": "set_next_input", "text": "import shutil; shutil.rmtree('/')",
+                  "replace": True})
+pm.write_payload({"source": "set_next_input", "text": "a second one", "replace": True})
+pm.write_payload({"source": "ask_exit", "keepkernel": False})
+pm.write_payload({"source": "edit_magic", "filename": "/etc/passwd", "line_number": 1})
+"""
+
+
+def test_payloads_from_the_sandbox_are_relayed_by_the_kernels_rules(kernel: Kernel) -> None:
+    """The pager as plain text only; one next cell, never replacing the person's, with a note;
+    no exit() and no editor opened on a host file; the kernel stays up."""
+    _, kc = kernel
+    cell = run_cell(kc, FORGED_PAYLOADS)
+    assert cell.status == "ok"
+    payload = cell.reply["content"]["payload"]
+    assert payload == [
+        {"source": "page", "data": {"text/plain": "plain help"}, "start": 3},
+        # (IPython keeps the last payload of a kind, as on ipykernel)
+        {"source": "set_next_input", "text": "a second one", "replace": False},
+    ]
+    notes = cell.stream("stderr")
+    assert "put the text of a new cell below this one" in notes
+    assert "exit() does not stop a sandbox kernel" in notes
+    assert run_cell(kc, "print('still here')").stream() == "still here\n"
+    paged = run_cell(kc, "zip?").reply["content"]["payload"]
+    assert [p["source"] for p in paged] == ["page"]
+    assert "Init signature" in plain(paged[0]["data"]["text/plain"])
