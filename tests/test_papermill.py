@@ -32,6 +32,7 @@ def test_the_rewyn_engine_keeps_each_cells_record(tmp_path: Path) -> None:
             parameters={"n": 2},
             kernel_name="rewyn-papermill",
             engine_name="rewyn",
+            language="python",
             cwd=str(tmp_path),
         )
     finally:

@@ -136,15 +136,19 @@ def tidy(view: FilesView) -> None:
     overlayfs's work directories beside them), when no sandbox holds them; then the
     ``sandbox-files`` folder itself if nothing is left in it. Only empty directories go, and
     nothing is followed: what the code wrote always stays."""
-    import fcntl
+    import time
 
+    # The sandbox's first process lets go of its lock as it dies, a moment after the host
+    # saw the sandbox end (its PID namespace is torn down behind it): wait that moment.
+    deadline = time.monotonic() + 1.0
     for candidate in view.candidates():
         try:
             fd = os.open(candidate.upper, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not _lock_within(fd, deadline):
+                continue  # another sandbox of this notebook writes there
             if os.listdir(fd):
                 continue
             for directory in (candidate.work / "work", candidate.work, candidate.upper):
@@ -156,3 +160,18 @@ def tidy(view: FilesView) -> None:
             os.close(fd)
     with contextlib.suppress(OSError):
         os.rmdir(view.upper.parent)
+
+
+def _lock_within(fd: int, deadline: float) -> bool:
+    """Take an exclusive lock on ``fd``, trying until ``deadline``; False if not had by then."""
+    import fcntl
+    import time
+
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
