@@ -138,6 +138,11 @@ LOWEST_TESTS = [
 declares (the floors it promises)."""
 
 
+LOWEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3", "jupyter_kernel_test>=0.7", "matplotlib>=3.8"]
+"""What the lowest-versions run needs beside the pins: the test tools, and matplotlib (the
+kernel's tests draw an inline plot in the sandbox)."""
+
+
 def lowest_pins() -> list[str]:
     """``name==floor`` for each ``name>=floor`` in pyproject.toml's dependencies."""
     text = (ROOT / "pyproject.toml").read_text()
@@ -149,15 +154,14 @@ def lowest_pins() -> list[str]:
 def test_lowest() -> None:
     """Run LOWEST_TESTS in a venv holding the lowest declared versions."""
     python = LOWEST_VENV / "bin" / "python"
-    wanted = digest([ROOT / "pyproject.toml"])
+    wanted = digest([ROOT / "pyproject.toml"]) + " " + " ".join(LOWEST_TOOLS)
     stamp = LOWEST_VENV / ".rewyn-installed"
     if not (stamp.exists() and stamp.read_text() == wanted and python.exists()):
         shutil.rmtree(LOWEST_VENV, ignore_errors=True)
         print(f"+ creating {LOWEST_VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(LOWEST_VENV)
         pip: list[str | Path] = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
-        test_tools = ["pytest>=8", "pytest-timeout>=2.3", "jupyter_kernel_test>=0.7"]
-        run(*pip, "install", "-e", ".", *test_tools, *lowest_pins())
+        run(*pip, "install", "-e", ".", *LOWEST_TOOLS, *lowest_pins())
         stamp.write_text(wanted)
     # jupyter_core 5.1 warns that its paths will change unless this is set; warnings fail tests.
     env = {**os.environ, "JUPYTER_PLATFORM_DIRS": "1"}
