@@ -109,7 +109,7 @@ class KernelSettings(SandboxSpec):
     event_output: bool = Field(
         default=False,
         description="Whether each cell also ends with a small output summarising its event "
-        "(the event is kept in the cell's metadata either way).",
+        "(the cell's metadata keeps its record either way).",
     )
     trust_output: bool = Field(
         default=False,
@@ -311,6 +311,8 @@ def option_arguments(
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
         if option.const is not None:
             kwargs.update(action="store_const", const=option.const)
+            if option.const is False:  # the flag turns off what is on by default
+                text = f"turn off (on by default): {text[:1].lower()}{text[1:]}"
         elif typing.get_origin(kind) is Literal:
             kwargs["choices"] = typing.get_args(kind)
         elif kind in (float, int):
