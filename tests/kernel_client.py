@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -42,6 +43,7 @@ def running_kernel(
     fresh one); shut it down (and wait) afterwards."""
     old = os.environ.get("JUPYTER_PATH")
     os.environ["JUPYTER_PATH"] = str(root)
+    made = cwd is None
     if cwd is None:
         cwd = Path(tempfile.mkdtemp(prefix="rewyn-notebook-"))
     try:
@@ -57,6 +59,8 @@ def running_kernel(
         kc.stop_channels()
         if km.is_alive():
             km.shutdown_kernel(now=False)
+        if made:
+            shutil.rmtree(cwd, ignore_errors=True)
 
 
 @dataclass
