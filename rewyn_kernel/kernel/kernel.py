@@ -243,8 +243,10 @@ class SandboxKernel(Kernel, SandboxSettings):
             return self._ok(payload)
         # An error IPython showed itself (a UsageError, in stderr) has no traceback: the reply
         # names it, and no error output repeats it (as on ipykernel).
-        shown = result.ending == "exception" and result.error is not None
-        if not silent and not (shown and not result.error.traceback):  # type: ignore[union-attr]
+        shown = (
+            result.ending == "exception" and result.error is not None and not result.error.traceback
+        )
+        if not silent and not shown:
             self._publish("error", error)
         return {
             "status": "error",

@@ -55,8 +55,11 @@ class FilesView:
             )
         return views
 
-    def config(self) -> dict[str, str]:
-        return {"source": str(self.source), "upper": str(self.upper), "work": str(self.work)}
+    def config(self) -> dict[str, Any]:
+        """The worker's ``files`` setting: the source, and each candidate's writes and work
+        directories in the order to try them (the naming rule stays here, host-side)."""
+        pairs = [[str(view.upper), str(view.work)] for view in self.candidates()]
+        return {"source": str(self.source), "candidates": pairs}
 
 
 def safe_name(name: str) -> str:
@@ -110,24 +113,15 @@ def hold_view(view: FilesView) -> tuple[FilesView, int]:
     directory, as the subprocess provider's supervisor takes it, so sandboxes of either kind
     exclude each other), waiting a second for the first (a sandbox being replaced may still
     hold it). Return the candidate and the fd that holds its lock (close it to let go)."""
-    import fcntl
     import time
 
     _real_dir(view.upper.parent)
     for number, candidate in enumerate(view.candidates()):
         _real_dir(candidate.upper)
         fd = os.open(candidate.upper, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        deadline = time.monotonic() + (1.0 if number == 0 else 0.0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    continue
-                os.close(fd)
-                break
+        if _lock_within(fd, time.monotonic() + (1.0 if number == 0 else 0.0)):
             return candidate, fd
+        os.close(fd)
     raise OSError(f"{MAX_VIEWS} sandboxes of {view.source} are open: close one")
 
 

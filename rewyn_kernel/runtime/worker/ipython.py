@@ -41,12 +41,7 @@ NO_NETWORK = (
 
 def available() -> bool:
     """Whether IPython can be imported here (without importing it)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("IPython") is not None
-    except (ImportError, ValueError):
-        return False
+    return _has("IPython")
 
 
 class IPythonRunner:
@@ -72,7 +67,6 @@ class IPythonRunner:
             os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
         os.environ.setdefault("PAGER", "cat")
         self.shell = _make_shell(self, namespace_module)
-        self.payloads: List[Header] = []
         self.reported = False  # this cell's error went out through the traceback hook
 
     # -- running -------------------------------------------------------------------------
@@ -81,7 +75,6 @@ class IPythonRunner:
         """Run a cell as execution ``count`` (the kernel's number, so ``Out[n]`` and ``_n``
         match the prompts); return (exit code, status) as the stdlib runner does."""
         shell = self.shell
-        self.payloads = []
         self.reported = False
         shell.payload_manager.clear_payload()
         if not silent:
@@ -106,10 +99,9 @@ class IPythonRunner:
             self.gate.in_code = False
             self.gate.pending = False
         self.flush()
-        for payload in shell.payload_manager.read_payload():
-            self.payloads.append(payload)
+        payloads = shell.payload_manager.read_payload()
         shell.payload_manager.clear_payload()
-        for payload in self.payloads[:16]:
+        for payload in payloads[:16]:
             self.send_payload(payload)
         error = result.error_before_exec or result.error_in_exec
         if error is None:
@@ -178,10 +170,9 @@ class IPythonRunner:
         self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": entries})
 
     def system(self, command: str, run: Callable[[str], Any]) -> Any:
-        if self.network == "none" and INSTALL.search(command):
-            match = INSTALL.search(command)
-            what = match.group(2) + " install" if match else "installing packages"
-            sys.stderr.write(NO_NETWORK % what)
+        match = INSTALL.search(command) if self.network == "none" else None
+        if match:
+            sys.stderr.write(NO_NETWORK % (match.group(2) + " install"))
             sys.stderr.flush()
             self.shell.user_ns["_exit_code"] = 1
             return None

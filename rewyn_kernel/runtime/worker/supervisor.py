@@ -195,7 +195,8 @@ class Supervisor:
     def mount_files(self, files: Dict[str, Any], namespaced: bool) -> None:
         """Show the code ``files["source"]`` (a notebook's directory) as its working directory:
         through an overlay where this is root of a mount namespace, so the person's files stay
-        as they are and the code's writes go to ``upper``; else as it is, and say so."""
+        as they are and the code's writes go to the first of ``files["candidates"]`` (writes and
+        work directories, host-named) that no other sandbox holds; else as it is, and say so."""
         source = str(files["source"])
         self.config["cwd"] = source
         if not namespaced:
@@ -204,12 +205,9 @@ class Supervisor:
                 "code can change and delete the files beside the notebook"
             )
             return
-        upper, work = str(files["upper"]), str(files["work"])
         why = ""
-        for number in range(1, 17):
-            name = "" if number == 1 else "-%d" % number
-            candidate = upper + name
-            scratch = os.path.join(os.path.dirname(work), ".work-" + os.path.basename(candidate))
+        for number, pair in enumerate(files["candidates"], 1):
+            candidate, scratch = str(pair[0]), str(pair[1])
             if not (real_directory(candidate) and real_directory(scratch)):
                 why = "its writes directory %s could not be made" % candidate
                 break
