@@ -81,7 +81,7 @@ class ToolArgumentsError(RewynError, ValueError):
 class PermissionDecision(BaseModel):
     """A policy's answer for one tool call."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     allowed: bool = Field(description="The call may run (once approved, if approval is needed).")
     requires_approval: bool = Field(
@@ -108,7 +108,7 @@ class MaxRiskLevel(BaseModel):
     ``approve_above``: ``MaxRiskLevel(RiskLevel.MEDIUM)``,
     ``MaxRiskLevel(RiskLevel.HIGH, approve_above=RiskLevel.LOW)``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     deny_above: RiskLevel = Field(description="Tools riskier than this are denied.")
     approve_above: RiskLevel | None = Field(

@@ -4,13 +4,16 @@ sandbox starts outlives it, and the host buffers no more than it says."""
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
+import py_compile
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +22,7 @@ import pytest
 from rewyn_kernel.runtime import create
 from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.host import protocol
 from rewyn_kernel.runtime.host.drive import SESSION_GRACE_SECONDS
 from rewyn_kernel.runtime.providers.scripted import ScriptedProvider, ScriptedWorker
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
@@ -436,3 +440,40 @@ def test_a_container_the_engine_creates_late_is_still_removed(
     assert provider.containers() == []
     time.sleep(7)  # past the moment the late creation would land
     assert provider.containers() == []
+
+
+def _code_objects(code: types.CodeType) -> list[types.CodeType]:
+    nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return [code, *(inner for c in nested for inner in _code_objects(c))]
+
+
+def test_the_worker_goes_compiled_from_the_bytecode_cache_as_its_source_compiles(
+    tmp_path: Path,
+) -> None:
+    """What the subprocess provider sends into a sandbox (the worker's modules, compiled by
+    this interpreter) is read from Python's bytecode cache where it is current; it must be the
+    code its source compiles to, and every frame of it labelled as the worker's."""
+    protocol._compiled_modules.cache_clear()
+    try:
+        sent = marshal.loads(protocol._compiled_modules())
+    finally:
+        protocol._compiled_modules.cache_clear()
+    _, texts = protocol.worker_sources()
+    assert sorted(sent) == sorted(protocol.WORKER_MODULES)
+    for name, code in sent.items():
+        label = f"<rewyn-worker/{name}.py>"
+        fresh = compile(texts[name], label, "exec")
+        assert [c.co_code for c in _code_objects(code)] == [
+            c.co_code for c in _code_objects(fresh)
+        ], name
+        assert {c.co_filename for c in _code_objects(code)} == {label}
+    # A stale cache entry (the source changed since) is not used: the source is.
+    source = tmp_path / "mod.py"
+    source.write_text("x = 1\n")
+    py_compile.compile(str(source), doraise=True)
+    source.write_text("x = 2  # changed\n")
+    code = protocol._module_code(source, source.read_text())
+    namespace: dict[str, object] = {}
+    exec(code, namespace)
+    assert namespace["x"] == 2
+    assert code.co_filename == "<rewyn-worker/mod.py>"

@@ -34,7 +34,7 @@ EXIT_KILLED = 128 + 9
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ErrorInfo(_Model):

@@ -26,7 +26,7 @@ _ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 class SandboxSpec(BaseModel):
     """Limits and environment of a sandbox. Invalid values fail here, at construction."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     timeout: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] | None = Field(
         default=30.0,

@@ -38,7 +38,7 @@ logger = logging.getLogger("rewyn_kernel.events")
 class OutputSummary(BaseModel):
     """One rich output, summarised: its MIME types and a plain-text excerpt."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     output_type: str
     mime_types: tuple[str, ...]
@@ -48,7 +48,7 @@ class OutputSummary(BaseModel):
 class SandboxEvent(BaseModel):
     """What ran, where, under which limits, and how it ended."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     type: Literal["SANDBOX_EXECUTED"] = EVENT_TYPE
     id: str = Field(description="Unique id of this event (and of the execution).")

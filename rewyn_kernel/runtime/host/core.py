@@ -13,16 +13,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewyn_kernel.runtime._result import Isolation
+from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.events import EventListener, SandboxEvent
 from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.files import plan_view, tidy
-from rewyn_kernel.runtime.host.protocol import MAX_HEADER_BYTES, MAX_PAYLOAD_BYTES, worker_program
+from rewyn_kernel.runtime.host.protocol import (
+    MAX_HEADER_BYTES,
+    MAX_PAYLOAD_BYTES,
+    frame_adapter,
+    worker_program,
+)
 from rewyn_kernel.runtime.host.scratch import remove_tree
 
 if TYPE_CHECKING:
-    from rewyn_kernel.runtime.events import EventListener
     from rewyn_kernel.runtime.providers.base import SandboxProvider
+
+_BUILT = threading.Lock()
+
+
+def build_models() -> None:
+    """Build the validators of what a worker sends and of a result (pydantic builds them on
+    first use: they are declared ``defer_build``, so importing the runtime, and a kernel's
+    start, does not pay for them). Called once a worker is on its way up, which takes far
+    longer; the lock keeps two sessions from building the same one at once."""
+    with _BUILT:
+        frame_adapter()
+        for model in (SandboxResult, SandboxEvent):
+            if not model.__pydantic_complete__:
+                model.model_rebuild()
 
 
 @dataclass(eq=False)
@@ -70,6 +89,7 @@ class SandboxCore:
             process.kill()
             process.close()
             raise
+        build_models()
         with self._lock:
             closed = self.closed()  # again: cleanup may have run while the worker started
             if not closed:

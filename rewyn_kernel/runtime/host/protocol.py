@@ -14,6 +14,9 @@ import marshal
 import struct
 from functools import cache
 from importlib import resources
+from importlib.machinery import SourceFileLoader
+from pathlib import Path, PurePath
+from types import CodeType
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -47,7 +50,7 @@ Text = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 
 
 class _Frame(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class ReadyFrame(_Frame):
@@ -171,7 +174,7 @@ WorkerFrame = Annotated[
 
 
 @cache
-def _frame_adapter() -> TypeAdapter[WorkerFrame]:
+def frame_adapter() -> TypeAdapter[WorkerFrame]:
     """Built on first use: it costs ~15 ms, which a kernel's start-up need not pay."""
     return TypeAdapter(WorkerFrame)
 
@@ -214,7 +217,7 @@ def decode_header(body: bytes) -> WorkerFrame:
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, huge ints, keys
         raise ProtocolError(f"the sandbox sent a frame that is not JSON ({exc})") from exc
     try:
-        return _frame_adapter().validate_python(scrub(raw))
+        return frame_adapter().validate_python(scrub(raw))
     except RecursionError as exc:
         raise ProtocolError("the sandbox sent a frame nested too deeply") from exc
     except ValidationError as exc:
@@ -261,9 +264,31 @@ def worker_sources() -> tuple[str, dict[str, str]]:
 def _compiled_modules() -> bytes:
     """The worker's modules compiled by this interpreter, marshalled (made once per process)."""
     _, modules = worker_sources()
+    package = resources.files("rewyn_kernel.runtime.worker")
     return marshal.dumps(
-        {name: compile(text, f"<rewyn-worker/{name}.py>", "exec") for name, text in modules.items()}
+        {name: _module_code(package.joinpath(f"{name}.py"), text) for name, text in modules.items()}
     )
+
+
+def _module_code(path: object, text: str) -> CodeType:
+    """One worker module's code, labelled ``<rewyn-worker/NAME.py>``: from Python's bytecode
+    cache where it is current (an installed wheel has it, so a kernel's start compiles none of
+    the worker's 60 KB), else compiled from ``text``."""
+    label = f"<rewyn-worker/{PurePath(str(path)).name}>"
+    if isinstance(path, Path):
+        try:
+            code = SourceFileLoader("rewyn_worker", str(path)).get_code("rewyn_worker")
+        except (ImportError, OSError, SyntaxError, ValueError):
+            code = None
+        if code is not None:
+            return _relabel(code, label)
+    return compile(text, label, "exec")
+
+
+def _relabel(code: CodeType, label: str) -> CodeType:
+    """``code`` and the code objects nested in it, as if compiled from a file named ``label``."""
+    consts = tuple(_relabel(c, label) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=label, co_consts=consts)
 
 
 @cache
