@@ -68,11 +68,15 @@ def probe_namespaces() -> Namespaces:
         ([unshare, "--user", "--map-root-user", *common], True),
         ([unshare, *common], False),
     ]
+    # (``true`` starts in a few ms where an interpreter takes 15: this runs before a kernel's
+    # first sandbox can start.)
+    true = shutil.which("true")
+    program = [true] if true else [sys.executable, "-I", "-S", "-c", ""]
     errors = []
     for prefix, user in attempts:
         try:
             done = subprocess.run(
-                [*prefix, sys.executable, "-I", "-S", "-c", ""],
+                [*prefix, *program],
                 capture_output=True,
                 timeout=10,
                 check=False,
