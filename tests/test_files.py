@@ -7,11 +7,13 @@ Real sandboxes of the subprocess provider (an overlay in their mount namespace) 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from rewyn_kernel.runtime import SubprocessProvider, create
+from rewyn_kernel.runtime import ContainerProvider, SubprocessProvider, create
 from rewyn_kernel.runtime.host.files import WRITES_DIR, plan_view, prepare
 from rewyn_kernel.runtime.providers.subprocess import probe_namespaces
 from rewyn_kernel.runtime.sandbox import SandboxProvider, SandboxSpec
@@ -123,10 +125,12 @@ def test_a_kernel_works_in_its_notebooks_directory(notebook_dir: Path, tmp_path:
     assert not (notebook_dir / "summary.txt").exists()
 
 
-@pytest.mark.providers("docker", "docker+runsc")
-def test_a_docker_sandbox_sees_the_files_through_an_overlay_volume(
+@pytest.mark.providers("docker", "docker+runsc", "podman")
+def test_a_container_sandbox_sees_the_files_through_an_overlay_volume(
     notebook_dir: Path, provider: SandboxProvider
 ) -> None:
+    """docker mounts an anonymous overlay volume; podman a named one, removed with it."""
+    assert isinstance(provider, ContainerProvider)
     before = person_files(notebook_dir)
     spec = SandboxSpec(files_dir=notebook_dir, files_name="nb", timeout=60)
     with create(spec, provider=provider) as box, box.session() as session:
@@ -135,8 +139,24 @@ def test_a_docker_sandbox_sees_the_files_through_an_overlay_volume(
         assert session.execute("open('out.txt', 'w').write('written')").ok
         assert session.execute("print(open('out.txt').read())").stdout == "written\n"
         assert not session.execute("open('analysis.py', 'w').write('gone')").ok
+        if provider.runtime == "podman":
+            assert volumes(provider, box.id)  # (so that the check below can fail)
     assert person_files(notebook_dir) == before
     assert (notebook_dir / WRITES_DIR / "nb" / "out.txt").read_text() == "written"
+    if provider.runtime == "podman":
+        assert volumes(provider, box.id) == []
+
+
+def volumes(provider: ContainerProvider, sandbox_id: str) -> list[str]:
+    """The engine's volumes named after ``sandbox_id``'s containers."""
+    done = subprocess.run(
+        [provider.runtime, "volume", "ls", "--format", "{{.Name}}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return [name for name in done.stdout.split() if sandbox_id in name]
 
 
 @needs_namespaces
@@ -148,3 +168,28 @@ def test_a_sandbox_that_wrote_nothing_leaves_nothing_beside_the_notebook(
         assert session.execute("print(len(open('data/births.csv').read()))").ok
         assert (notebook_dir / WRITES_DIR / "nb").is_dir()  # (the overlay's, while it runs)
     assert not (notebook_dir / WRITES_DIR).exists()
+
+
+@pytest.mark.providers("podman")
+def test_podman_files_volumes_of_a_host_that_died_are_swept(provider: SandboxProvider) -> None:
+    """A host killed before it removed its files volume leaves it labelled with its pid: the
+    next sweep removes it, and keeps the volumes of hosts that live."""
+    assert isinstance(provider, ContainerProvider)
+    from rewyn_kernel.runtime.providers.container import BOOT_LABEL, HOST_PID_LABEL, LABEL
+
+    gone = cli(sys.executable, "-c", "import os; print(os.getpid())").strip()  # (it exited)
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    made = {"rewyn-sweep-test-dead-files": gone, "rewyn-sweep-test-live-files": str(os.getpid())}
+    try:
+        for name, pid in made.items():
+            labels = [f"{LABEL}={name}", f"{HOST_PID_LABEL}={pid}", f"{BOOT_LABEL}={boot}"]
+            cli(provider.runtime, "volume", "create", *(f"--label={x}" for x in labels), name)
+        provider.sweep()
+        assert volumes(provider, "rewyn-sweep-test-") == ["rewyn-sweep-test-live-files"]
+    finally:
+        cli(provider.runtime, "volume", "rm", "-f", *made)
+
+
+def cli(*argv: str) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout

@@ -354,9 +354,8 @@ def test_a_container_kernel_runs_cells_in_the_container(
         kernel_pid = km.provisioner.process.pid  # type: ignore[union-attr]
         run_cell(kc, "import os\nuid = os.getuid()")
         cell = run_cell(kc, "print(uid != 0, os.getcwd())")
-        # docker mounts the notebook's directory (an overlay volume); podman does not yet.
-        where = "/files" if provider.runtime == "docker" else "/scratch"
-        assert cell.stream() == f"True {where}\n"
+        # The notebook's directory, mounted through an overlay volume.
+        assert cell.stream() == "True /files\n"
         event = cell.reply["metadata"][METADATA_KEY]["event"]
         assert event["provider"] == provider.name
         assert provider.containers(host_pid=kernel_pid)  # the check below can fail

@@ -72,10 +72,13 @@ class ContainerWorker(PopenWorker):
         name: str,
         memory_capped: bool,
         files_lock: int = -1,
+        volume: str | None = None,
     ) -> None:
         super().__init__(argv, env, cwd)
         self._files_lock = files_lock
         """Held while this container writes to its files view (see host/files.py)."""
+        self._volume = volume
+        """The named volume of the files view (podman's), removed with the container."""
         self._cli = list(cli)
         self._name = name
         self._memory_capped = memory_capped
@@ -106,6 +109,9 @@ class ContainerWorker(PopenWorker):
         self._let_go()
 
     def _let_go(self) -> None:
+        if self._volume is not None:  # (its container is gone: kill() waited for that)
+            volume, self._volume = self._volume, None
+            _remove_volumes(self._cli, [volume])
         if self._files_lock >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._files_lock)
@@ -235,8 +241,8 @@ class ContainerProvider:
             )
         elif spec.files_dir is not None:
             notes.append(
-                f"{spec.files_dir} is not mounted here (only docker mounts it, through an "
-                f"overlay volume): the code works in {SCRATCH}, without those files"
+                f"{spec.files_dir} is not mounted here (docker and podman mount it, through "
+                f"an overlay volume): the code works in {SCRATCH}, without those files"
             )
         memory = None
         if spec.memory_limit_mb:
@@ -253,34 +259,61 @@ class ContainerProvider:
 
     def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
         users = {"supervisor": list(self._supervisor_ids), "code": list(self._code_ids)}
-        cwd = FILES if self._overlay_files(spec) else SCRATCH
-        return {"memory_limit_bytes": None, "cwd": cwd, "oom_counter": True, "users": users}
+        files = self._overlay_files(spec)
+        config = {"memory_limit_bytes": None, "cwd": FILES if files else SCRATCH}
+        # (podman gives a volume's root to the container's root as it mounts it: see launch.)
+        own_cwd = files and Path(self.runtime).name in DAEMONLESS
+        return {**config, "oom_counter": True, "users": users, "own_cwd": own_cwd}
 
     def _overlay_files(self, spec: SandboxSpec) -> bool:
-        """Whether ``spec.files_dir`` is mounted (docker's local volume driver mounts an
-        overlay; its options are one CSV field, so no path may hold a comma or a quote)."""
-        if spec.files_dir is None or Path(self.runtime).name != "docker":
+        """Whether ``spec.files_dir`` is mounted (the local volume driver of docker and podman
+        mounts an overlay; its options are one CSV field, so no path may hold a comma or a
+        quote)."""
+        if spec.files_dir is None or Path(self.runtime).name not in ("docker", "podman"):
             return False
         view = plan_view(spec.files_dir, spec.files_name)
         paths = (str(view.source), str(view.upper.parent))
         return not any(char in path for path in paths for char in ',"=:')
 
-    def _files_mount(self, spec: SandboxSpec) -> tuple[list[str], int]:
-        """The ``--mount`` of the files view, and the fd holding its lock."""
+    def _files_mount(self, spec: SandboxSpec, name: str) -> tuple[list[str], int, str | None]:
+        """The run options that mount the files view, the fd holding its lock, and the named
+        volume made for it (podman's, else None)."""
         if spec.files_dir is None or not self._overlay_files(spec):
-            return [], -1
+            return [], -1, None
         view, lock = hold_view(plan_view(spec.files_dir, spec.files_name))
         try:
             prepare(view, self._code_ids)
-        except OSError:
+            options = f"lowerdir={view.source},upperdir={view.upper},workdir={view.work}"
+            if Path(self.runtime).name in DAEMONLESS:
+                # podman's run has no volume options (and its ':O' mounts re-own the upper
+                # directory to the container's root), so a named volume, labelled for the sweep.
+                volume = f"{name}-files"
+                self._make_volume(volume, name, options)
+                return ["--volume", f"{volume}:{FILES}"], lock, volume
+        except BaseException:
             os.close(lock)
             raise
-        options = f"lowerdir={view.source},upperdir={view.upper},workdir={view.work}"
         mount = (
             f"type=volume,dst={FILES},volume-driver=local,volume-opt=type=overlay,"
             f'volume-opt=device=overlay,"volume-opt=o={options}"'
         )
-        return ["--mount", mount], lock
+        return ["--mount", mount], lock, None
+
+    def _make_volume(self, volume: str, name: str, options: str) -> None:
+        argv = [*self._cli(), "volume", "create", *self._labels(name)]
+        argv += ["--opt", "type=overlay", "--opt", "device=overlay", "--opt", f"o={options}"]
+        done = self._run([*argv, volume])
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            raise ProviderUnavailableError(f"{self.runtime} could not make the files volume: {why}")
+
+    @staticmethod
+    def _labels(name: str) -> list[str]:
+        """What marks a container (or volume) as this process's, on this boot."""
+        return [
+            *("--label", f"{LABEL}={name}", "--label", f"{HOST_PID_LABEL}={os.getpid()}"),
+            *("--label", f"{BOOT_LABEL}={_boot_id()}"),
+        ]
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
         owned = spec.workdir is None  # never re-own a directory the caller chose
@@ -300,8 +333,7 @@ class ContainerProvider:
         cli_env = {**os.environ, **inside}
         argv = [*self._cli(), "run", "-i", "--rm", "--name", name]
         self._sweep_once()
-        argv += ["--label", f"{LABEL}={name}", "--label", f"{HOST_PID_LABEL}={os.getpid()}"]
-        argv += ["--label", f"{BOOT_LABEL}={_boot_id()}"]
+        argv += self._labels(name)
         if self.oci_runtime and Path(self.runtime).name not in DAEMONLESS:
             argv += ["--runtime", self.oci_runtime]
         argv += ["--pull", self.pull]
@@ -310,6 +342,8 @@ class ContainerProvider:
         # The supervisor starts as root with these three only, takes a user of its own and
         # makes each code process the code's user, with none (see worker/supervisor.py).
         argv += ["--cap-add", "KILL", "--cap-add", "SETGID", "--cap-add", "SETUID"]
+        if self._overlay_files(spec) and Path(self.runtime).name in DAEMONLESS:
+            argv += ["--cap-add", "CHOWN"]  # to give /files back to the code (then dropped)
         argv += ["--user", "0:0", "--pids-limit", str(self.pids_limit)]
         argv += ["--ulimit", f"nofile={self.nofile}:{self.nofile}"]
         # No engine log of the channel: json-file would write every byte printed to disk.
@@ -320,7 +354,7 @@ class ContainerProvider:
             # pids limit bounds each container on its own. As high as the host allows, then.
             argv += ["--ulimit", f"nproc={_nproc_ceiling()}:{_nproc_ceiling()}"]
         argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"]
-        files, lock = self._files_mount(spec)
+        files, lock, volume = self._files_mount(spec, name)
         argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *files]
         argv += ["--workdir", FILES if files else SCRATCH]
         if spec.memory_limit_mb:
@@ -343,15 +377,23 @@ class ContainerProvider:
         for variable in sorted(inside):
             argv += ["--env", variable]
         argv += [self.image, spec.python or self.python, "-c", BOOTSTRAP]
-        return ContainerWorker(
-            argv,
-            cli_env,
-            workdir,
-            cli=self._cli(),
-            name=name,
-            memory_capped=spec.memory_limit_mb is not None,
-            files_lock=lock,
-        )
+        try:
+            return ContainerWorker(
+                argv,
+                cli_env,
+                workdir,
+                cli=self._cli(),
+                name=name,
+                memory_capped=spec.memory_limit_mb is not None,
+                files_lock=lock,
+                volume=volume,
+            )
+        except BaseException:
+            if volume is not None:
+                _remove_volumes(self._cli(), [volume])
+            if lock >= 0:
+                os.close(lock)
+            raise
 
     def containers(self, *, host_pid: int | None = None, everyone: bool = False) -> list[str]:
         """Names of rewyn containers (running or not) started by this process (or by
@@ -364,6 +406,9 @@ class ContainerProvider:
             timeout=30,
             check=False,
         )
+        if done.returncode != 0:  # (an empty list would claim there are none)
+            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            raise ProviderUnavailableError(f"{self.runtime} ps failed: {why}")
         return [line for line in done.stdout.split() if line]
 
     def sweep(self) -> list[str]:
@@ -390,13 +435,7 @@ class ContainerProvider:
             timeout=30,
             check=False,
         )
-        stale = []
-        for line in done.stdout.splitlines():
-            name, pid, boot = [*line.replace("<no value>", "").split(), "", ""][:3]
-            if boot not in ("", _boot_id()):
-                continue  # another boot, or another machine on the same engine: not ours
-            if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
-                stale.append(name)
+        stale = _stale(done.stdout)
         if stale:
             grace = ["-t", "0"] if Path(self.runtime).name in DAEMONLESS else []
             subprocess.run(
@@ -405,6 +444,18 @@ class ContainerProvider:
                 timeout=60,
                 check=False,
             )
+        if Path(self.runtime).name in DAEMONLESS:  # and the named volumes of files views
+            listing = "{{.Name}}" + "".join(
+                f' {{{{index .Labels "{key}"}}}}' for key in (HOST_PID_LABEL, BOOT_LABEL)
+            )
+            volumes = subprocess.run(
+                [*self._cli(), "volume", "ls", "--filter", f"label={LABEL}", "--format", listing],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            _remove_volumes(self._cli(), _stale(volumes.stdout))
         return stale
 
     def _sweep_once(self) -> None:
@@ -498,6 +549,27 @@ def _boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown"
+
+
+def _stale(listing: str) -> list[str]:
+    """The names, in lines of ``NAME HOST_PID BOOT``, whose host process is gone. Only this
+    boot's are judged (a pid means nothing elsewhere; no boot label counts as this boot)."""
+    stale = []
+    for line in listing.splitlines():
+        name, pid, boot = [*line.replace("<no value>", "").split(), "", ""][:3]
+        if boot not in ("", _boot_id()):
+            continue  # another boot, or another machine on the same engine: not ours
+        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+            stale.append(name)
+    return stale
+
+
+def _remove_volumes(cli: Sequence[str], names: Sequence[str]) -> None:
+    if names:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(
+                [*cli, "volume", "rm", "-f", *names], capture_output=True, timeout=30, check=False
+            )
 
 
 def _nproc_ceiling() -> int:

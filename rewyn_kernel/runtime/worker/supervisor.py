@@ -143,6 +143,8 @@ class Supervisor:
                 self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
         if self.config.get("files"):
             self.mount_files(self.config["files"], bool(self.config.get("own_ipc")))
+        if self.config.get("own_cwd"):
+            self.own_cwd()
         self.take_user()
         if not system.set_dumpable(False):
             self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
@@ -235,6 +237,17 @@ class Supervisor:
             "the notebook's directory is not protected (%s): the code can change the files "
             "beside the notebook" % (why or "too many kernels of it are open")
         )
+
+    def own_cwd(self) -> None:
+        """Give the code's working directory (a files view) to the code's user: podman makes a
+        volume's root the container's root user's as it mounts it. Done with CAP_CHOWN, which
+        ``take_user`` drops right after; on an overlay only the writes directory changes."""
+        users = self.config.get("users") or {}
+        try:
+            uid, gid = users["code"]
+            os.chown(self.config["cwd"], int(uid), int(gid))
+        except (KeyError, OSError, TypeError, ValueError) as exc:
+            self.notes.append("the code cannot write in its working directory: %s" % exc)
 
     def take_user(self) -> None:
         """Give the supervisor a user of its own, or drop every capability it holds.
