@@ -64,11 +64,13 @@ function statusOf(summary: Record<string, unknown>): [string, Tone] {
 function facts(summary: Record<string, unknown>): string[] {
   const isolation = objectAt(summary, 'isolation');
   const network = label(isolation['network']).replace(/_/g, ' ') || 'unknown';
+  const where = `${label(summary['provider']) || 'unknown provider'}, network ${network}`;
+  const files = label(isolation['files']);
   return [
     'sandbox',
     `exit ${exitText(summary['exit_code'])}`,
     duration(summary['duration_ms']),
-    `${label(summary['provider']) || 'unknown provider'}, network ${network}`
+    files && files !== 'open' ? `${where}, files ${files}` : where
   ];
 }
 
@@ -78,6 +80,9 @@ function warnings(summary: Record<string, unknown>): string[] {
   const isolation = objectAt(summary, 'isolation');
   if (spec['network'] === 'none' && isolation['network'] !== 'isolated') {
     found.push('network not isolated'); // asked for none, but this provider could not cut it
+  }
+  if (isolation['files'] === 'open') {
+    found.push('host files open'); // the code reads and writes the host's files as the user
   }
   if (summary['stdout_truncated'] === true || summary['stderr_truncated'] === true) {
     const total = count(summary['stdout_bytes']) + count(summary['stderr_bytes']);

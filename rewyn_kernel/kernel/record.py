@@ -106,10 +106,14 @@ def event_summary(event: SandboxEvent) -> dict[str, Any]:
 
 
 def summary_line(event: SandboxEvent) -> str:
-    """One line for people: 'sandbox: exit 0 · 12 ms · subprocess (network isolated)'."""
+    """One line for people: 'sandbox: exit 0 · 12 ms · bubblewrap (network isolated, files
+    isolated)'; a provider that leaves the host's files open says 'host files open'."""
     network = event.isolation.network if event.isolation else "unknown"
+    files = event.isolation.files if event.isolation else "unknown"
     parts = [f"exit {event.exit_code}", f"{event.duration_ms:,.0f} ms", f"{event.provider}"]
-    parts[-1] += f" (network {network})"
+    parts[-1] += (
+        f" (network {network}, {'host files open' if files == 'open' else 'files ' + files})"
+    )
     if event.ending not in ("completed", "exception", "exit"):
         parts.insert(0, event.ending.replace("_", " "))
     if event.stdout_truncated or event.stderr_truncated:
@@ -144,7 +148,10 @@ def compact_record(event: SandboxEvent) -> dict[str, Any]:
         "duration_ms": round(event.duration_ms, 1),
         "provider": event.provider[:64],
         "execution_count": event.execution_count,
-        "isolation": {"network": event.isolation.network if event.isolation else "unknown"},
+        "isolation": {
+            "network": event.isolation.network if event.isolation else "unknown",
+            "files": event.isolation.files if event.isolation else "unknown",
+        },
         "spec": {name: event.spec.get(name) for name in ("timeout", "memory_limit_mb", "network")},
         "code_hash": event.code_hash[:32],
     }

@@ -86,6 +86,11 @@ class Isolation(_Model):
     pid_namespace: bool = Field(description="The sandbox has its own process tree.")
     user_namespace: bool = Field(description="The sandbox runs in its own user namespace.")
     memory: str | None = Field(description="How the memory cap is enforced; None: no cap.")
+    files: Literal["isolated", "open"] = Field(
+        description="isolated: the code sees none of the host's files but what runs it and what "
+        "it was given (its scratch directory, files_dir); open: it reads and writes the host's "
+        "files with the rights of the user running the host."
+    )
     filesystem: str = Field(description="What of the host's filesystem the code can reach.")
     environment: str = "allow-list"
     shell: Literal["python", "ipython"] | None = Field(

@@ -251,6 +251,7 @@ class ScriptedProvider:
             pid_namespace=False,
             user_namespace=False,
             memory=None,
+            files="open",
             filesystem="none: the worker is a script in the host process",
             notes=("a scripted worker for tests: nothing is isolated",),
         )
