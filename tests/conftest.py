@@ -16,9 +16,15 @@ import pytest
 from rewyn_kernel.runtime import create
 from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SubprocessProvider
+from rewyn_kernel.runtime.providers.bubblewrap import probe_bubblewrap
+from rewyn_kernel.runtime.sandbox import (
+    BubblewrapProvider,
+    Sandbox,
+    SandboxProvider,
+    SubprocessProvider,
+)
 
-PROVIDERS = ("subprocess", "docker", "docker+runsc", "podman")
+PROVIDERS = ("subprocess", "bubblewrap", "docker", "docker+runsc", "podman")
 """Every provider the shared behaviour tests run against; containers use TEST_IMAGE."""
 TEST_IMAGE = os.environ.get("REWYN_TEST_IMAGE", "rewyn-test-python:3.11")
 DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm")
@@ -34,9 +40,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def build_provider(kind: str) -> SandboxProvider:
-    """The provider a test kind names: 'subprocess', 'docker', 'docker+runsc', 'podman'."""
+    """The provider a test kind names: 'subprocess', 'bubblewrap', 'docker', 'docker+runsc',
+    'podman'."""
     if kind == "subprocess":
         return SubprocessProvider()
+    if kind == "bubblewrap":
+        return BubblewrapProvider()
     cli, _, oci = kind.partition("+")
     if cli == "podman":
         oci = oci or PODMAN_OCI_RUNTIME  # podman's default crun fails on hybrid cgroups
@@ -63,7 +72,9 @@ def engine_problem(kind: str) -> str | None:
 def provider(request: pytest.FixtureRequest) -> SandboxProvider:
     """The provider under test. A missing engine skips, except under CI, where it fails."""
     kind: str = request.param
-    if kind != "subprocess" and (problem := engine_problem(kind)) is not None:
+    if kind == "bubblewrap" and not (found := probe_bubblewrap()).works:
+        unavailable(f"bubblewrap is not usable here ({found.detail}); apt-get install bubblewrap")
+    if kind not in ("subprocess", "bubblewrap") and (problem := engine_problem(kind)) is not None:
         unavailable(f"{kind} is not usable here ({problem}); run scripts/container-engines.sh")
     return build_provider(kind)
 

@@ -332,7 +332,7 @@ def test_one_shot_code_cannot_reach_the_supervisor(make_box: Callable[..., Sandb
         assert result.stdout == "seize -1 True\n", result
 
 
-@pytest.mark.providers("subprocess", "docker", "podman")
+@pytest.mark.providers("subprocess", "bubblewrap", "docker", "podman")
 def test_nothing_outlives_the_host_process(
     provider: SandboxProvider, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

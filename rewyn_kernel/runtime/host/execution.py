@@ -243,6 +243,12 @@ class Execution:
             message = f"the code called sys.exit({exit_code})"
         elif ending == "interrupted" and not message:
             message = "interrupted: KeyboardInterrupt was raised in the code"
+        if outcome.oom and ending != "oom" and not message:
+            limit = self.spec.memory_limit_mb
+            message = (
+                f"a process the code started was killed for exceeding the memory limit of "
+                f"{limit} MiB (the sandbox's processes together)"
+            )
         if error is not None and ending != "completed":
             # As Python prints it, at the end of stderr: what a log of stderr alone should show.
             self.streams["stderr"].append(excerpt(plain_traceback(error), TRACEBACK_CHARS))

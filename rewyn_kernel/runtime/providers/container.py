@@ -249,6 +249,7 @@ class ContainerProvider:
             memory = f"cgroup {spec.memory_limit_mb} MiB, swap included"
         return Isolation(
             provider=self.name,
+            files="isolated",
             network="allowed" if spec.network == "allow" else "isolated",
             pid_namespace=True,
             user_namespace=False,

@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from rewyn_kernel.runtime.host.cgroup import MemoryCgroup, joining
 from rewyn_kernel.runtime.providers.base import ExitInfo
 
 
@@ -20,11 +21,24 @@ class PopenWorker:
     """
 
     def __init__(
-        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, *, farewell: float = 0.0
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        *,
+        farewell: float = 0.0,
+        pass_fds: Sequence[int] = (),
+        cgroup: MemoryCgroup | None = None,
     ) -> None:
         """``farewell``: seconds ``kill`` first gives the worker, its input closed, to end by
-        itself (and end what it started) before the process group is killed."""
-        self.argv = list(argv)
+        itself (and end what it started) before the process group is killed. ``pass_fds``:
+        descriptors the launched program inherits (the caller still owns and closes them).
+        ``cgroup``: the memory cgroup everything the launch starts runs in; this worker owns
+        it from here on and removes it once its processes are gone."""
+        self.argv = joining(cgroup, list(argv)) if cgroup is not None else list(argv)
+        self._cgroup = cgroup
+        self._oom_kills = 0
+        """The cgroup's OOM kills, as last read (it is removed at close)."""
         self._farewell = farewell
         # start_new_session: the kernel's interrupts (SIGINT to its process group) must not hit
         # the sandbox directly; the session forwards them once, on purpose.
@@ -37,6 +51,7 @@ class PopenWorker:
             env=dict(env),
             start_new_session=True,
             close_fds=True,
+            pass_fds=tuple(pass_fds),
             bufsize=0,
         )
         assert self._popen.stdin is not None
@@ -89,13 +104,23 @@ class PopenWorker:
 
     def exit_info(self) -> ExitInfo:
         code = self._popen.returncode
+        oom = self._read_oom_kills() > 0
         if code is None:
             return ExitInfo(exit_code=-1)
         if code < 0:
-            return ExitInfo(exit_code=128 - code, signal=-code)
-        return ExitInfo(exit_code=code)
+            return ExitInfo(exit_code=128 - code, signal=-code, oom_killed=oom)
+        return ExitInfo(exit_code=code, oom_killed=oom and code == 128 + signal.SIGKILL)
 
     def close(self) -> None:
         for stream in self._streams:
             with contextlib.suppress(OSError):
                 stream.close()
+        if self._cgroup is not None:
+            self._read_oom_kills()
+            self._cgroup.remove()
+            self._cgroup = None
+
+    def _read_oom_kills(self) -> int:
+        if self._cgroup is not None:
+            self._oom_kills = self._cgroup.oom_kills() or self._oom_kills
+        return self._oom_kills

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.host import cgroup
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.files import files_config, plan_view
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
@@ -36,6 +38,62 @@ _FILESYSTEM = (
     "the host's, with the rights of the user running the host; cwd, HOME and TMPDIR in the "
     "scratch dir"
 )
+
+
+DAEMON_DIRS = ("/run", "/var/run")
+"""Where daemons keep their sockets (docker, containerd, podman, D-Bus, systemd, a user's
+``/run/user/UID``): covered in the sandbox's mount namespace."""
+DAEMON_SOCKETS = (
+    "/var/lib/docker.sock",
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+    "/run/dbus/system_bus_socket",
+)
+SOCKET_VARIABLES = (
+    "DOCKER_HOST",
+    "CONTAINER_HOST",
+    "CONTAINERD_ADDRESS",
+    "DBUS_SESSION_BUS_ADDRESS",
+)
+"""Environment variables that may name a daemon's Unix socket elsewhere (``unix:///path``)."""
+
+
+def hidden_paths(needed: Sequence[Path | str]) -> dict[str, list[str]]:
+    """What the sandbox's supervisor covers so the code cannot reach the host's daemons: the
+    directories of DAEMON_DIRS that hold none of ``needed`` (the scratch directory, the
+    notebook's, the interpreter), and every known daemon socket outside them."""
+    inside = [os.path.realpath(path) + "/" for path in needed]
+    dirs: list[str] = []
+    for path in DAEMON_DIRS:
+        real = os.path.realpath(path)
+        holds = any(p.startswith(real + "/") for p in inside)
+        if os.path.isdir(real) and real not in dirs and not holds:
+            dirs.append(real)
+    sockets = list(DAEMON_SOCKETS)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        sockets += [f"{runtime}/docker.sock", f"{runtime}/podman/podman.sock", f"{runtime}/bus"]
+    for name in SOCKET_VARIABLES:
+        for part in os.environ.get(name, "").split(";"):
+            address = part.split(",")[0]
+            if address.startswith(("unix://", "unix:path=")):
+                sockets.append(address.split("//", 1)[-1].split("=", 1)[-1])
+    files: list[str] = []
+    for path in sockets:
+        real = os.path.realpath(path)
+        covered = any(real.startswith(d + "/") for d in dirs)
+        if not covered and real not in files and _is_socket(real):
+            files.append(real)
+    return {"dirs": dirs, "files": files}
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -102,11 +160,20 @@ class SubprocessProvider:
 
     name = "subprocess"
 
-    def __init__(self, python: str | None = None, *, namespaces: bool = True) -> None:
+    def __init__(
+        self,
+        python: str | None = None,
+        *,
+        namespaces: bool = True,
+        instead_of_bubblewrap: str | None = None,
+    ) -> None:
         """``python``: interpreter for the worker (default ``sys.executable``).
-        ``namespaces=False`` turns off Linux namespaces (the isolation report says so)."""
+        ``namespaces=False`` turns off Linux namespaces (the isolation report says so).
+        ``instead_of_bubblewrap``: why this provider stands in for the bubblewrap one (the
+        local default), said in every sandbox's isolation notes."""
         self.python = python or sys.executable
         self.use_namespaces = namespaces
+        self.instead_of_bubblewrap = instead_of_bubblewrap
 
     @property
     def available(self) -> bool:
@@ -120,6 +187,12 @@ class SubprocessProvider:
     def _python(self, spec: SandboxSpec) -> str:
         return spec.python or self.python
 
+    def _needed(self, spec: SandboxSpec, workdir: Path) -> list[Path | str]:
+        """What the code must still see where daemons' directories are covered."""
+        python = self._python(spec)
+        needed: list[Path | str] = [workdir, python, os.path.realpath(python), sys.prefix]
+        return [*needed, spec.files_dir] if spec.files_dir is not None else needed
+
     def isolation(self, spec: SandboxSpec) -> Isolation:
         ns = self._namespaces(spec)
         notes = []
@@ -132,7 +205,15 @@ class SubprocessProvider:
                 "sandbox's supervisor and the host process, and if it kills the supervisor, what "
                 "it started (setsid() included) can outlive the sandbox"
             )
-        notes.append("the filesystem is not isolated: use ContainerProvider for untrusted code")
+        if self.instead_of_bubblewrap is not None:
+            notes.append(
+                "the default would keep the host's files out of reach, but bubblewrap cannot "
+                f"run here ({self.instead_of_bubblewrap}): install bubblewrap"
+            )
+        notes.append(
+            "the host's files are open: the code reads and writes them as you (use the "
+            "bubblewrap provider, or ContainerProvider for untrusted code)"
+        )
         if spec.files_dir is not None and ns.prefix:
             notes.append(
                 f"{spec.files_dir} is seen read-only through an overlay; the code's writes go to "
@@ -143,10 +224,11 @@ class SubprocessProvider:
             network = "isolated" if ns.prefix else "not_isolated"
         return Isolation(
             provider=self.name,
+            files="open",
             network=network,
             pid_namespace=bool(ns.prefix),
             user_namespace=ns.user,
-            memory=f"RLIMIT_AS {spec.memory_limit_mb} MiB" if spec.memory_limit_mb else None,
+            memory=cgroup.memory_text(spec.memory_limit_mb),
             filesystem=_FILESYSTEM,
             notes=tuple(notes),
         )
@@ -157,6 +239,11 @@ class SubprocessProvider:
             "memory_limit_bytes": limit * 1024 * 1024 if limit else None,
             "cwd": str(workdir),
             "own_ipc": bool(self._namespaces(spec).prefix),
+            # (the supervisor's cgroup path is the host's: it finds its counter itself)
+            **({"oom_counter": "self", "memory_cgroup": True} if cgroup.capped(limit) else {}),
+            "hide": hidden_paths(self._needed(spec, workdir))
+            if self._namespaces(spec).prefix
+            else None,
             # This very interpreter: the worker's modules can go compiled.
             "same_python": self._python(spec) == sys.executable,
             **files_config(spec),
@@ -173,7 +260,14 @@ class SubprocessProvider:
         # kills the namespace's first process (the supervisor, which runs no code and so cannot
         # be talked out of that), and its death the rest of the PID namespace. Without, the
         # supervisor is asked to end what it started first (it can find it: it is a subreaper).
-        return PopenWorker(argv, env, workdir, farewell=0.0 if prefix else FAREWELL_SECONDS)
+        group = _memory_cgroup(spec, name)
+        farewell = 0.0 if prefix else FAREWELL_SECONDS
+        try:
+            return PopenWorker(argv, env, workdir, farewell=farewell, cgroup=group)
+        except BaseException:
+            if group is not None:
+                group.remove(0)
+            raise
 
     def check(self) -> Sequence[CheckItem]:
         ns = probe_namespaces() if self.use_namespaces else None
@@ -193,6 +287,14 @@ class SubprocessProvider:
 
     def __repr__(self) -> str:
         return f"SubprocessProvider(python={self.python!r})"
+
+
+def _memory_cgroup(spec: SandboxSpec, name: str) -> cgroup.MemoryCgroup | None:
+    """A memory cgroup for one worker under ``spec``'s cap, where one can be had."""
+    if not cgroup.capped(spec.memory_limit_mb):
+        return None
+    assert spec.memory_limit_mb is not None
+    return cgroup.make(name, spec.memory_limit_mb * 1024 * 1024)
 
 
 class SubprocessSandbox(BaseSandbox):

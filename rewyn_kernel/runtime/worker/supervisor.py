@@ -141,10 +141,21 @@ class Supervisor:
                 self.notes.append("SysV shared memory could not be bounded")
             if not system.private_tmpfs("/dev/shm", limit):
                 self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
+        hidden = self.config.get("hide")
+        if hidden:
+            failed = system.hide(list(hidden["dirs"]), list(hidden["files"]))
+            if failed:
+                self.notes.append("not hidden from the code: %s" % ", ".join(failed))
         if self.config.get("files"):
             self.mount_files(self.config["files"], bool(self.config.get("own_ipc")))
         if self.config.get("own_cwd"):
             self.own_cwd()
+        if self.config.get("own_userns"):
+            why = system.forbid_user_namespaces()
+            if why:
+                self.notes.append("the code may create user namespaces of its own (%s)" % why)
+        if self.config.get("memory_cgroup") and oom_kills(self.config) is None:
+            self.notes.append("no memory cgroup could be made: the memory cap is per process")
         self.take_user()
         if not system.set_dumpable(False):
             self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
@@ -732,10 +743,19 @@ def empty_reply(header: Header) -> Header:
 
 
 def oom_kills(config: Dict[str, Any]) -> Optional[int]:
-    """The memory cgroup's OOM-kill count (containers), or None where it is not ours."""
-    if not config.get("oom_counter"):
+    """The sandbox's memory cgroup's OOM-kill count, or None where it has none of its own.
+    ``oom_counter``: True in a container (its cgroup is at the root of what it sees), "self"
+    where this process's cgroup path is the host's (the subprocess provider), or the path of
+    the counter's file (bubblewrap binds it in)."""
+    where = config.get("oom_counter")
+    if not where:
         return None
-    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+    paths = ["/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"]
+    if where == "self":
+        paths = own_cgroup_counters()
+    elif isinstance(where, str):
+        paths = [where]
+    for path in paths:
         try:
             with open(path) as handle:
                 for line in handle:
@@ -745,6 +765,22 @@ def oom_kills(config: Dict[str, Any]) -> Optional[int]:
         except (OSError, ValueError):
             continue
     return None
+
+
+def own_cgroup_counters() -> List[str]:
+    """Where this process's memory cgroup keeps its OOM-kill count (v2, then v1)."""
+    found = []
+    try:
+        with open("/proc/self/cgroup") as handle:
+            for line in handle:
+                number, controllers, path = line.rstrip("\n").split(":", 2)
+                if number == "0" and not controllers:
+                    found.append("/sys/fs/cgroup%s/memory.events" % path.rstrip("/"))
+                elif "memory" in controllers.split(","):
+                    found.append("/sys/fs/cgroup/memory%s/memory.oom_control" % path.rstrip("/"))
+    except (OSError, ValueError):
+        pass
+    return found
 
 
 def descendants(root: int) -> List[int]:

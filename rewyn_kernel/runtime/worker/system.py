@@ -12,7 +12,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import Any, Optional, Tuple
+    from typing import Any, List, Optional, Tuple
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -64,6 +64,21 @@ def set_subreaper() -> bool:
 
 def set_death_signal(signum: int) -> bool:
     return prctl(PR_SET_PDEATHSIG, signum)
+
+
+def forbid_user_namespaces() -> str:
+    """Let no process of this user namespace create another (as its root: the limit is the
+    namespace's own). Refused in the host's first user namespace, where the limit would be the
+    machine's. Return "" on success, else why not."""
+    try:
+        with open("/proc/self/uid_map") as handle:
+            if handle.read().split() == ["0", "0", "4294967295"]:
+                return "this is the host's user namespace"
+        with open("/proc/sys/user/max_user_namespaces", "w") as handle:
+            handle.write("0\n")
+    except OSError as exc:
+        return str(exc)
+    return ""
 
 
 def set_no_new_privs() -> bool:
@@ -211,6 +226,49 @@ def private_tmpfs(path: str, limit_bytes: Optional[int]) -> bool:
         return int(c.mount(b"tmpfs", path.encode(), b"tmpfs", ms_nosuid | ms_nodev, options)) == 0
     except Exception:
         return False
+
+
+def hide(dirs: List[str], files: List[str]) -> List[str]:
+    """Cover ``dirs`` with an empty, bounded tmpfs and ``files`` with /dev/null in this mount
+    namespace (as its root): the daemon sockets there (docker, containerd, podman, D-Bus) are
+    then out of the code's reach, which a network namespace does not give. A file the host's
+    /etc/resolv.conf names under a hidden directory is put back, read-only (DNS, where the
+    network is allowed). Return what could not be hidden, in words."""
+    c = libc()
+    if c is None:
+        return ["no ctypes here"]
+    import ctypes
+
+    ms_rdonly, ms_nosuid, ms_nodev, ms_noexec, ms_remount, ms_bind = 1, 2, 4, 8, 32, 4096
+    kept = []  # (descriptor, path) of what resolv.conf needs, opened before it is covered
+    resolv = os.path.realpath("/etc/resolv.conf")
+    for path in dirs:
+        if resolv.startswith(path.rstrip("/") + "/") and os.path.isfile(resolv):
+            try:
+                kept.append((os.open(resolv, os.O_RDONLY | os.O_CLOEXEC), resolv))
+            except OSError:
+                pass
+    failed = []
+    flags = ms_nosuid | ms_nodev | ms_noexec
+    for path in dirs:
+        if int(c.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=1m,mode=755")) != 0:
+            failed.append("%s (%s)" % (path, os.strerror(ctypes.get_errno())))
+    for fd, path in kept:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w"):
+                pass
+            source = ("/proc/self/fd/%d" % fd).encode()
+            if int(c.mount(source, path.encode(), None, ms_bind, None)) == 0:
+                c.mount(None, path.encode(), None, ms_remount | ms_bind | ms_rdonly, None)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    for path in files:
+        if int(c.mount(b"/dev/null", path.encode(), None, ms_bind, None)) != 0:
+            failed.append("%s (%s)" % (path, os.strerror(ctypes.get_errno())))
+    return failed
 
 
 def overlay(source: str, upper: str, work: str) -> str:

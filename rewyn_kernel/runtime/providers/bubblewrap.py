@@ -1,0 +1,355 @@
+"""The bubblewrap provider: the subprocess provider's worker, in a minimal view of the host.
+
+It shells out to ``bwrap`` (the package ``bubblewrap``; Flatpak's sandbox), as the container
+provider shells out to docker. The code sees, read-only, only what runs it: ``/usr`` (and the
+``/bin``, ``/lib``... that point there), the prefixes of the worker's Python (its venv and the
+installation under it), and a few files of ``/etc`` that programs read and hold no secret. It
+gets a fresh ``/proc`` and ``/dev``, a bounded ``/tmp``, its scratch directory (read-write, at
+the host's path) and, with ``files_dir``, the notebook's directory through an overlay. The
+host's ``/home``, ``/root``, ``/run``, ``/var`` and every daemon socket are simply not there.
+
+Every namespace is new (user, PID, network, IPC, UTS, cgroup, mount). The supervisor is the
+namespace's first process (``--as-pid-1``: the code cannot kill it) and dies with the host
+(its channel ends); it starts as root of its own user namespace, so it can mount the
+overlay and a bounded ``/dev/shm`` there, forbids further user namespaces, and drops every
+capability (bounding set included) and sets no-new-privileges before any code runs. The warm
+worker and the fork per one-shot execution are the subprocess provider's.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rewyn_kernel.runtime._result import Isolation
+from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.host import cgroup
+from rewyn_kernel.runtime.host.base import BaseSandbox
+from rewyn_kernel.runtime.host.files import WRITES_DIR, files_config, plan_view
+from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
+from rewyn_kernel.runtime.providers.base import CheckItem
+from rewyn_kernel.runtime.providers.popen import PopenWorker
+
+MEMORY_EVENTS = "/dev/rewyn-memory-events"
+"""Where the code's supervisor reads its memory cgroup's OOM-kill counter (bound read-only)."""
+TMP_MB = 64
+"""The size of the sandbox's own ``/tmp`` (a tmpfs: it counts against memory)."""
+ETC = (
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "crypto-policies",
+    "fonts",
+    "gai.conf",
+    "host.conf",
+    "hosts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "matplotlibrc",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "pki",
+    "protocols",
+    "services",
+    "ssl",
+    "timezone",
+)
+"""What of ``/etc`` the code sees (read-only): what libraries and tools read, no secrets.
+``passwd`` and ``group`` are made up for the sandbox; ``resolv.conf`` comes with the network."""
+SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+"""Top-level directories that are links into ``/usr`` on merged-/usr systems, else real ones."""
+_FILESYSTEM = (
+    "a read-only view of /usr, the worker's Python and a few files of /etc; the scratch "
+    "directory (cwd, HOME) read-write; its own /tmp, /proc and /dev; nothing else of the host"
+)
+
+
+@dataclass(frozen=True)
+class Bubblewrap:
+    """What ``bwrap`` can do on this machine, found by trying it once."""
+
+    path: str | None
+    works: bool
+    """A sandbox with every namespace starts."""
+    caps: bool
+    """Its first process may keep capabilities inside its own user namespace (not where
+    bwrap is setuid): the supervisor needs them for the overlay and ``/dev/shm``."""
+    detail: str
+
+
+def system_view() -> list[str]:
+    """The bwrap arguments of the read-only system directories and ``/etc`` files."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for name in SYSTEM_LINKS:
+        path = f"/{name}"
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for name in ETC:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return argv
+
+
+@functools.cache
+def probe_bubblewrap(path: str | None = None) -> Bubblewrap:
+    """Whether ``bwrap`` (``path``, else the one on PATH) starts a sandbox here with every
+    namespace, and whether its first process may keep capabilities (tried once per process)."""
+    if not sys.platform.startswith("linux"):
+        return Bubblewrap(None, False, False, f"bubblewrap is Linux-only (this is {sys.platform})")
+    bwrap = path or shutil.which("bwrap")
+    if bwrap is None:
+        return Bubblewrap(None, False, False, "bwrap is not installed (the package bubblewrap)")
+    true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
+    base = [bwrap, "--unshare-all", *system_view(), "--proc", "/proc"]
+    errors = []
+    for extra, caps in ((["--uid", "0", "--gid", "0", "--cap-add", "ALL"], True), ([], False)):
+        try:
+            done = subprocess.run(
+                [*base, *extra, true], capture_output=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            errors.append(str(exc))
+            continue
+        if done.returncode == 0:
+            detail = "every namespace" + ("" if caps else "; no capabilities inside (setuid)")
+            return Bubblewrap(bwrap, True, caps, detail)
+        errors.append(done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}")
+    return Bubblewrap(bwrap, False, False, "bwrap failed here: " + " | ".join(errors))
+
+
+@functools.cache
+def python_prefixes(python: str) -> tuple[str, ...]:
+    """The directories ``python`` runs from: its prefixes (a venv's and the installation's
+    under it) and the directory of the file its path resolves to, outermost first."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+        # This package, where it is not inside them (an editable install): code in the
+        # sandbox may use the runtime too (the quickstart does).
+        found.append(str(Path(__file__).resolve().parents[2]))
+    else:
+        code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, "
+        code += "sys.exec_prefix, sys.base_exec_prefix]))"
+        try:  # (with site: it is site that makes a venv's sys.prefix the venv)
+            done = subprocess.run(
+                [python, "-I", "-c", code], capture_output=True, text=True, timeout=30, check=True
+            )
+            found = [str(path) for path in json.loads(done.stdout)]
+        except (OSError, ValueError, subprocess.SubprocessError):
+            found = []  # (the worker will not start either, and say why)
+    found += [str(Path(python).parent), os.path.dirname(os.path.realpath(python))]
+    return _outermost(os.path.realpath(p) for p in found if p)
+
+
+def _outermost(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` without those inside another of them, or inside /usr (bound already)."""
+    kept: list[str] = []
+    for path in sorted(set(paths), key=len):
+        inside = (path + "/").startswith
+        if path not in ("/", "") and not inside("/usr/") and not any(inside(k + "/") for k in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
+class BubblewrapProvider:
+    """Run each sandbox as a local process inside ``bwrap``: the host's files, sockets and
+    processes out of reach. The default where bubblewrap works (see ``default_provider``)."""
+
+    name = "bubblewrap"
+
+    def __init__(self, python: str | None = None, *, bwrap: str | None = None) -> None:
+        """``python``: interpreter for the worker (default ``sys.executable``); ``bwrap``:
+        the bubblewrap binary (default: ``bwrap`` on PATH)."""
+        self.python = python or sys.executable
+        self.bwrap = bwrap
+
+    def probe(self) -> Bubblewrap:
+        return probe_bubblewrap(self.bwrap)
+
+    @property
+    def available(self) -> bool:
+        return self.probe().works and os.access(self.python, os.X_OK)
+
+    def _python(self, spec: SandboxSpec) -> str:
+        return spec.python or self.python
+
+    def isolation(self, spec: SandboxSpec) -> Isolation:
+        found = self.probe()
+        notes = [
+            "no seccomp filter: the code reaches the host's kernel through every system call "
+            "(use ContainerProvider with gVisor for a narrower kernel surface)"
+        ]
+        if not found.caps:
+            notes.append(
+                "bwrap is setuid here: no private /dev/shm, no overlay of the notebook's "
+                "directory, and the code may create user namespaces of its own"
+            )
+        if spec.files_dir is not None:
+            if found.caps:
+                notes.append(
+                    f"{spec.files_dir} is seen read-only through an overlay; the code's writes "
+                    f"go to {plan_view(spec.files_dir, spec.files_name).upper}"
+                )
+            else:
+                notes.append(f"{spec.files_dir} is read-write for the code (no overlay)")
+        network: Literal["isolated", "allowed"] = "isolated"
+        if spec.network != "none":
+            network = "allowed"
+        return Isolation(
+            provider=self.name,
+            files="isolated",
+            network=network,
+            pid_namespace=True,
+            user_namespace=True,
+            memory=cgroup.memory_text(spec.memory_limit_mb),
+            filesystem=_FILESYSTEM,
+            notes=tuple(notes),
+        )
+
+    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
+        limit = spec.memory_limit_mb
+        caps = self.probe().caps
+        config: dict[str, Any] = {
+            "memory_limit_bytes": limit * 1024 * 1024 if limit else None,
+            "cwd": str(workdir),
+            "own_ipc": caps,
+            "own_userns": caps,
+            **(
+                {"oom_counter": MEMORY_EVENTS, "memory_cgroup": True}
+                if cgroup.capped(limit)
+                else {}
+            ),
+            "same_python": self._python(spec) == sys.executable,
+        }
+        if spec.files_dir is not None:
+            config.update(files_config(spec))
+            if not caps:  # (without the overlay the code works in the directory itself)
+                config["cwd"] = str(spec.files_dir)
+                config.pop("files")
+        return config
+
+    def bwrap_argv(self, spec: SandboxSpec, workdir: Path, name: str) -> list[str]:
+        """The ``bwrap`` command line of one worker (the program comes on its stdin)."""
+        found = self.probe()
+        if not found.works or found.path is None:
+            from rewyn_kernel.errors import ProviderUnavailableError
+
+            raise ProviderUnavailableError(f"bubblewrap cannot run here: {found.detail}")
+        python = self._python(spec)
+        # No --die-with-parent: it is a parent-death signal, sent when the *thread* that
+        # started bwrap ends (a session starts its spare worker from a short-lived thread).
+        # The supervisor is what dies with the host: its channel ends, it exits, and as the
+        # PID namespace's first process it takes every other process with it.
+        # Nor --new-session: the sandbox stays in the process group Popen made for it (no
+        # terminal is shared: its standard streams are pipes), so killing that group reaches
+        # the supervisor, and the namespace goes with it.
+        argv = [found.path, "--unshare-all", "--as-pid-1"]
+        if spec.network != "none":
+            argv.append("--share-net")
+        if found.caps:  # (the supervisor drops them all before any code runs)
+            argv += ["--uid", "0", "--gid", "0", "--cap-add", "ALL"]
+        argv += ["--hostname", "sandbox", *system_view()]
+        # /proc, /dev and /tmp first: what is bound below may live under /tmp (a venv, say).
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += ["--perms", "1777", "--size", str(TMP_MB * 1024 * 1024), "--tmpfs", "/tmp"]
+        for prefix in python_prefixes(python):
+            argv += ["--ro-bind", prefix, prefix]
+        if spec.network != "none" and os.path.exists("/etc/resolv.conf"):
+            # (often a link into /run, which the code does not see: the file it names)
+            argv += ["--ro-bind", os.path.realpath("/etc/resolv.conf"), "/etc/resolv.conf"]
+        argv += ["--bind", str(workdir), str(workdir)]
+        if spec.files_dir is not None:
+            files = str(spec.files_dir)
+            if found.caps:  # the person's files read-only; the supervisor's overlay on top
+                writes = str(Path(files, WRITES_DIR))
+                argv += ["--ro-bind", files, files, "--bind", writes, writes]
+            else:
+                argv += ["--bind", files, files]
+        return argv
+
+    def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
+        env = spec.build_env()
+        env.update(HOME=str(workdir), TMPDIR="/tmp", REWYN_SANDBOX=name)
+        env.update(spec.env)
+        argv = self.bwrap_argv(spec, workdir, name)
+        users = _etc_users(str(workdir))
+        argv += ["--ro-bind-data", str(users[0]), "/etc/passwd"]
+        argv += ["--ro-bind-data", str(users[1]), "/etc/group"]
+        group = _memory_cgroup(spec, name)
+        if group is not None:  # (its OOM-kill counter, for the supervisor to read)
+            argv += ["--ro-bind", str(group.events), MEMORY_EVENTS]
+        # The sandbox's root (a tmpfs bwrap made to hold the mount points) read-only last: the
+        # code writes only where it was given room (scratch, /tmp, /dev/shm: all bounded).
+        argv += ["--remount-ro", "/"]
+        argv += [self._python(spec), "-c", BOOTSTRAP]
+        try:
+            # Killing the process group (PopenWorker.kill) kills bwrap and the supervisor, the
+            # PID namespace's first process: the kernel then kills the rest of it.
+            return PopenWorker(argv, env, workdir, pass_fds=users, cgroup=group)
+        except BaseException:
+            if group is not None:
+                group.remove(0)
+            raise
+        finally:
+            for fd in users:
+                os.close(fd)
+
+    def check(self) -> Sequence[CheckItem]:
+        found = self.probe()
+        return [
+            CheckItem("python", os.access(self.python, os.X_OK), self.python),
+            CheckItem("bwrap", found.path is not None, found.path or found.detail),
+            CheckItem("namespaces", found.works, found.detail),
+            CheckItem(
+                "capabilities inside",
+                found.caps,
+                "the supervisor mounts the overlay and /dev/shm"
+                if found.caps
+                else "none (setuid bwrap): no overlay, no private /dev/shm",
+            ),
+        ]
+
+    def create(
+        self, spec: SandboxSpec | None = None, *, listeners: Sequence[EventListener] = ()
+    ) -> BubblewrapSandbox:
+        return BubblewrapSandbox(self, spec or SandboxSpec(), listeners)
+
+    def __repr__(self) -> str:
+        return f"BubblewrapProvider(python={self.python!r})"
+
+
+def _etc_users(home: str) -> tuple[int, int]:
+    """Read ends of two pipes holding the sandbox's ``/etc/passwd`` and ``/etc/group`` (bwrap
+    copies them in): its root, which the code runs as, and nobody; no user of the host's."""
+    passwd = f"root:x:0:0:sandbox:{home}:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n"
+    group = "root:x:0:\nnogroup:x:65534:\n"
+    fds = []
+    for text in (passwd, group):
+        read, write = os.pipe()
+        with os.fdopen(write, "w") as pipe:  # (a few bytes: the pipe's buffer holds them)
+            pipe.write(text)
+        fds.append(read)
+    return fds[0], fds[1]
+
+
+def _memory_cgroup(spec: SandboxSpec, name: str) -> cgroup.MemoryCgroup | None:
+    if not cgroup.capped(spec.memory_limit_mb):
+        return None
+    assert spec.memory_limit_mb is not None
+    return cgroup.make(name, spec.memory_limit_mb * 1024 * 1024)
+
+
+class BubblewrapSandbox(BaseSandbox):
+    """A sandbox whose workers run inside bwrap (see BubblewrapProvider)."""
