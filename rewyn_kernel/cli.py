@@ -16,7 +16,7 @@ from jupyter_core.paths import jupyter_path
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel import kernelspec
-from rewyn_kernel.runtime import JsonlRunLog, create
+from rewyn_kernel.runtime import BubblewrapProvider, JsonlRunLog, create, local_provider
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
 from rewyn_kernel.runtime.sandbox import (
     CheckItem,
@@ -124,7 +124,7 @@ def demo() -> int:
 def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
     """Say, per provider, what works on this machine and what is missing; then the kernel's
     own pieces: the kernelspec Jupyter would start, and the JupyterLab extension."""
-    providers: list[SandboxProvider] = [SubprocessProvider()]
+    providers: list[SandboxProvider] = [BubblewrapProvider(), SubprocessProvider()]
     for cli in ("docker", "podman", "nerdctl"):
         providers.append(ContainerProvider(image=image, runtime=cli))
         providers += [
@@ -137,6 +137,10 @@ def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
         usable += ok
         print(f"{provider.name}: {'usable' if ok else 'NOT usable'}")
         _print_items(items)
+    default = local_provider()
+    print(f"default provider (create() and the kernel's provider=auto): {default.name}")
+    if isinstance(default, SubprocessProvider) and default.instead_of_bubblewrap:
+        print(f"   the host's files are open to the code: {default.instead_of_bubblewrap}")
     print("jupyter:")
     _print_items(_jupyter_checks())
     return 0 if usable else 1

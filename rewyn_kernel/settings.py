@@ -24,7 +24,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from rewyn_kernel.runtime import ContainerProvider, JsonlRunLog, SubprocessProvider, create
+from rewyn_kernel.runtime import (
+    BubblewrapProvider,
+    ContainerProvider,
+    JsonlRunLog,
+    SubprocessProvider,
+    create,
+    local_provider,
+)
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
@@ -79,9 +86,11 @@ class KernelSettings(SandboxSpec):
         "directory (the notebook's: Jupyter starts each kernel there), read-only where the "
         "provider can, its writes kept in sandbox-files/<notebook name> beside the notebook.",
     )
-    provider: Literal["subprocess", "container"] = Field(
-        default="subprocess",
-        description='"subprocess" (against accidents) or "container" (for code you did not write).',
+    provider: Literal["auto", "bubblewrap", "subprocess", "container"] = Field(
+        default="auto",
+        description='"auto": bubblewrap where it works here, else subprocess (and the banner '
+        'says so); "bubblewrap": the host\'s files and sockets out of reach; "subprocess": '
+        'against accidents, the host\'s files open; "container": for code you did not write.',
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
@@ -176,7 +185,11 @@ class KernelSettings(SandboxSpec):
             return ContainerProvider(
                 image=self.image, runtime=self.container_runtime, oci_runtime=self.oci_runtime
             )
-        return SubprocessProvider()
+        if self.provider == "bubblewrap":
+            return BubblewrapProvider()
+        if self.provider == "subprocess":
+            return SubprocessProvider()
+        return local_provider()
 
     def make_sandbox(self, listeners: Sequence[EventListener] = ()) -> Sandbox:
         """Create the sandbox these settings describe; ``listeners`` get its events."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from rewyn_kernel.runtime.sandbox import SandboxResult
+from rewyn_kernel.runtime.sandbox import SandboxResult, get_default_provider
 
 from .kernel_client import run_cell, running_kernel
 
@@ -51,7 +51,7 @@ def test_named_sessions_keep_state_and_can_be_stopped(
     shell.run_cell_magic("sandbox", "", "print('counter' in globals())")  # not the session
     assert capsys.readouterr().out == "False\n"
     shell.run_line_magic("sandbox", "list")
-    assert "work: subprocess, 2 executions" in capsys.readouterr().out
+    assert f"work: {get_default_provider().name}, 2 executions" in capsys.readouterr().out
     shell.run_line_magic("sandbox", "stop work")
     shell.run_line_magic("sandbox", "list")
     assert "no sandbox sessions" in capsys.readouterr().out
@@ -80,7 +80,7 @@ def test_defaults_come_from_config_and_line_options_win(
     # --env is per cell, not a default: only limits are kept by config
     assert capsys.readouterr().out == "None\n"
     shell.run_cell_magic("sandbox", "", "blob = ' ' * (512 * 1024 * 1024)")
-    assert shell.user_ns["_sandbox"].memory_exceeded
+    assert shell.user_ns["_sandbox"].memory_exceeded, shell.user_ns["_sandbox"].message
     shell.run_cell_magic(
         "sandbox", "--memory 1024 --env MODE=line", "import os\nprint(os.environ['MODE'])"
     )

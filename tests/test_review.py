@@ -23,6 +23,7 @@ from rewyn_kernel.notebooks.review import (
 )
 from rewyn_kernel.runtime import JsonlRunLog, create
 from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.sandbox import get_default_provider
 from tests.kernel_client import write_spec
 
 LONG_CODE = "# " + "x" * 300_000 + "\nprint('long')"
@@ -34,7 +35,7 @@ CODES = [
     LONG_CODE,
 ]
 LIMITS = {
-    "provider": "subprocess",
+    "provider": get_default_provider().name,  # (what create() uses: the run log's)
     "timeout": 1.0,
     "memory_limit_mb": None,
     "network": "none",
@@ -112,14 +113,15 @@ def test_a_real_run_becomes_one_cell_per_execution(
 
     source = text(header["source"])
     command = install_command(kernel_name_for(LIMITS), LIMITS)
-    assert command.endswith("--provider subprocess --timeout 1 --network none --no-ipython")
+    provider = LIMITS["provider"]
+    assert command.endswith(f"--provider {provider} --timeout 1 --network none --no-ipython")
     for line in (
         f"# Review of an agent's run: `{run_log}`",
         "in the order of the log's lines",
         "- **Executions:** 5 in 1 sandbox(es)",
         "- **Endings:** completed 3 · exception 1 · timeout 1",
         "- **Not ok:** 2 of 5, 1 timed out; line 2: exception (`ZeroDivisionError`); line 3",
-        "- **Provider** `subprocess` (5 executions): network isolated",
+        f"- **Provider** `{provider}` (5 executions): network isolated",
         "- **Time:** ",
         f"    {command}",
         "only the `text/plain` of rich outputs",
@@ -159,7 +161,8 @@ def test_kernel_names_and_limits(run_log: Path) -> None:
     event = events_of(run_log)[0]
     assert limits_of(event) == LIMITS
     default = event.model_copy(update={"spec": {**event.spec, "timeout": 600.0, "ipython": True}})
-    assert limits_of(default) == DEFAULT_LIMITS
+    assert limits_of(default) == {**DEFAULT_LIMITS, "provider": LIMITS["provider"]}
+    assert kernel_name_for(limits_of(default) or {}) == "rewyn-sandbox"  # (auto: the same here)
     assert kernel_name_for(DEFAULT_LIMITS) == KERNEL_NAME
     assert kernel_name_for(LIMITS) == kernel_name_for(dict(reversed(LIMITS.items())))
     assert kernel_name_for(LIMITS) != kernel_name_for({**LIMITS, "network": "allow"})
@@ -178,7 +181,7 @@ def test_kernel_names_and_limits(run_log: Path) -> None:
     )
     capped = event.model_copy(update={"spec": {**event.spec, "memory_limit_mb": 256}})
     assert "--memory 256" in install_command("rv", limits_of(capped) or {})
-    assert limits_of(event.model_copy(update={"provider": "bubblewrap"})) is None
+    assert limits_of(event.model_copy(update={"provider": "microvm"})) is None
 
 
 def test_most_executions_choose_the_kernel_and_the_others_are_named(
@@ -421,7 +424,7 @@ def test_install_kernel_then_check_on_the_notebooks_own_kernel(
     name = kernel_name_for(LIMITS)
     spec = json.loads((tmp_path / "data" / "kernels" / name / "kernel.json").read_text())
     assert spec["argv"][-4:] == [
-        "--SandboxKernel.provider=subprocess",
+        f"--SandboxKernel.provider={LIMITS['provider']}",
         "--SandboxKernel.timeout=1.0",
         "--SandboxKernel.network=none",
         "--SandboxKernel.ipython=False",

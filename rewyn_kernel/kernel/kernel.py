@@ -35,7 +35,7 @@ from rewyn_kernel.kernel.record import (
 )
 from rewyn_kernel.kernel.safety import drop_note, filter_bundle
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, Session
+from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, Session, SubprocessProvider
 
 logger = logging.getLogger(__name__)
 INTROSPECT_WAIT = 10.0
@@ -75,7 +75,15 @@ class SandboxKernel(Kernel, SandboxSettings):
         if ready is None:
             return f"rewyn-kernel {__version__}: Python in a sandbox ({where})"
         shell = "IPython" if ready.shell == "ipython" else "plain Python (no IPython there)"
-        return f"rewyn-kernel {__version__}: Python {ready.python} in a sandbox ({where}); {shell}"
+        banner = (
+            f"rewyn-kernel {__version__}: Python {ready.python} in a sandbox ({where}); {shell}"
+        )
+        if self._sandbox.isolation.files == "open":
+            provider = self._sandbox.provider
+            why = provider.instead_of_bubblewrap if isinstance(provider, SubprocessProvider) else ""
+            because = f": bubblewrap cannot run here ({why})" if why else ""
+            banner += f"\nThe host's files are open to the code{because}."
+        return banner
 
     def _language_info(self) -> dict[str, Any]:
         ready = self._session.ready if hasattr(self, "_session") else None

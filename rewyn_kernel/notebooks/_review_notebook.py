@@ -60,13 +60,24 @@ def limits_of(event: SandboxEvent) -> dict[str, Any] | None:
     return settings.model_dump(mode="json", include=set(limits))
 
 
+def resolved(limits: dict[str, Any]) -> dict[str, Any]:
+    """``limits`` with provider "auto" as the provider it means on this machine (a kernel set
+    to auto applies the limits of a run recorded on bubblewrap here, or on subprocess where
+    bubblewrap cannot run)."""
+    if limits.get("provider") != "auto":
+        return limits
+    from rewyn_kernel.runtime import local_provider
+
+    return {**limits, "provider": local_provider().name}
+
+
 def kernel_name_for(limits: dict[str, Any]) -> str:
     """Return ``rewyn-sandbox`` for the default limits, else ``rewyn-review-<hash of limits>``.
 
     The name is a function of the limits, so reviews of runs under the same policy share one
     kernel and installing it again is harmless.
     """
-    if limits == DEFAULT_LIMITS:
+    if resolved(limits) == resolved(DEFAULT_LIMITS):
         return kernelspec.KERNEL_NAME
     digest = hashlib.sha256(json.dumps(limits, sort_keys=True).encode()).hexdigest()
     return f"rewyn-review-{digest[:8]}"

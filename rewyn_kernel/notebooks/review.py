@@ -36,6 +36,7 @@ from rewyn_kernel.notebooks._review_notebook import (
     install_command,
     kernel_name_for,
     limits_of,
+    resolved,
     settings_for,
 )
 from rewyn_kernel.runtime.events import EVENT_TYPE, SandboxEvent
@@ -200,7 +201,7 @@ def _kernel_mismatches(name: str, limits: dict[str, Any] | None) -> list[str]:
             "re-run in a sandbox"
         )
     try:
-        settings = settings_from_argv(argv).model_dump(mode="json")
+        settings = resolved(settings_from_argv(argv).model_dump(mode="json"))
     except (ValueError, TraitError) as exc:
         return [f"the settings of kernel {name} cannot be read ({exc})"]
     return [

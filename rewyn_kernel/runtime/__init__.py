@@ -8,6 +8,8 @@ from rewyn_kernel.runtime import container, events, sandbox
 from rewyn_kernel.runtime.container import ContainerProvider, ContainerSandbox
 from rewyn_kernel.runtime.events import JsonlRunLog, SandboxEvent
 from rewyn_kernel.runtime.sandbox import (
+    BubblewrapProvider,
+    BubblewrapSandbox,
     Sandbox,
     SandboxProvider,
     SandboxResult,
@@ -18,11 +20,14 @@ from rewyn_kernel.runtime.sandbox import (
     acreate,
     create,
     get_default_provider,
+    local_provider,
     sandbox_tool,
     set_default_provider,
 )
 
 __all__ = [
+    "BubblewrapProvider",
+    "BubblewrapSandbox",
     "ContainerProvider",
     "ContainerSandbox",
     "JsonlRunLog",
@@ -39,6 +44,7 @@ __all__ = [
     "create",
     "events",
     "get_default_provider",
+    "local_provider",
     "sandbox",
     "sandbox_tool",
     "set_default_provider",

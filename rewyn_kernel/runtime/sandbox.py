@@ -21,6 +21,7 @@ from rewyn_kernel.runtime.host.create import (
     acreate,
     create,
     get_default_provider,
+    local_provider,
     set_default_provider,
 )
 from rewyn_kernel.runtime.host.session import Session
@@ -31,10 +32,13 @@ from rewyn_kernel.runtime.providers.base import (
     SandboxProvider,
     WorkerProcess,
 )
+from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider, BubblewrapSandbox
 from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider, SubprocessSandbox
 
 __all__ = [
     "BaseSandbox",
+    "BubblewrapProvider",
+    "BubblewrapSandbox",
     "CheckItem",
     "DEFAULT_INHERIT_ENV",
     "Ending",
@@ -54,6 +58,7 @@ __all__ = [
     "acreate",
     "create",
     "get_default_provider",
+    "local_provider",
     "sandbox_tool",
     "set_default_provider",
 ]

@@ -12,14 +12,26 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.session import UNSET
 from rewyn_kernel.runtime.providers.base import Sandbox, SandboxProvider
+from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider, probe_bubblewrap
 from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider
 
 _default: SandboxProvider | None = None
 _default_lock = threading.Lock()
 
 
+def local_provider() -> SandboxProvider:
+    """The best provider this machine has without an engine: bubblewrap where it starts a
+    sandbox here (the host's files out of reach), else the subprocess provider, whose
+    isolation notes, ``rewyn-kernel doctor`` and the kernel's banner then say why."""
+    found = probe_bubblewrap()
+    if found.works:
+        return BubblewrapProvider()
+    return SubprocessProvider(instead_of_bubblewrap=found.detail)
+
+
 def set_default_provider(provider: SandboxProvider | None) -> None:
-    """Make ``provider`` the one ``create()`` uses when given none (None: back to subprocess)."""
+    """Make ``provider`` the one ``create()`` uses when given none (None: back to the local
+    default, see ``local_provider``)."""
     global _default
     if provider is not None and not isinstance(provider, SandboxProvider):
         raise TypeError(f"{provider!r} is not a SandboxProvider")
@@ -28,11 +40,12 @@ def set_default_provider(provider: SandboxProvider | None) -> None:
 
 
 def get_default_provider() -> SandboxProvider:
-    """Return the default provider: the one set with ``set_default_provider``, else subprocess."""
+    """Return the default provider: the one set with ``set_default_provider``, else
+    ``local_provider()`` (bubblewrap where it works, else subprocess)."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = SubprocessProvider()
+            _default = local_provider()
         return _default
 
 
