@@ -18,6 +18,7 @@ from rewyn_kernel import __version__
 from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.runtime import BubblewrapProvider, JsonlRunLog, create, local_provider
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
+from rewyn_kernel.runtime.host.cgroup import cgroup_support
 from rewyn_kernel.runtime.sandbox import (
     CheckItem,
     SandboxProvider,
@@ -137,6 +138,10 @@ def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
         usable += ok
         print(f"{provider.name}: {'usable' if ok else 'NOT usable'}")
         _print_items(items)
+    support = cgroup_support()
+    mark = "ok" if support.parent is not None else "!!"
+    print("memory cgroups (one memory cap for all of a local sandbox's processes):")
+    print(f"   [{mark}] {support.detail}" + ("" if support.parent else ": the cap is per process"))
     default = local_provider()
     print(f"default provider (create() and the kernel's provider=auto): {default.name}")
     if isinstance(default, SubprocessProvider) and default.instead_of_bubblewrap:

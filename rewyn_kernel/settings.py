@@ -263,6 +263,7 @@ OPTIONS: dict[str, Option] = {
     "oci_runtime": Option("--oci-runtime", "RUNTIME"),
     "timeout": Option("--timeout", "SECONDS|none"),
     "memory_limit_mb": Option("--memory", "MB"),
+    "disk_limit_mb": Option("--disk", "MB"),
     "network": Option("--network"),
     "inherit_env": Option("--inherit-env", "NAME,..."),
     "env": Option("--env", "NAME=VALUE"),

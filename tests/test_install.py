@@ -6,12 +6,16 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
 import pytest
+
+from rewyn_kernel.runtime.host.cgroup import cgroup_support
+from rewyn_kernel.runtime.providers.bubblewrap import probe_bubblewrap
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +44,9 @@ def fresh(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return bin_dir
 
 
-def command(bin_dir: Path, *args: str | Path, cwd: Path | None = None) -> str:
+def command(
+    bin_dir: Path, *args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> str:
     done = subprocess.run(
         [bin_dir / "rewyn-kernel", *map(str, args)],
         capture_output=True,
@@ -48,6 +54,7 @@ def command(bin_dir: Path, *args: str | Path, cwd: Path | None = None) -> str:
         timeout=300,
         check=False,
         cwd=cwd,
+        env=env,
     )
     assert done.returncode == 0, f"rewyn-kernel {' '.join(map(str, args))}: {done.stderr}"
     return done.stdout
@@ -64,8 +71,24 @@ def test_help_names_every_command(fresh: Path) -> None:
 def test_doctor_finds_the_provider_the_kernelspec_and_the_extension(fresh: Path) -> None:
     text = command(fresh, "doctor")
     assert "subprocess: usable" in text
+    found = probe_bubblewrap()
+    assert ("bubblewrap: usable" in text) is found.works, text
+    default = "bubblewrap" if found.works else "subprocess"
+    assert f"default provider (create() and the kernel's provider=auto): {default}\n" in text
+    support = cgroup_support()
+    assert f"[{'ok' if support.parent else '!!'}] {support.detail}" in text
     assert f"[ok] kernelspec: rewyn-sandbox ({fresh.parent}/share/jupyter/kernels" in text
     assert f"[ok] labextension: {fresh.parent}/share/jupyter/labextensions/rewyn-kernel" in text
+
+
+def test_doctor_says_when_bubblewrap_is_missing_and_the_files_are_open(fresh: Path) -> None:
+    """Without bwrap on PATH (as on a machine without the package), the default falls back to
+    the subprocess provider, and doctor says so and why."""
+    text = command(fresh, "doctor", env={**os.environ, "PATH": str(fresh)})
+    assert "bubblewrap: NOT usable" in text
+    assert "bwrap is not installed (the package bubblewrap)" in text
+    assert "default provider (create() and the kernel's provider=auto): subprocess\n" in text
+    assert "the host's files are open to the code: bwrap is not installed" in text
 
 
 def test_install_run_and_review(fresh: Path, tmp_path: Path) -> None:

@@ -425,3 +425,65 @@ def test_small_memory_caps_still_run_ordinary_code(make_box: Callable[..., Sandb
     assert box.execute("print(sum(range(100)))").stdout == "4950\n"
     with box.session() as session:
         assert session.execute("print('session')").stdout == "session\n"
+
+
+CHILDREN = """
+import json, subprocess, sys
+hold = "b = bytearray(160 * 1024 * 1024)\\nfor i in range(0, len(b), 4096): b[i] = 1\\n"
+hold += "import time; time.sleep(3)"
+kids = [subprocess.Popen([sys.executable, "-c", hold]) for _ in range(8)]
+print(json.dumps([kid.wait() for kid in kids]))
+"""
+GROWS = """
+import subprocess, sys, time
+hold = "b = bytearray(100 * 1024 * 1024)\\nfor i in range(0, len(b), 4096): b[i] = 1\\n"
+kid = subprocess.Popen([sys.executable, "-c", hold + "import time; time.sleep(30)"])
+time.sleep(1.5)
+mine = bytearray(200 * 1024 * 1024)
+for i in range(0, len(mine), 4096):
+    mine[i] = 1
+print("both held")
+"""
+
+
+def _cgroups_or_skip() -> None:
+    from rewyn_kernel.runtime.host.cgroup import cgroup_support
+
+    from .conftest import unavailable
+
+    support = cgroup_support()
+    if support.parent is None:
+        unavailable(f"no memory cgroup can be made here ({support.detail})")
+
+
+@pytest.mark.providers("subprocess", "bubblewrap")
+def test_children_together_stay_under_the_memory_cap(make_box: Callable[..., Sandbox]) -> None:
+    """Eight children of 160 MB each under a 256 MiB cap: RLIMIT_AS alone (one process) lets
+    all of them live (1280 MB); the sandbox's cgroup lets at most one."""
+    _cgroups_or_skip()
+    box = make_box(memory_limit_mb=256, timeout=60)
+    assert box.isolation.memory is not None
+    assert "for all of a worker's processes together" in box.isolation.memory
+    result = box.execute(CHILDREN)
+    assert result.ok, result.stderr
+    codes = [int(code) for code in result.stdout.strip("[]\n").split(",")]
+    assert sum(code == 0 for code in codes) <= 1, codes
+    assert all(code in (0, -9) for code in codes), codes
+    assert result.memory_exceeded
+    assert "killed for exceeding the memory limit of 256 MiB" in result.message
+
+
+@pytest.mark.providers("subprocess", "bubblewrap")
+def test_code_that_grows_past_the_cap_beside_its_child_ends_in_oom(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    """The code (200 MB) and its child (100 MB), each under RLIMIT_AS: together past the cap,
+    the kernel kills the largest, the code, and the result says oom; the session lives on."""
+    _cgroups_or_skip()
+    box = make_box(memory_limit_mb=256, timeout=60)
+    with box.session() as session:
+        result = session.execute(GROWS)
+        assert result.ending == "oom", (result.ending, result.message, result.stderr[-500:])
+        assert result.memory_exceeded
+        assert "memory limit of 256 MiB" in result.message
+        assert session.execute("print('alive')").stdout == "alive\n"

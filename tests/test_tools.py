@@ -15,7 +15,12 @@ import pytest
 from rewyn_kernel.errors import PolicyError
 from rewyn_kernel.runtime import ContainerProvider, create, sandbox_tool
 from rewyn_kernel.runtime._tool import risk_of
-from rewyn_kernel.runtime.sandbox import Sandbox, SandboxSpec, SubprocessProvider
+from rewyn_kernel.runtime.sandbox import (
+    BubblewrapProvider,
+    Sandbox,
+    SandboxSpec,
+    SubprocessProvider,
+)
 from rewyn_kernel.tools import (
     MaxRiskLevel,
     PermissionDecision,
@@ -34,8 +39,9 @@ MEDIUM = MaxRiskLevel(RiskLevel.MEDIUM)
 
 @pytest.fixture
 def open_box() -> Iterator[Callable[..., Sandbox]]:
-    """``create(**limits)`` with ``inherit_env=[]`` unless given; every box is closed after."""
-    with sandboxes(inherit_env=[]) as make:
+    """``create(**limits)`` on the subprocess provider (the host's files open: the policy's
+    middle rows), with ``inherit_env=[]`` unless given; every box is closed after."""
+    with sandboxes(inherit_env=[], provider=SubprocessProvider()) as make:
         yield make
 
 
@@ -203,6 +209,10 @@ def test_a_container_sandbox_is_low_risk_and_making_the_tool_starts_nothing() ->
             {"network": "allow", "env": {"API_TOKEN": "x"}},
             RiskLevel.CRITICAL,
         ),
+        (BubblewrapProvider(), {}, RiskLevel.LOW),
+        (BubblewrapProvider(), {"env": {"API_TOKEN": "x"}}, RiskLevel.HIGH),
+        (BubblewrapProvider(), {"network": "allow"}, RiskLevel.HIGH),
+        (BubblewrapProvider(), {"network": "allow", "env": {"API_TOKEN": "x"}}, RiskLevel.CRITICAL),
         (SubprocessProvider(), {"env": {"DATA_DIR": "/tmp"}}, RiskLevel.MEDIUM),
         (SubprocessProvider(), {"env": {"API_TOKEN": "x"}}, RiskLevel.HIGH),
         (SubprocessProvider(), {"network": "allow"}, RiskLevel.CRITICAL),

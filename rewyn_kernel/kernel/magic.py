@@ -33,6 +33,7 @@ _Item = tuple[str, Any]
 MAGIC_SETTINGS = (
     "timeout",
     "memory_limit_mb",
+    "disk_limit_mb",
     "network",
     "provider",
     "image",
@@ -56,6 +57,7 @@ class SandboxMagics(Magics):
 
     timeout = trait_for("timeout")
     memory_limit_mb = trait_for("memory_limit_mb")
+    disk_limit_mb = trait_for("disk_limit_mb")
     network = trait_for("network")
     provider = trait_for("provider")
     image = trait_for("image")

@@ -26,7 +26,7 @@ Line = tuple[int, SandboxEvent]
 """An event and the number of the log line it came from."""
 
 
-LIMIT_FIELDS = ("provider", "timeout", "memory_limit_mb", "network", "ipython")
+LIMIT_FIELDS = ("provider", "timeout", "memory_limit_mb", "disk_limit_mb", "network", "ipython")
 DEFAULT_LIMITS: dict[str, Any] = {
     name: kernelspec.KernelSettings.model_fields[name].default for name in LIMIT_FIELDS
 }
@@ -41,11 +41,11 @@ RECORDED_DEFAULTS = {"ipython": False}
 def limits_of(event: SandboxEvent) -> dict[str, Any] | None:
     """Return the kernel settings that reproduce ``event``'s limits, or None if unknown.
 
-    From ``event.provider``: "subprocess", or "container/CLI[+OCI]" (the container runtime and
-    OCI runtime; the image is not recorded). From ``event.spec``: timeout, memory_limit_mb,
-    network and ipython (what ran the code: a re-run's tracebacks and displays look alike only
-    on the same). None when the provider is another kind or a value is out of the kernel's
-    bounds.
+    From ``event.provider``: "bubblewrap", "subprocess", or "container/CLI[+OCI]" (the
+    container runtime and OCI runtime; the image is not recorded). From ``event.spec``:
+    timeout, memory_limit_mb, disk_limit_mb, network and ipython (what ran the code: a re-run's
+    tracebacks and displays look alike only on the same). None when the provider is another
+    kind or a value is out of the kernel's bounds.
     """
     limits: dict[str, Any] = {"provider": event.provider}
     if event.provider.startswith("container/"):
@@ -98,6 +98,7 @@ def install_command(name: str, limits: dict[str, Any]) -> str:
         "--oci-runtime": limits.get("oci_runtime"),
         "--timeout": "none" if limits["timeout"] is None else f"{limits['timeout']:g}",
         "--memory": limits["memory_limit_mb"],
+        "--disk": limits.get("disk_limit_mb"),
         "--network": limits["network"],
     }
     words = ["rewyn-kernel", "install", "--user", "--name", name]

@@ -86,6 +86,10 @@ class Isolation(_Model):
     pid_namespace: bool = Field(description="The sandbox has its own process tree.")
     user_namespace: bool = Field(description="The sandbox runs in its own user namespace.")
     memory: str | None = Field(description="How the memory cap is enforced; None: no cap.")
+    disk: str | None = Field(
+        default=None,
+        description="How the scratch quota is enforced, or why it is not; None: none asked.",
+    )
     files: Literal["isolated", "open"] = Field(
         description="isolated: the code sees none of the host's files but what runs it and what "
         "it was given (its scratch directory, files_dir); open: it reads and writes the host's "
@@ -138,6 +142,11 @@ class SandboxResult(_Model):
         "fresh one and its state is lost.",
     )
     memory_exceeded: bool = False
+    disk_full: bool = Field(
+        default=False,
+        description="The scratch quota (disk_limit_mb) was used up when the execution ended: "
+        "the code's writes past it failed with ENOSPC.",
+    )
     execution_id: str = ""
     provider: str = ""
     isolation: Isolation | None = None

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 DEFAULT_INHERIT_ENV: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 """Parent variables a sandbox inherits unless told otherwise: locale, time zone and PATH only.
@@ -39,6 +39,11 @@ class SandboxSpec(BaseModel):
     )
     memory_limit_mb: Annotated[int, Field(ge=32, le=1024 * 1024)] | None = Field(
         default=None, description="Memory cap in MiB (at least 32); none: no cap."
+    )
+    disk_limit_mb: Annotated[int, Field(ge=8, le=1024 * 1024)] | None = Field(
+        default=None,
+        description="Quota in MiB on the scratch directory (at least 8; a filesystem of its "
+        "own, which takes root to mount): writes past it fail with ENOSPC; none: no quota.",
     )
     env: dict[str, str] = Field(
         default_factory=dict,
@@ -126,6 +131,15 @@ class SandboxSpec(BaseModel):
             raise ValueError(f"{info.field_name} {str(value)!r} is not an existing directory")
         return value.resolve()
 
+    @model_validator(mode="after")
+    def _check_quota(self) -> SandboxSpec:
+        if self.disk_limit_mb is not None and self.workdir is not None:
+            raise ValueError(
+                "disk_limit_mb bounds a scratch directory of the sandbox's own: it cannot "
+                "cover a workdir you gave (its files would be hidden under the quota's)"
+            )
+        return self
+
     def build_env(self, parent: Mapping[str, str] | None = None) -> dict[str, str]:
         """Return the inherited part of the environment: allow-listed parent variables."""
         source = os.environ if parent is None else parent
@@ -145,6 +159,7 @@ class SandboxSpec(BaseModel):
             "timeout": self.timeout,
             "network": self.network,
             "memory_limit_mb": self.memory_limit_mb,
+            "disk_limit_mb": self.disk_limit_mb,
             "env_names": sorted(self.env),
             "inherit_env": list(self.inherit_env),
             "workdir": str(self.workdir) if self.workdir else None,

@@ -63,8 +63,6 @@ SECRET_WORDS = (
     "SESSION",
     "DSN",
 )
-CONFINED_PROVIDERS = ("container/",)
-"""Providers whose code sees only its scratch directory of the host's files."""
 
 
 def sandbox_tool(
@@ -133,13 +131,14 @@ def _secret_names(spec: SandboxSpec) -> list[str]:
 
 
 def _assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str]]:
-    # A container sees only its scratch dir: a fresh one, unless the caller mounted their own
-    # (a home directory, say), which then counts as the host's files.
-    confined = isolation.provider.startswith(CONFINED_PROVIDERS) and spec.workdir is None
+    # A container or bubblewrap sees only its scratch dir of the host's files (isolation.files):
+    # a fresh one, unless the caller gave their own (a home directory, say), which then counts
+    # as the host's files.
+    confined = isolation.files == "isolated" and spec.workdir is None
     network = isolation.network != "isolated"
     secrets = _secret_names(spec)
     reasons = []
-    if spec.workdir is not None and isolation.provider.startswith(CONFINED_PROVIDERS):
+    if spec.workdir is not None and isolation.files == "isolated":
         reasons.append(f"the code can read and write the directory mounted: {spec.workdir}")
     if isolation.network == "allowed":
         reasons.append("network='allow': the code can reach the network")

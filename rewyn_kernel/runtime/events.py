@@ -71,6 +71,7 @@ class SandboxEvent(BaseModel):
     timed_out: bool
     interrupted: bool
     memory_exceeded: bool
+    disk_full: bool = False
     state_lost: bool
     sandbox_restarted: bool
     message: str

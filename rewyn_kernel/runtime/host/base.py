@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from rewyn_kernel.errors import SandboxClosedError
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.host import quota
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
 from rewyn_kernel.runtime.host.scratch import ScratchEntry, list_dir, read_file, write_file
@@ -48,14 +49,29 @@ class BaseSandbox(Closeable):
         owned = spec.workdir is None
         workdir = Path(tempfile.mkdtemp(prefix=f"rewyn-{sandbox_id}-")) if owned else spec.workdir
         assert workdir is not None
+        isolation = provider.isolation(spec)
+        scratch_quota = None
+        if spec.disk_limit_mb is not None:
+            try:
+                scratch_quota = quota.make(workdir, spec.disk_limit_mb)
+                disk = (
+                    f"a {spec.disk_limit_mb} MiB filesystem of its own (ext4 on a loop device): "
+                    "writes past it fail with ENOSPC"
+                )
+                isolation = isolation.model_copy(update={"disk": disk})
+            except OSError as exc:
+                disk = f"no quota: {exc}"
+                notes = (*isolation.notes, f"disk_limit_mb is not applied here ({exc})")
+                isolation = isolation.model_copy(update={"disk": disk, "notes": notes})
         self._core = SandboxCore(
             id=sandbox_id,
             provider=provider,
             spec=spec,
             workdir=workdir,
             owns_workdir=owned,
-            isolation=provider.isolation(spec),
+            isolation=isolation,
             listeners=tuple(listeners),
+            quota=scratch_quota,
         )
         self._lock = threading.Lock()
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()

@@ -24,6 +24,7 @@ from rewyn_kernel.runtime.host.protocol import (
     frame_adapter,
     worker_program,
 )
+from rewyn_kernel.runtime.host.quota import Quota
 from rewyn_kernel.runtime.host.scratch import remove_tree
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class SandboxCore:
     owns_workdir: bool
     isolation: Isolation
     listeners: tuple[EventListener, ...]
+    quota: Quota | None = None
+    """The scratch directory's own filesystem (disk_limit_mb), removed at cleanup."""
     _live: set[LiveWorker] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -113,6 +116,8 @@ class SandboxCore:
             live = list(self._live)
         for worker in live:
             worker.kill("the sandbox was closed")
+        if self.quota is not None:  # (its workers are gone: nothing holds it)
+            self.quota.remove()
         # (Without following any link the code made there: see scratch.py.)
         if self.owns_workdir:
             remove_tree(self.workdir)

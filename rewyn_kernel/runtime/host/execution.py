@@ -210,8 +210,10 @@ class Execution:
         isolation: Isolation | None,
         *,
         sandbox_restarted: bool,
+        disk_full: bool = False,
     ) -> SandboxResult:
-        """Make the result from what arrived and how it ended (``outcome``)."""
+        """Make the result from what arrived and how it ended (``outcome``); ``disk_full``:
+        the scratch quota was used up when it ended."""
         for name, capture in self.streams.items():
             text = capture.finish()
             if text and self.callbacks.on_stream:
@@ -252,6 +254,12 @@ class Execution:
         if error is not None and ending != "completed":
             # As Python prints it, at the end of stderr: what a log of stderr alone should show.
             self.streams["stderr"].append(excerpt(plain_traceback(error), TRACEBACK_CHARS))
+        if disk_full:
+            full = (
+                f"the scratch quota of {self.spec.disk_limit_mb} MiB is used up: "
+                "writes past it fail (No space left on device)"
+            )
+            message = f"{message}; {full}" if message else full
         if self.state_lost:
             lost = "the previous sandbox was lost, so this ran in a fresh one without earlier state"
             message = f"{lost}; {message}" if message else lost
@@ -276,6 +284,7 @@ class Execution:
             state_lost=self.state_lost,
             sandbox_restarted=sandbox_restarted,
             memory_exceeded=memory_exceeded,
+            disk_full=disk_full,
             execution_id=self.id,
             provider=provider,
             isolation=isolation,
@@ -313,6 +322,7 @@ class Execution:
             timed_out=result.timed_out,
             interrupted=result.interrupted,
             memory_exceeded=result.memory_exceeded,
+            disk_full=result.disk_full,
             state_lost=result.state_lost,
             sandbox_restarted=result.sandbox_restarted,
             message=result.message,

@@ -186,6 +186,7 @@ class Session(Closeable):
                 self._core.provider.name,
                 self._core.isolation,
                 sandbox_restarted=restarted,
+                disk_full=self._core.quota is not None and self._core.quota.full(),
             )
         emit(execution.event(result, self._core.id, self.id), self._core.listeners)
         if raised is not None:
