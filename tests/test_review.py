@@ -38,6 +38,7 @@ LIMITS = {
     "provider": get_default_provider().name,  # (what create() uses: the run log's)
     "timeout": 1.0,
     "memory_limit_mb": None,
+    "disk_limit_mb": None,
     "network": "none",
     "ipython": False,
 }
