@@ -19,9 +19,9 @@ import pytest
 from playwright.sync_api import Browser, Page, Request, sync_playwright
 
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY
-from rewyn_kernel.runtime import JsonlRunLog
+from rewyn_kernel.runtime import JsonlRunLog, local_provider
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import SandboxSpec, SubprocessProvider
+from rewyn_kernel.runtime.sandbox import SandboxSpec
 from tests.conftest import unavailable
 from tests.jupyter_browser import (
     CHROMIUM,
@@ -245,19 +245,25 @@ def test_each_cell_that_ran_has_one_status_line(
     assert notebook.locator(".rewyn-Event").count() == 4
     statuses = notebook.locator(".rewyn-Event-status").all_inner_texts()
     assert statuses == ["ok", "ok", "error", "timed out"]
-    # Where this machine cannot cut the network (no user namespaces), every line says so.
-    network = SubprocessProvider().isolation(SandboxSpec()).network
-    unisolated = [] if network == "isolated" else ["network not isolated"]
+    # The kernel's provider is the local default (bubblewrap where it works, else subprocess):
+    # where the network could not be cut, or the host's files are open, every line says so.
+    local = local_provider()
+    isolation = local.isolation(SandboxSpec())
+    network = isolation.network
+    every = ([] if network == "isolated" else ["network not isolated"]) + (
+        ["host files open"] if isolation.files == "open" else []
+    )
     assert notebook.locator(".rewyn-Event-badge").all_inner_texts() == [
-        *unisolated,
-        *unisolated,
+        *every,
+        *every,
         "output truncated (97.7 KiB printed)",
-        *unisolated,
-        *unisolated,  # (the timeout interrupted the sleep: the sandbox was not restarted)
+        *every,
+        *every,  # (the timeout interrupted the sleep: the sandbox was not restarted)
     ]
     facts = notebook.locator(".rewyn-Event-facts").first.inner_text()
     assert facts.startswith("sandbox · exit 0 · ")
-    assert facts.endswith(f"subprocess, network {network.replace('_', ' ')}")
+    where = f"{local.name}, network {network.replace('_', ' ')}"
+    assert facts.endswith(f"{where}, files isolated" if isolation.files == "isolated" else where)
     # Drawn from the cells' metadata: there is no event output; the details open on a click.
     assert "sandbox: exit" not in notebook.inner_text()
     rows = notebook.locator(".rewyn-Event-rows").last

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewyn_kernel.runtime._result import Isolation, SandboxResult
+from rewyn_kernel.runtime._result import ErrorInfo, Isolation, Payload, RichOutput, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime.events import EventListener, SandboxEvent
+from rewyn_kernel.runtime.events import EventListener, OutputSummary, SandboxEvent
 from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.files import plan_view, tidy
 from rewyn_kernel.runtime.host.protocol import (
@@ -37,10 +37,11 @@ def build_models() -> None:
     """Build the validators of what a worker sends and of a result (pydantic builds them on
     first use: they are declared ``defer_build``, so importing the runtime, and a kernel's
     start, does not pay for them). Called once a worker is on its way up, which takes far
-    longer; the lock keeps two sessions from building the same one at once."""
+    longer, and before its channel's thread starts reading frames: a pydantic model is not
+    built safely in two threads at once. The lock keeps two sessions from doing it together."""
     with _BUILT:
         frame_adapter()
-        for model in (SandboxResult, SandboxEvent):
+        for model in (ErrorInfo, RichOutput, Payload, SandboxResult, OutputSummary, SandboxEvent):
             if not model.__pydantic_complete__:
                 model.model_rebuild()
 
@@ -82,6 +83,7 @@ class SandboxCore:
             "max_payload_bytes": MAX_PAYLOAD_BYTES,
         }
         try:
+            build_models()  # (the worker starts meanwhile; its frames are read from here on)
             worker = LiveWorker(
                 process,
                 worker_program(config, compiled=bool(config.get("same_python"))),
@@ -92,7 +94,6 @@ class SandboxCore:
             process.kill()
             process.close()
             raise
-        build_models()
         with self._lock:
             closed = self.closed()  # again: cleanup may have run while the worker started
             if not closed:
