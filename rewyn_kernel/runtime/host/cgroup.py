@@ -197,6 +197,14 @@ def joining(group: MemoryCgroup, argv: list[str]) -> list[str]:
     return ["/bin/sh", "-c", script, str(group.procs), *argv]
 
 
+def for_worker(name: str, limit_mb: int | None) -> MemoryCgroup | None:
+    """A memory cgroup for the worker ``name`` under a cap of ``limit_mb``, where one can be
+    had (None: no cap asked, or no cgroup here)."""
+    if limit_mb is None or not capped(limit_mb):
+        return None
+    return make(name, limit_mb * 1024 * 1024)
+
+
 def capped(limit_mb: int | None) -> bool:
     """Whether a worker under ``limit_mb`` gets a memory cgroup here."""
     return limit_mb is not None and cgroup_support().parent is not None

@@ -287,7 +287,7 @@ class BubblewrapProvider:
         users = _etc_users(str(workdir))
         argv += ["--ro-bind-data", str(users[0]), "/etc/passwd"]
         argv += ["--ro-bind-data", str(users[1]), "/etc/group"]
-        group = _memory_cgroup(spec, name)
+        group = cgroup.for_worker(name, spec.memory_limit_mb)
         if group is not None:  # (its OOM-kill counter, for the supervisor to read)
             argv += ["--ro-bind", str(group.events), MEMORY_EVENTS]
         # The sandbox's root (a tmpfs bwrap made to hold the mount points) read-only last: the
@@ -298,10 +298,6 @@ class BubblewrapProvider:
             # Killing the process group (PopenWorker.kill) kills bwrap and the supervisor, the
             # PID namespace's first process: the kernel then kills the rest of it.
             return PopenWorker(argv, env, workdir, pass_fds=users, cgroup=group)
-        except BaseException:
-            if group is not None:
-                group.remove(0)
-            raise
         finally:
             for fd in users:
                 os.close(fd)
@@ -342,13 +338,6 @@ def _etc_users(home: str) -> tuple[int, int]:
             pipe.write(text)
         fds.append(read)
     return fds[0], fds[1]
-
-
-def _memory_cgroup(spec: SandboxSpec, name: str) -> cgroup.MemoryCgroup | None:
-    if not cgroup.capped(spec.memory_limit_mb):
-        return None
-    assert spec.memory_limit_mb is not None
-    return cgroup.make(name, spec.memory_limit_mb * 1024 * 1024)
 
 
 class BubblewrapSandbox(BaseSandbox):

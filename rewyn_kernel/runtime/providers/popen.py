@@ -42,7 +42,21 @@ class PopenWorker:
         self._farewell = farewell
         # start_new_session: the kernel's interrupts (SIGINT to its process group) must not hit
         # the sandbox directly; the session forwards them once, on purpose.
-        self._popen = subprocess.Popen(
+        try:
+            self._popen = self._start(env, cwd, pass_fds)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove(0)
+            raise
+        assert self._popen.stdin is not None
+        assert self._popen.stdout is not None
+        assert self._popen.stderr is not None
+        self._streams = (self._popen.stdin, self._popen.stdout, self._popen.stderr)
+
+    def _start(
+        self, env: Mapping[str, str], cwd: Path, pass_fds: Sequence[int]
+    ) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             self.argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -54,10 +68,6 @@ class PopenWorker:
             pass_fds=tuple(pass_fds),
             bufsize=0,
         )
-        assert self._popen.stdin is not None
-        assert self._popen.stdout is not None
-        assert self._popen.stderr is not None
-        self._streams = (self._popen.stdin, self._popen.stdout, self._popen.stderr)
 
     @property
     def pid(self) -> int:

@@ -260,14 +260,9 @@ class SubprocessProvider:
         # kills the namespace's first process (the supervisor, which runs no code and so cannot
         # be talked out of that), and its death the rest of the PID namespace. Without, the
         # supervisor is asked to end what it started first (it can find it: it is a subreaper).
-        group = _memory_cgroup(spec, name)
+        group = cgroup.for_worker(name, spec.memory_limit_mb)
         farewell = 0.0 if prefix else FAREWELL_SECONDS
-        try:
-            return PopenWorker(argv, env, workdir, farewell=farewell, cgroup=group)
-        except BaseException:
-            if group is not None:
-                group.remove(0)
-            raise
+        return PopenWorker(argv, env, workdir, farewell=farewell, cgroup=group)
 
     def check(self) -> Sequence[CheckItem]:
         ns = probe_namespaces() if self.use_namespaces else None
@@ -287,14 +282,6 @@ class SubprocessProvider:
 
     def __repr__(self) -> str:
         return f"SubprocessProvider(python={self.python!r})"
-
-
-def _memory_cgroup(spec: SandboxSpec, name: str) -> cgroup.MemoryCgroup | None:
-    """A memory cgroup for one worker under ``spec``'s cap, where one can be had."""
-    if not cgroup.capped(spec.memory_limit_mb):
-        return None
-    assert spec.memory_limit_mb is not None
-    return cgroup.make(name, spec.memory_limit_mb * 1024 * 1024)
 
 
 class SubprocessSandbox(BaseSandbox):
