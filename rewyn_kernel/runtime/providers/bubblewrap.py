@@ -34,7 +34,7 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import WRITES_DIR, files_config, plan_view
+from rewyn_kernel.runtime.host.files import files_config, plan_view, prepare
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.providers.base import CheckItem
 from rewyn_kernel.runtime.providers.popen import PopenWorker
@@ -273,7 +273,9 @@ class BubblewrapProvider:
         if spec.files_dir is not None:
             files = str(spec.files_dir)
             if found.caps:  # the person's files read-only; the supervisor's overlay on top
-                writes = str(Path(files, WRITES_DIR))
+                view = plan_view(spec.files_dir, spec.files_name)
+                prepare(view)  # (bwrap binds the writes directory: it must exist already)
+                writes = str(view.upper.parent)
                 argv += ["--ro-bind", files, files, "--bind", writes, writes]
             else:
                 argv += ["--bind", files, files]
@@ -291,7 +293,7 @@ class BubblewrapProvider:
         if group is not None:  # (its OOM-kill counter, for the supervisor to read)
             argv += ["--ro-bind", str(group.events), MEMORY_EVENTS]
         # The sandbox's root (a tmpfs bwrap made to hold the mount points) read-only last: the
-        # code writes only where it was given room (scratch, /tmp, /dev/shm: all bounded).
+        # code writes only where it was given room (scratch, /tmp, /dev/shm, the overlay).
         argv += ["--remount-ro", "/"]
         argv += [self._python(spec), "-c", BOOTSTRAP]
         try:
