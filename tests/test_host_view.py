@@ -216,3 +216,25 @@ class _environ:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@pytest.mark.providers("bubblewrap")
+def test_a_sandbox_made_inside_bubblewrap_knows_the_network_is_cut() -> None:
+    """Code in a bubblewrap sandbox using the runtime itself (the quickstart does) gets
+    subprocess sandboxes without namespaces (user namespaces are forbidden inside): their
+    network is still cut, by the sandbox they run in, and they say so rather than claim it is
+    not isolated. The host, which has interfaces, says nothing of the kind."""
+    from rewyn_kernel.runtime.providers.subprocess import network_cut_here
+
+    assert network_cut_here() is False  # (the host: so that the check inside can fail)
+    code = (
+        "from rewyn_kernel.runtime import SubprocessProvider, create\n"
+        "with create(provider=SubprocessProvider(), timeout=30) as box:\n"
+        "    print(box.isolation.network, box.isolation.pid_namespace)\n"
+        "    print(any('already cut' in note for note in box.isolation.notes))\n"
+        "    print(box.execute('print(1)').stdout.strip())\n"
+    )
+    with create(provider=_bubblewrap(), timeout=60) as box:
+        result = box.execute(code)
+    assert result.ok, result.stderr
+    assert result.stdout.splitlines() == ["isolated False", "True", "1"]

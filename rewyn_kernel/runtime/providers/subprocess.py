@@ -89,6 +89,17 @@ def hidden_paths(needed: Sequence[Path | str]) -> dict[str, list[str]]:
     return {"dirs": dirs, "files": files}
 
 
+def network_cut_here() -> bool:
+    """Whether this process's network namespace has no interface but the loopback (so nothing
+    outside it answers): as inside another sandbox. Read from /proc/net/dev."""
+    try:
+        with open("/proc/net/dev", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()[2:]
+    except OSError:
+        return False
+    return [line.split(":")[0].strip() for line in lines if ":" in line] == ["lo"]
+
+
 def _is_socket(path: str) -> bool:
     try:
         return stat.S_ISSOCK(os.stat(path).st_mode)
@@ -196,9 +207,17 @@ class SubprocessProvider:
     def isolation(self, spec: SandboxSpec) -> Isolation:
         ns = self._namespaces(spec)
         notes = []
+        # Without namespaces of its own, the network may still be cut where this process runs
+        # (inside another sandbox: code in a bubblewrap kernel using the runtime itself).
+        cut_already = not ns.prefix and spec.network == "none" and network_cut_here()
         if not ns.prefix:
             notes.append(f"no namespaces: {ns.detail}")
-            if spec.network == "none":
+            if cut_already:
+                notes.append(
+                    "network='none' holds: this runs where the network is already cut (a "
+                    "network namespace with nothing but a loopback: another sandbox's)"
+                )
+            elif spec.network == "none":
                 notes.append("network='none' is NOT enforced: the code can reach the network")
             notes.append(
                 "the code runs as the host's user in the host's process tree: it can signal the "
@@ -221,7 +240,7 @@ class SubprocessProvider:
             )
         network: Literal["isolated", "allowed", "not_isolated"] = "allowed"
         if spec.network == "none":
-            network = "isolated" if ns.prefix else "not_isolated"
+            network = "isolated" if ns.prefix or cut_already else "not_isolated"
         return Isolation(
             provider=self.name,
             files="open",
