@@ -42,6 +42,7 @@ print(json.dumps({
     'write_var_tmp': can(lambda: write('/var/tmp/rewyn-probe-%(tag)s')),
     'write_etc': can(lambda: write('/etc/rewyn-probe-%(tag)s')),
     'run': sorted(os.listdir('/run')) if os.path.isdir('/run') else None,
+    'ssl_private': os.path.exists('/etc/ssl/private') or os.path.exists('/etc/pki/tls/private'),
     'write_tmp': can(lambda: write('/tmp/rewyn-probe-%(tag)s')),
     'write_shm': can(lambda: write('/dev/shm/rewyn-probe-%(tag)s')),
     'home': os.environ['HOME'],
@@ -71,6 +72,7 @@ def test_bubblewrap_shows_the_code_none_of_the_hosts_files(host_tmp_file: Path) 
     assert seen["home"] == str(box.workdir)  # ~ is the scratch directory
     assert seen["host_tmp"] is False
     assert seen["run"] is None  # no /run at all: no daemon socket
+    assert seen["ssl_private"] is False  # (certificates only: a root host's keys stay out)
     assert seen["write_var_tmp"] is False
     assert seen["write_etc"] is False
     # /root holds at most the way to the interpreter (pyenv's lives there on these machines).

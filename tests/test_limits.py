@@ -487,3 +487,43 @@ def test_code_that_grows_past_the_cap_beside_its_child_ends_in_oom(
         assert result.memory_exceeded
         assert "memory limit of 256 MiB" in result.message
         assert session.execute("print('alive')").stdout == "alive\n"
+
+
+LIFT = """
+import os
+path = [line.split(":", 2)[2] for line in open("/proc/self/cgroup").read().splitlines()
+        if "memory" in line.split(":")[1].split(",") or line.startswith("0::")]
+tried = []
+for part in path:
+    for name in ("memory/" + part.strip("/") + "/memory.limit_in_bytes",
+                 part.strip("/") + "/memory.max"):
+        target = "/sys/fs/cgroup/" + name.replace("//", "/")
+        try:
+            with open(target, "w") as handle:
+                handle.write(str(8 * 1024 ** 3))
+            tried.append("lifted " + target)
+        except OSError as exc:
+            tried.append(type(exc).__name__)
+print(tried)
+"""
+
+
+@pytest.mark.providers("subprocess", "bubblewrap")
+def test_the_code_cannot_lift_its_own_memory_cap(make_box: Callable[..., Sandbox]) -> None:
+    """The cgroup's files belong to the host's user, whom the code runs as on the subprocess
+    provider: /sys/fs/cgroup is covered in its mount namespace (bubblewrap has no /sys)."""
+    _cgroups_or_skip()
+    box = make_box(memory_limit_mb=256, timeout=30)
+    from rewyn_kernel.runtime.host.cgroup import cgroup_support
+
+    parent = cgroup_support().parent
+    assert parent is not None
+    with box.session() as session:
+        result = session.execute(LIFT)  # (a session: its worker's cgroup lives on, to be read)
+        assert result.ok, result.stderr
+        ours = [p for p in parent.iterdir() if p.name.startswith(f"rewyn-{os.getpid()}-")]
+        assert ours  # (so that the check below can fail)
+        for group in ours:
+            name = "memory.max" if (group / "memory.max").exists() else "memory.limit_in_bytes"
+            assert int((group / name).read_text()) == 256 * 1024 * 1024, group
+        assert session.execute(CHILDREN).memory_exceeded  # (the cap and its OOM count hold)

@@ -71,6 +71,7 @@ def test_closing_removes_the_quota_filesystem(make_box: Callable[..., Sandbox]) 
     assert _mounted(workdir)  # (so that the checks below can fail)
     images = list(workdir.parent.glob(f".{workdir.name}.*{quota.SUFFIX}"))
     assert len(images) == 1
+    assert images[0].stat().st_mode & 0o077 == 0  # (the code's files are in it)
     box.close()
     assert not _mounted(workdir)
     assert not images[0].exists()

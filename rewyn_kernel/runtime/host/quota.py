@@ -80,7 +80,9 @@ def make(mountpoint: Path, limit_mb: int) -> Quota:
     image = mountpoint.with_name(f".{mountpoint.name}.{os.getpid()}{SUFFIX}")
     owner = mountpoint.stat()
     try:
-        with open(image, "xb") as handle:
+        # Only its owner may read it: the code's files are in it (the scratch dir is 0700).
+        fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as handle:
             handle.truncate(limit_mb * 1024 * 1024)  # sparse: disk is used as it is written
         mkfs = _run(
             "mkfs.ext4",
@@ -108,9 +110,13 @@ def make(mountpoint: Path, limit_mb: int) -> Quota:
             image.unlink()
         raise
     quota = Quota(mountpoint, image, limit_mb)
-    with contextlib.suppress(OSError):
-        (mountpoint / "lost+found").rmdir()
-    os.chmod(mountpoint, owner.st_mode & 0o7777)
+    try:
+        with contextlib.suppress(OSError):
+            (mountpoint / "lost+found").rmdir()
+        os.chmod(mountpoint, owner.st_mode & 0o7777)
+    except BaseException:
+        quota.remove()
+        raise
     return quota
 
 

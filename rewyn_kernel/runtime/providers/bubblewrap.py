@@ -60,13 +60,16 @@ ETC = (
     "mime.types",
     "nsswitch.conf",
     "os-release",
-    "pki",
+    "pki/ca-trust",
+    "pki/tls/certs",
     "protocols",
     "services",
-    "ssl",
+    "ssl/certs",
+    "ssl/openssl.cnf",
     "timezone",
 )
-"""What of ``/etc`` the code sees (read-only): what libraries and tools read, no secrets.
+"""What of ``/etc`` the code sees (read-only): what libraries and tools read, no secrets (of
+``ssl`` and ``pki``, the certificates only: a host run as root would show its private keys).
 ``passwd`` and ``group`` are made up for the sandbox; ``resolv.conf`` comes with the network."""
 SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 """Top-level directories that are links into ``/usr`` on merged-/usr systems, else real ones."""
@@ -207,6 +210,10 @@ class BubblewrapProvider:
         network: Literal["isolated", "allowed"] = "isolated"
         if spec.network != "none":
             network = "allowed"
+            notes.append(
+                "network='allow' shares the host's network namespace, and with it the host's "
+                "abstract Unix sockets (a D-Bus or X11 server listening on one answers)"
+            )
         return Isolation(
             provider=self.name,
             files="isolated",
@@ -286,12 +293,12 @@ class BubblewrapProvider:
         env.update(HOME=str(workdir), TMPDIR="/tmp", REWYN_SANDBOX=name)
         env.update(spec.env)
         argv = self.bwrap_argv(spec, workdir, name)
-        users = _etc_users(str(workdir))
-        argv += ["--ro-bind-data", str(users[0]), "/etc/passwd"]
-        argv += ["--ro-bind-data", str(users[1]), "/etc/group"]
         group = cgroup.for_worker(name, spec.memory_limit_mb)
         if group is not None:  # (its OOM-kill counter, for the supervisor to read)
             argv += ["--ro-bind", str(group.events), MEMORY_EVENTS]
+        users = _etc_users(str(workdir))
+        argv += ["--ro-bind-data", str(users[0]), "/etc/passwd"]
+        argv += ["--ro-bind-data", str(users[1]), "/etc/group"]
         # The sandbox's root (a tmpfs bwrap made to hold the mount points) read-only last: the
         # code writes only where it was given room (scratch, /tmp, /dev/shm, the overlay).
         argv += ["--remount-ro", "/"]

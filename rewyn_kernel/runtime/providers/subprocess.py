@@ -40,9 +40,10 @@ _FILESYSTEM = (
 )
 
 
-DAEMON_DIRS = ("/run", "/var/run")
+DAEMON_DIRS = ("/run", "/var/run", "/sys/fs/cgroup")
 """Where daemons keep their sockets (docker, containerd, podman, D-Bus, systemd, a user's
-``/run/user/UID``): covered in the sandbox's mount namespace."""
+``/run/user/UID``), and the cgroup files (the code could lift its own memory cap there): covered
+in the sandbox's mount namespace."""
 DAEMON_SOCKETS = (
     "/var/lib/docker.sock",
     "/var/run/docker.sock",

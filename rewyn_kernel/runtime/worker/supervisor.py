@@ -141,6 +141,8 @@ class Supervisor:
                 self.notes.append("SysV shared memory could not be bounded")
             if not system.private_tmpfs("/dev/shm", limit):
                 self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
+        if self.config.get("oom_counter") == "self":
+            open_own_counter()
         hidden = self.config.get("hide")
         if hidden:
             failed = system.hide(list(hidden["dirs"]), list(hidden["files"]))
@@ -278,6 +280,11 @@ class Supervisor:
             self.config["users"] = None
             self.notes.append("the supervisor could not take a user of its own")
         if not system.drop_capabilities():
+            if system.holds_capabilities():
+                # Root of the sandbox's own namespaces (bubblewrap, unshare): the code would
+                # keep CAP_SYS_ADMIN there (and remount the read-only views writable). Never.
+                write_all(self.diag, b"rewyn: the supervisor could not drop its capabilities\n")
+                os._exit(70)
             self.notes.append("capabilities could not be dropped (no ctypes here)")
 
     def run(self) -> None:
@@ -310,6 +317,8 @@ class Supervisor:
                 os.close(fd)
             if self.files_lock >= 0:
                 os.close(self.files_lock)  # (the code could otherwise unlock it)
+            for fd in _OWN_COUNTER:
+                os.close(fd)
             for fd in (out_r, err_r):
                 os.close(fd)
             os.close(self.diag)
@@ -750,10 +759,10 @@ def oom_kills(config: Dict[str, Any]) -> Optional[int]:
     where = config.get("oom_counter")
     if not where:
         return None
-    paths = ["/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"]
     if where == "self":
-        paths = own_cgroup_counters()
-    elif isinstance(where, str):
+        return _count_oom_kills(_OWN_COUNTER[0]) if _OWN_COUNTER else None
+    paths = ["/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"]
+    if isinstance(where, str):
         paths = [where]
     for path in paths:
         try:
@@ -764,6 +773,32 @@ def oom_kills(config: Dict[str, Any]) -> Optional[int]:
                         return int(parts[1])
         except (OSError, ValueError):
             continue
+    return None
+
+
+_OWN_COUNTER: List[int] = []
+"""The descriptor of this sandbox's own cgroup's counter (oom_counter "self"), opened before
+/sys/fs/cgroup is covered: the code must not reach its cgroup's files, or it could lift its cap."""
+
+
+def open_own_counter() -> None:
+    for path in own_cgroup_counters():
+        try:
+            _OWN_COUNTER.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+            return
+        except OSError:
+            continue
+
+
+def _count_oom_kills(fd: int) -> Optional[int]:
+    try:
+        text = os.pread(fd, 4096, 0).decode("ascii", "replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "oom_kill" and parts[1].isdigit():
+            return int(parts[1])
     return None
 
 

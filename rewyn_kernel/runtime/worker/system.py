@@ -161,6 +161,18 @@ def drop_capabilities() -> bool:
     return _holds_no_capability()
 
 
+def holds_capabilities() -> bool:
+    """Whether this process holds (or may hold) any capability: True when it cannot tell."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(("CapEff:", "CapPrm:")) and int(line.split()[1], 16) != 0:
+                    return True
+        return False
+    except (OSError, ValueError):
+        return True
+
+
 def _holds_no_capability() -> bool:
     """No capability held now or regained by executing a program (the bounding set may keep
     some where no-new-privileges makes it moot: it only limits what execve could grant)."""
@@ -249,15 +261,20 @@ def hide(dirs: List[str], files: List[str]) -> List[str]:
             except OSError:
                 pass
     failed = []
+    covered = []
     flags = ms_nosuid | ms_nodev | ms_noexec
     for path in dirs:
         if int(c.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"size=1m,mode=755")) != 0:
             failed.append("%s (%s)" % (path, os.strerror(ctypes.get_errno())))
+        else:
+            covered.append(path.rstrip("/") + "/")
     for fd, path in kept:
         try:
+            if not path.startswith(tuple(covered)):
+                continue  # (its directory is the host's still: nothing to put back)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w"):
-                pass
+            # A mount point in the fresh tmpfs; O_EXCL: never truncate a file that is there.
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
             source = ("/proc/self/fd/%d" % fd).encode()
             if int(c.mount(source, path.encode(), None, ms_bind, None)) == 0:
                 c.mount(None, path.encode(), None, ms_remount | ms_bind | ms_rdonly, None)
