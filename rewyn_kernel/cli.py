@@ -203,6 +203,7 @@ SETTING_OPTIONS = (
     "oci_runtime",
     "timeout",
     "memory_limit_mb",
+    "disk_limit_mb",
     "network",
     "inherit_env",
     "output_limit_bytes",

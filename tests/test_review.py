@@ -505,3 +505,23 @@ def test_bad_options_fail_clearly(
     assert "missing.jsonl: no such file" in err
     assert "--kernel-name: kernel name 'not a name' is not valid" in err
     assert "--install-kernel: only when converting a run log" in err
+
+
+def test_a_run_under_a_quota_names_a_kernel_that_install_can_make(
+    run_log: Path, tmp_path: Path
+) -> None:
+    """A run recorded with disk_limit_mb: its kernel's install command takes --disk, and the
+    kernel it makes applies the quota."""
+    event = events_of(run_log)[0]
+    quota = event.model_copy(update={"spec": {**event.spec, "disk_limit_mb": 64}})
+    limits = limits_of(quota)
+    assert limits is not None
+    assert limits["disk_limit_mb"] == 64
+    command = install_command("rv-quota", limits)
+    assert "--disk 64" in command
+    words = command.split()[2:]  # (after "rewyn-kernel install")
+    words[words.index("--user")] = "--prefix"
+    words.insert(words.index("--prefix") + 1, str(tmp_path / "prefix"))
+    assert cli.main(["install", *words]) == 0
+    spec = json.loads((tmp_path / "prefix/share/jupyter/kernels/rv-quota/kernel.json").read_text())
+    assert "--SandboxKernel.disk_limit_mb=64" in spec["argv"]
