@@ -352,10 +352,11 @@ def test_a_container_kernel_runs_cells_in_the_container(
     write_spec(kernel_root, name, flags)
     with running_kernel(kernel_root, name) as (km, kc):
         kernel_pid = km.provisioner.process.pid  # type: ignore[union-attr]
-        run_cell(kc, "import os\nuid = os.getuid()")
+        first = run_cell(kc, "import os\nuid = os.getuid()")
+        assert first.status == "ok", [m["content"] for m in first.of_type("error", "stream")]
         cell = run_cell(kc, "print(uid != 0, os.getcwd())")
         # The notebook's directory, mounted through an overlay volume.
-        assert cell.stream() == "True /files\n"
+        assert cell.stream() == "True /files\n", [m["content"] for m in cell.messages]
         event = cell.reply["metadata"][METADATA_KEY]["event"]
         assert event["provider"] == provider.name
         assert provider.containers(host_pid=kernel_pid)  # the check below can fail
