@@ -1,17 +1,25 @@
 """``python -m rewyn_kernel``: start the sandboxed kernel (what kernel.json runs)."""
 
 import os
+import sys
 
 # ipykernel imports debugpy when it is installed; this kernel offers no debugger, so quiet
 # pydevd's start-up warning about frozen modules (it would land in every server log).
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 
-from ipykernel.kernelapp import IPKernelApp
-
-from rewyn_kernel.kernel.kernel import SandboxKernel
-
 if __name__ == "__main__":
-    # No OutStream: no user code runs in this process, so its own stdout and stderr belong in
-    # the log, not in a cell. (ipykernel's OutStream also makes the control thread's flush
-    # after a shutdown race the IOPub thread's stop: a 2.5 s exit, then a SIGKILL.)
-    IPKernelApp.launch_instance(kernel_class=SandboxKernel, outstream_class=None)
+    from rewyn_kernel.kernel import prestart
+
+    # The sandbox's worker starts now and comes up while Jupyter's stack is imported below.
+    prestart.prestart(sys.argv[1:])
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+
+        from rewyn_kernel.kernel.kernel import SandboxKernel
+
+        # No OutStream: no user code runs in this process, so its own stdout and stderr belong
+        # in the log, not in a cell. (ipykernel's OutStream also makes the control thread's
+        # flush after a shutdown race the IOPub thread's stop: a 2.5 s exit, then a SIGKILL.)
+        IPKernelApp.launch_instance(kernel_class=SandboxKernel, outstream_class=None)
+    finally:
+        prestart.discard()  # (the kernel never took it: it did not start)

@@ -44,6 +44,7 @@ __all__ = [
     "OPTIONS",
     "Option",
     "add_options",
+    "default_run_log",
     "describe_error",
     "from_options",
     "option_arguments",
@@ -111,9 +112,16 @@ class KernelSettings(SandboxSpec):
     )
     run_log: Path | None = Field(
         default=None,
-        description="JSONL file each cell's SANDBOX_EXECUTED event is appended to; none: no "
-        "log. A relative path is made absolute against the current directory, because the "
-        "kernel runs in each notebook's directory.",
+        description="JSONL file each cell's whole SANDBOX_EXECUTED event is appended to; none: "
+        "the kernel's own, <Jupyter data dir>/rewyn-kernel/runs/<notebook>-<hash>.events.jsonl "
+        "(see keep_run_log). A relative path is made absolute against the current directory, "
+        "because the kernel runs in each notebook's directory.",
+    )
+    keep_run_log: bool = Field(
+        default=True,
+        description="Whether the kernel appends every cell's whole event to a run log (run_log, "
+        "or its own one) for rewyn-kernel review; the notebook keeps a compact record either "
+        "way. The %sandbox magic logs only to a run_log it is given.",
     )
     event_output: bool = Field(
         default=False,
@@ -191,9 +199,15 @@ class KernelSettings(SandboxSpec):
             return SubprocessProvider()
         return local_provider()
 
+    def for_kernel(self) -> KernelSettings:
+        """These settings as the kernel runs them: with its own run log where none is given."""
+        if self.run_log is None and self.keep_run_log:
+            return self.model_copy(update={"run_log": default_run_log()})
+        return self
+
     def make_sandbox(self, listeners: Sequence[EventListener] = ()) -> Sandbox:
         """Create the sandbox these settings describe; ``listeners`` get its events."""
-        if self.run_log is not None:
+        if self.run_log is not None and self.keep_run_log:
             listeners = [*listeners, JsonlRunLog(self.run_log)]
         return create(self.spec(), provider=self.make_provider(), listeners=listeners)
 
@@ -235,6 +249,19 @@ def notebook_name() -> str:
     return safe_name(Path(session).stem) if session else "kernel"
 
 
+def default_run_log() -> Path:
+    """The kernel's own run log when no run_log is given: one per notebook, named after it and
+    a hash of its path, in Jupyter's data directory (where no sandbox can write)."""
+    import hashlib
+
+    from jupyter_core.paths import jupyter_data_dir
+
+    where = os.path.abspath(os.environ.get("JPY_SESSION_NAME") or os.getcwd())
+    tag = hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    runs = Path(jupyter_data_dir(), "rewyn-kernel", "runs")
+    return runs / f"{notebook_name()}-{tag}.events.jsonl"
+
+
 def _flag_values(value: object) -> list[str]:
     # traitlets parses "None", "True" and "False" for Float(allow_none=True) and Bool traits;
     # a List takes one flag per item, or the literal [] for none.
@@ -269,6 +296,7 @@ OPTIONS: dict[str, Option] = {
     "env": Option("--env", "NAME=VALUE"),
     "output_limit_bytes": Option("--output-limit", "BYTES"),
     "run_log": Option("--run-log", "PATH"),
+    "keep_run_log": Option("--no-run-log", const=False),
     "event_output": Option("--event-output", const=True),
     "ipython": Option("--no-ipython", const=False),
     "notebook_files": Option("--no-notebook-files", const=False),

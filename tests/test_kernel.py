@@ -13,6 +13,7 @@ from jupyter_client.manager import KernelManager
 
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY
 from rewyn_kernel.runtime.container import ContainerProvider
+from rewyn_kernel.runtime.events import JsonlRunLog
 from rewyn_kernel.runtime.sandbox import SandboxProvider
 
 from .conftest import processes_with, wait_until_gone
@@ -110,6 +111,30 @@ def test_the_event_output_when_asked_for(kernel_root: Path) -> None:
         (output,) = persisted
         assert output["content"]["data"][EVENT_MIME]["id"] == event["id"]
         assert output["content"]["data"]["text/plain"].startswith("sandbox: exit 0")
+
+
+def test_whole_events_go_to_the_kernels_own_run_log_unless_turned_off(
+    kernel_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As JupyterLab starts it (no run_log given): one log per notebook in Jupyter's data dir,
+    named after the notebook; ``keep_run_log=False`` writes none."""
+    data, notebooks = tmp_path / "data", tmp_path / "notebooks"
+    notebooks.mkdir()
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(data))
+    monkeypatch.setenv("JPY_SESSION_NAME", str(notebooks / "Births analysis.ipynb"))
+    write_spec(kernel_root, "rewyn-test-unlogged", ["--SandboxKernel.keep_run_log=False"])
+    ids = []
+    for _ in range(2):  # (a restarted kernel appends to the same log)
+        with running_kernel(kernel_root, "rewyn-test", cwd=notebooks) as (_, kc):
+            ids.append(run_cell(kc, "1").reply["metadata"][METADATA_KEY]["event"]["id"])
+    (log,) = (data / "rewyn-kernel" / "runs").iterdir()
+    assert log.name.startswith("Births-analysis-")
+    assert log.name.endswith(".events.jsonl")
+    assert [event.id for event in JsonlRunLog.read(log)] == ids
+    with running_kernel(kernel_root, "rewyn-test-unlogged", cwd=notebooks) as (_, kc):
+        assert run_cell(kc, "1").status == "ok"
+    assert [event.id for event in JsonlRunLog.read(log)] == ids
+    assert list((data / "rewyn-kernel" / "runs").iterdir()) == [log]
 
 
 def test_requests_aborted_after_an_error_carry_no_event(kernel: Kernel) -> None:

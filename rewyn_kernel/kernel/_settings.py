@@ -79,6 +79,7 @@ class SandboxSettings(HasTraits):
     files_name = trait_for("files_name")
     notebook_files = trait_for("notebook_files")
     run_log = trait_for("run_log")
+    keep_run_log = trait_for("keep_run_log")
     event_output = trait_for("event_output")
     trust_output = trait_for("trust_output")
 

@@ -22,6 +22,7 @@ from ipykernel.kernelbase import Kernel
 from jupyter_client.session import Session as JupyterSession
 
 from rewyn_kernel import __version__
+from rewyn_kernel.kernel import prestart
 from rewyn_kernel.kernel._compat import iopub_topic, shell_ident
 from rewyn_kernel.kernel._relay import StreamRelay
 from rewyn_kernel.kernel._settings import SandboxSettings
@@ -35,7 +36,7 @@ from rewyn_kernel.kernel.record import (
 )
 from rewyn_kernel.kernel.safety import drop_note, filter_bundle
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, Session, SubprocessProvider
+from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, SubprocessProvider
 
 logger = logging.getLogger(__name__)
 INTROSPECT_WAIT = 10.0
@@ -57,8 +58,8 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._stdin_ident: Any = None
         self._asking: set[asyncio.Task[Any]] = set()
         self._history = History()
-        self._sandbox = self.settings().make_sandbox([self._remember])
-        self._session: Session = self._sandbox.session()
+        # (Started while this process imported Jupyter's stack, if the settings match.)
+        self._sandbox, self._session = prestart.sandbox_for(self.settings(), self._remember)
         if self.trust_output:
             logger.warning(
                 "trust_output is on: rich output from the sandbox (HTML with scripts, "
