@@ -111,3 +111,29 @@ def test_reading_results_back_refuses_links(make_box: Callable[..., Sandbox], ta
     with pytest.raises(ScratchError):
         box.write_file("stolen.txt", b"overwritten?")
     assert (target / "secret").read_text() == "host secret"
+
+
+def test_a_sessions_files_go_in_and_out_and_the_code_owns_what_it_was_given(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    """Files written from the host belong to the code's user (in a container, not the host's
+    root): the code can change them and write in the folders made for them."""
+    box = make_box()
+    inside = inside_workdir(box)
+    with box.session() as session:
+        session.write_file("data/input.csv", b"a,b\n1,2\n")
+        code = (
+            f"import os; os.chdir({inside!r})\n"
+            "open('data/input.csv', 'a').write('3,4\\n')\n"
+            "open('data/output.txt', 'w').write(str(len(open('data/input.csv').read())))\n"
+            "os.makedirs('many')\n"
+            "for i in range(50): open(f'many/{i:02}', 'w').close()\n"
+        )
+        result = session.execute(code)
+        assert result.ok, result.stderr
+        assert session.read_file("data/input.csv") == b"a,b\n1,2\n3,4\n"
+        assert session.read_file("data/output.txt") == b"12"
+        assert [entry.name for entry in session.list_files("data")] == ["input.csv", "output.txt"]
+        assert len(session.list_files("many", limit=10)) == 10
+        assert len(session.list_files("many")) == 50
+        assert session.workdir == box.workdir

@@ -17,7 +17,13 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host import quota
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
-from rewyn_kernel.runtime.host.scratch import ScratchEntry, list_dir, read_file, write_file
+from rewyn_kernel.runtime.host.scratch import (
+    READ_LIMIT,
+    ScratchEntry,
+    list_dir,
+    read_file,
+    write_file,
+)
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.host.sync import Closeable
 
@@ -26,7 +32,6 @@ if TYPE_CHECKING:
     from rewyn_kernel.runtime.providers.base import SandboxProvider
 
 
-READ_LIMIT = 64 * 1024 * 1024
 """Bytes ``read_file`` returns at most unless told otherwise."""
 
 
@@ -126,9 +131,12 @@ class BaseSandbox(Closeable):
         never through a link the code made."""
         write_file(self.workdir, path, data)
 
-    def list_files(self, path: str | os.PathLike[str] = ".") -> list[ScratchEntry]:
-        """The entries of a directory in scratch, links shown as links (never followed)."""
-        return list_dir(self.workdir, path)
+    def list_files(
+        self, path: str | os.PathLike[str] = ".", *, limit: int | None = None
+    ) -> list[ScratchEntry]:
+        """The entries of a directory in scratch, links shown as links (never followed), by
+        name; with ``limit``, at most that many."""
+        return list_dir(self.workdir, path, limit)
 
     def execute(
         self,

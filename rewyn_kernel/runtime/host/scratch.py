@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 __all__ = [
+    "READ_LIMIT",
     "ScratchEntry",
     "ScratchError",
     "ensure_dir",
@@ -29,6 +30,8 @@ __all__ = [
     "write_file",
 ]
 
+READ_LIMIT = 64 * 1024 * 1024
+"""The largest file ``read_file`` returns by default, in bytes."""
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -114,15 +117,32 @@ def _parts(relative: str | os.PathLike[str]) -> list[str]:
     return parts
 
 
+def _owner(fd: int) -> tuple[int, int] | None:
+    """Whom what the host makes under the scratch directory (open as ``fd``) must belong to:
+    its own owner (the code's user in a container), where that is not us and we may chown."""
+    info = os.fstat(fd)
+    mine = (os.geteuid(), os.getegid())
+    if os.geteuid() != 0 or (info.st_uid, info.st_gid) == mine:
+        return None
+    return info.st_uid, info.st_gid
+
+
 @contextmanager
-def _walk(root: Path, parts: list[str], *, create: bool = False) -> Iterator[int]:
-    """A descriptor of the directory ``parts`` under ``root``, reached without a link."""
+def _walk(
+    root: Path, parts: list[str], *, create: bool = False
+) -> Iterator[tuple[int, tuple[int, int] | None]]:
+    """A descriptor of the directory ``parts`` under ``root``, reached without a link, and
+    whom a file made there must belong to (see ``_owner``). ``create``: make missing folders,
+    each given to that owner (the code must be able to write in them)."""
     fd = os.open(root, _DIR)
+    owner = _owner(fd)
     try:
         for part in parts:
+            made = False
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=fd)
+                    made = True
             try:
                 inner = os.open(part, _DIR, dir_fd=fd)
             except OSError as exc:
@@ -131,7 +151,9 @@ def _walk(root: Path, parts: list[str], *, create: bool = False) -> Iterator[int
                 raise
             os.close(fd)
             fd = inner
-        yield fd
+            if made and owner is not None:
+                os.fchown(fd, *owner)
+        yield fd, owner
     finally:
         os.close(fd)
 
@@ -140,7 +162,7 @@ def read_file(root: Path, relative: str | os.PathLike[str], limit: int) -> bytes
     """The bytes of a regular file under ``root``; a link anywhere on the way is refused, and
     a file larger than ``limit`` bytes raises ScratchError."""
     *folders, name = _parts(relative) or [""]
-    with _walk(root, folders) as dir_fd:
+    with _walk(root, folders) as (dir_fd, _):
         try:
             flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
             fd = os.open(name, flags, dir_fd=dir_fd)
@@ -172,7 +194,7 @@ def write_file(root: Path, relative: str | os.PathLike[str], data: bytes) -> Non
     *folders, name = _parts(relative) or [""]
     if not name:
         raise ScratchError(errno.EINVAL, "give a file name", str(relative))
-    with _walk(root, folders, create=True) as dir_fd:
+    with _walk(root, folders, create=True) as (dir_fd, owner):
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
             fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
@@ -181,8 +203,11 @@ def write_file(root: Path, relative: str | os.PathLike[str], data: bytes) -> Non
                 raise ScratchError(exc.errno, "a link: not written", str(relative)) from exc
             raise
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 raise ScratchError(errno.EINVAL, "not a regular file", str(relative))
+            if owner is not None and (info.st_uid, info.st_gid) != owner:
+                os.fchown(fd, *owner)  # (the code may change what it was given)
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
@@ -190,12 +215,17 @@ def write_file(root: Path, relative: str | os.PathLike[str], data: bytes) -> Non
             os.close(fd)
 
 
-def list_dir(root: Path, relative: str | os.PathLike[str] = ".") -> list[ScratchEntry]:
-    """The entries of a directory under ``root``, links shown as links."""
-    with _walk(root, _parts(relative)) as dir_fd:
-        entries = []
+def list_dir(
+    root: Path, relative: str | os.PathLike[str] = ".", limit: int | None = None
+) -> list[ScratchEntry]:
+    """The entries of a directory under ``root``, links shown as links, sorted by name; with
+    ``limit``, at most that many (the first found: the code may have made millions)."""
+    with _walk(root, _parts(relative)) as (dir_fd, _):
+        entries: list[ScratchEntry] = []
         with os.scandir(dir_fd) as found:
             for entry in found:
+                if limit is not None and len(entries) >= limit:
+                    break
                 info = entry.stat(follow_symlinks=False)
                 if stat.S_ISLNK(info.st_mode):
                     kind = "link"
@@ -212,7 +242,7 @@ def list_dir(root: Path, relative: str | os.PathLike[str] = ".") -> list[Scratch
 def ensure_dir(root: Path, name: str) -> Path:
     """Make ``root/name`` a real directory of the host's: anything else there (a link the code
     put in its place, a file) is removed first. Return its path."""
-    with _walk(root, []) as dir_fd:
+    with _walk(root, []) as (dir_fd, _):
         try:
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if not stat.S_ISDIR(info.st_mode):

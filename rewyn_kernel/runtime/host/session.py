@@ -9,11 +9,13 @@ afterwards. Both are this one class; the loop of one execution on a worker is in
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rewyn_kernel.errors import SandboxClosedError
@@ -40,6 +42,13 @@ from rewyn_kernel.runtime.host.protocol import (
     CompleteReplyFrame,
     InspectReplyFrame,
     ReadyFrame,
+)
+from rewyn_kernel.runtime.host.scratch import (
+    READ_LIMIT,
+    ScratchEntry,
+    list_dir,
+    read_file,
+    write_file,
 )
 from rewyn_kernel.runtime.host.sync import Closeable, ask_on_loop, on_loop, run_in_thread
 from rewyn_kernel.runtime.providers.base import ExitInfo
@@ -109,6 +118,29 @@ class Session(Closeable):
         shell: Literal["python", "ipython"] = "ipython" if ready.shell == "ipython" else "python"
         notes = tuple(dict.fromkeys((*base.notes, *ready.notes)))
         return base.model_copy(update={"shell": shell, "notes": notes})
+
+    # -- the scratch directory, from the host (as on the sandbox) -----------------------------
+
+    @property
+    def workdir(self) -> Path:
+        """The sandbox's scratch directory on the host (shared by its sessions)."""
+        return self._core.workdir
+
+    def read_file(self, path: str | os.PathLike[str], *, limit: int = READ_LIMIT) -> bytes:
+        """A file the code wrote, by its path relative to the scratch directory: a link on the
+        way, anything but a regular file and a file over ``limit`` bytes raise ScratchError."""
+        return read_file(self._core.workdir, path, limit)
+
+    def write_file(self, path: str | os.PathLike[str], data: bytes) -> None:
+        """Put a file in the scratch directory for the code (folders made as needed), never
+        through a link the code made; it belongs to the code's user."""
+        write_file(self._core.workdir, path, data)
+
+    def list_files(
+        self, path: str | os.PathLike[str] = ".", *, limit: int | None = None
+    ) -> list[ScratchEntry]:
+        """The entries of a directory in scratch, links shown as links (never followed)."""
+        return list_dir(self._core.workdir, path, limit)
 
     def execute(
         self,
