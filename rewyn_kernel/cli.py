@@ -210,6 +210,7 @@ SETTING_OPTIONS = (
     "ipython",
     "notebook_files",
     "run_log",
+    "keep_run_log",
     "event_output",
     "trust_output",
 )
@@ -370,6 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rewyn_kernel.notebooks import review  # here, so importing cli does not load nbformat
 
     review_parser = review.add_parser(commands)
+    from rewyn_kernel.mcp import command as mcp_command  # (needs no MCP SDK to parse)
+
+    mcp_parser = mcp_command.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
@@ -379,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args, run_parser)
     if args.command == "review":
         return review.main(args, review_parser)
+    if args.command == "mcp":
+        return mcp_command.main(args, mcp_parser)
     return doctor(args.image, args.oci_runtime)
 
 

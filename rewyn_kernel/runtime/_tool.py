@@ -36,6 +36,7 @@ from rewyn_kernel.runtime._result import (
     Isolation,
     RichOutput,
     SandboxResult,
+    plain_traceback,
     without_traceback,
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -43,7 +44,7 @@ from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.providers.base import Sandbox
 from rewyn_kernel.tools import RiskLevel, Tool
 
-__all__ = ["DEFAULT_MAX_RESULT_CHARS", "risk_of", "sandbox_tool"]
+__all__ = ["DEFAULT_MAX_RESULT_CHARS", "assess", "risk_of", "sandbox_tool"]
 
 DEFAULT_MAX_RESULT_CHARS = 20_000
 """Characters of text (stdout, stderr, error, outputs together) in one result, about 5k tokens."""
@@ -89,7 +90,7 @@ def sandbox_tool(
     if max_result_chars < 2_000:
         raise ValueError("max_result_chars must be at least 2000")
     spec, isolation, keeps_state = _describe_box(box)
-    level, reasons = _assess(isolation, spec)
+    level, reasons = assess(isolation, spec)
     schema = _input_schema(spec)
 
     def handler(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +115,7 @@ def sandbox_tool(
 def risk_of(isolation: Isolation, spec: SandboxSpec) -> RiskLevel:
     """The risk level of code execution in a sandbox with ``isolation`` and ``spec`` (the
     table above); ``provider.isolation(spec)`` gives it without starting anything."""
-    return _assess(isolation, spec)[0]
+    return assess(isolation, spec)[0]
 
 
 def _describe_box(box: Sandbox | Session) -> tuple[SandboxSpec, Isolation, bool]:
@@ -130,7 +131,8 @@ def _secret_names(spec: SandboxSpec) -> list[str]:
     return sorted(name for name in names if any(word in name.upper() for word in SECRET_WORDS))
 
 
-def _assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str]]:
+def assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str]]:
+    """The risk level (the table above) and the reasons for it, in words."""
     # A container or bubblewrap sees only its scratch dir of the host's files (isolation.files):
     # a fresh one, unless the caller gave their own (a home directory, say), which then counts
     # as the host's files.
@@ -211,7 +213,7 @@ def result_payload(result: SandboxResult, max_chars: int) -> dict[str, Any]:
     texts = {"stdout": result.stdout, "stderr": without_traceback(result.stderr, result.error)}
     if result.error is not None:
         texts["error.evalue"] = result.error.evalue
-        texts["error.traceback"] = "".join(result.error.traceback)
+        texts["error.traceback"] = plain_traceback(result.error)  # (IPython's: no colours)
     listed = result.outputs[:MAX_LISTED_OUTPUTS]
     texts.update((f"outputs[{i}]", _plain(output)) for i, output in enumerate(listed))
     written = {"stdout": result.stdout_bytes, "stderr": result.stderr_bytes}

@@ -24,6 +24,7 @@ __all__ = [
     "ScratchEntry",
     "ScratchError",
     "ensure_dir",
+    "file_facts",
     "list_dir",
     "read_file",
     "remove_tree",
@@ -237,6 +238,41 @@ def list_dir(
                     kind = "other"
                 entries.append(ScratchEntry(entry.name, kind, info.st_size))
         return sorted(entries, key=lambda entry: entry.name)
+
+
+def file_facts(
+    root: Path, *, limit: int, depth: int, hidden_folders: bool = True
+) -> dict[str, tuple[int, int]]:
+    """The regular files under ``root``: relative path -> (size, mtime in ns). Every folder is
+    reached from ``root`` without a link (a folder the code swaps for a link is not entered);
+    at most ``limit`` entries are looked at, ``depth`` levels down. ``hidden_folders=False``
+    leaves out the top-level folders named ``.*`` (scratch is the code's home: ``.cache``,
+    ``.ipython`` and the like)."""
+    found: dict[str, tuple[int, int]] = {}
+    todo: list[list[str]] = [[]]
+    seen = 0
+    while todo and seen < limit:
+        parts = todo.pop()
+        try:
+            with _walk(root, parts) as (dir_fd, _), os.scandir(dir_fd) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > limit:
+                        break
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    hidden = not parts and entry.name.startswith(".")
+                    if stat.S_ISDIR(info.st_mode) and hidden and not hidden_folders:
+                        continue
+                    if stat.S_ISDIR(info.st_mode) and len(parts) + 1 < depth:
+                        todo.append([*parts, entry.name])
+                    elif stat.S_ISREG(info.st_mode):
+                        found["/".join([*parts, entry.name])] = (info.st_size, info.st_mtime_ns)
+        except OSError:  # (gone, or made a link, since it was listed)
+            continue
+    return found
 
 
 def ensure_dir(root: Path, name: str) -> Path:

@@ -1,0 +1,156 @@
+"""``rewyn-kernel mcp``: the MCP server on the command line. Importing this needs no MCP SDK:
+the command says how to install it when it is missing."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import secrets
+import sys
+from pathlib import Path
+
+from rewyn_kernel.mcp.options import MCP_TIMEOUT, SANDBOX_OPTIONS, ServerOptions, default_run_log
+from rewyn_kernel.settings import add_options, from_options
+from rewyn_kernel.tools import RiskLevel
+
+TOKEN_VARIABLE = "REWYN_MCP_TOKEN"
+LEVELS = [level.value for level in RiskLevel]
+
+
+def add_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    parser = commands.add_parser(
+        "mcp",
+        help="serve sandboxed Python to agents over the Model Context Protocol",
+        description="An MCP server: tools to run Python in sandboxed sessions (state kept per "
+        "session) and to move files in and out. Speaks stdio unless --http is given. Every "
+        "call is a SANDBOX_EXECUTED event in the run log; rewyn-kernel review turns it into "
+        "a notebook.",
+    )
+    parser.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio (HOST: 127.0.0.1 "
+        "unless given); every request needs the bearer token",
+    )
+    parser.add_argument(
+        "--token",
+        help=f"the bearer token for --http (default: ${TOKEN_VARIABLE}, else one is made and "
+        "printed to stderr)",
+    )
+    parser.add_argument(
+        "--max-sessions", type=int, default=8, help="sessions open at once, at most (default 8)"
+    )
+    parser.add_argument(
+        "--idle-ttl",
+        type=float,
+        default=1800.0,
+        metavar="SECONDS",
+        help="close a session after this long without a call (default 1800; 0: never)",
+    )
+    parser.add_argument(
+        "--max-output-chars",
+        type=int,
+        default=None,
+        metavar="N",
+        help="characters of output a result gives the model (head and tail kept; the whole "
+        "output is saved to a file the result names; default 20000)",
+    )
+    parser.add_argument(
+        "--max-risk",
+        choices=LEVELS,
+        default="high",
+        help="deny every run_python call if the sandbox is riskier than this (default high)",
+    )
+    parser.add_argument(
+        "--approve-above",
+        choices=[*LEVELS, "none"],
+        default="medium",
+        help="ask the person (through the client) before running code when the sandbox is "
+        "riskier than this; a client that cannot ask gets a denial (default medium; none: "
+        "never ask)",
+    )
+    parser.add_argument(
+        "--run-log",
+        type=Path,
+        help="JSONL file for every call's event (default: a new one per server in "
+        "<Jupyter data dir>/rewyn-kernel/runs/)",
+    )
+    group = parser.add_argument_group(
+        "sandbox settings", f"as the kernel's; --timeout defaults to {MCP_TIMEOUT:g} s here"
+    )
+    add_options(group, SANDBOX_OPTIONS, defaults=False)
+    return parser
+
+
+def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ServerOptions:
+    settings = from_options(args, error=parser.error)
+    approve = None if args.approve_above == "none" else RiskLevel(args.approve_above)
+    deny = RiskLevel(args.max_risk)
+    if approve is not None and approve > deny:
+        parser.error(f"--approve-above {approve} is above --max-risk {deny}")
+    try:
+        kwargs = (
+            {} if args.max_output_chars is None else {"max_output_chars": args.max_output_chars}
+        )
+        return ServerOptions(
+            settings=settings,
+            max_sessions=args.max_sessions,
+            idle_ttl=args.idle_ttl or None,
+            deny_above=deny,
+            approve_above=approve,
+            run_log=args.run_log.absolute() if args.run_log else None,
+            **kwargs,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise  # (parser.error exits)
+
+
+def address(text: str, parser: argparse.ArgumentParser) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        parser.error(f"--http {text!r}: give [HOST:]PORT, e.g. 8000 or 127.0.0.1:8000")
+    return host, int(port)
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    options = options_from(args, parser)
+    try:
+        from rewyn_kernel.mcp.server import build_server, risk_of_server
+        from rewyn_kernel.mcp.transport import serve_http, serve_stdio
+    except ImportError as exc:
+        if exc.name is None or exc.name.split(".")[0] not in ("mcp", "uvicorn", "anyio"):
+            raise
+        print(
+            f"rewyn-kernel mcp needs the MCP SDK ({exc.name} is missing): "
+            "pip install 'rewyn-kernel[mcp]'",
+            file=sys.stderr,
+        )
+        return 2
+    options = dataclasses.replace(options, run_log=options.run_log or default_run_log())
+    level, reasons = risk_of_server(options)
+    server = build_server(options)
+    print(
+        f"rewyn-kernel mcp: run_python is {level} risk ({'; '.join(reasons)}); "
+        f"run log: {options.run_log}",
+        file=sys.stderr,
+    )
+    if args.http is None:
+        import anyio
+
+        anyio.run(serve_stdio, server)
+        return 0
+    host, port = address(args.http, parser)
+    token = args.token or os.environ.get(TOKEN_VARIABLE)
+    if not token:
+        token = secrets.token_urlsafe(32)
+        print(f"bearer token (--token or ${TOKEN_VARIABLE} choose one): {token}", file=sys.stderr)
+    elif len(token) < 16:
+        parser.error("the token must be at least 16 characters")
+    print(f"serving MCP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
+    serve_http(server, host, port, token)
+    return 0

@@ -1,0 +1,193 @@
+"""What a call gives the model: a sandbox result within the output budget, as text, images and
+structured content, and which files the code wrote.
+
+Everything here reads hostile input (the code's output, the scratch directory the code owns)
+and bounds it: text to the budget (head and tail kept, the whole output saved to a file in
+scratch whose path the result names), images by count, size and a real base64 check, the
+scratch walk by entries and depth, never through a link.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rewyn_kernel.runtime._tool import result_payload
+from rewyn_kernel.runtime.host.scratch import file_facts
+from rewyn_kernel.runtime.sandbox import SandboxResult
+
+OUTPUTS_DIR = ".rewyn-mcp/outputs"
+"""Where the whole output of a shortened result is saved."""
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+MAX_IMAGES = 8
+MAX_IMAGE_BYTES = 4 * 1024 * 1024
+MAX_LISTED_FILES = 100
+MAX_SCANNED = 5_000
+MAX_DEPTH = 8
+
+
+class ErrorOut(BaseModel):
+    ename: str
+    evalue: str
+    traceback: str
+
+
+class RunOutput(BaseModel):
+    """The structured result of ``run_python`` (its ``outputSchema``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool = Field(description="The code ran to its end: exit 0, no exception, no timeout.")
+    exit_code: int
+    ending: str = Field(
+        description="completed, error, timeout, interrupted, oom, killed, crashed, start_failed"
+    )
+    message: str = Field(description="What happened, in words (short).")
+    timed_out: bool
+    state_lost: bool = Field(
+        description="The session's interpreter was restarted: its variables and imports are gone."
+    )
+    duration_ms: float
+    stdout: str
+    stderr: str
+    error: ErrorOut | None
+    outputs: list[str] = Field(description="The text form of each display and the last value.")
+    images: int = Field(description="How many images come with this result as image content.")
+    truncated: dict[str, dict[str, int]] = Field(
+        description="Per shortened field: shown_chars, omitted_chars (and written_bytes)."
+    )
+    whole_output: dict[str, str] = Field(
+        description="Per shortened stream: the file in the session's directory holding all of it."
+    )
+    files_written: list[str] = Field(
+        description="Files the call created or changed in the session's directory."
+    )
+    session: str
+    execution_count: int
+    note: str | None = Field(default=None, description="Something the agent should know.")
+
+
+# -- files --------------------------------------------------------------------------------------
+
+Snapshot = dict[str, tuple[int, int]]
+
+
+def snapshot(root: Path) -> Snapshot:
+    """The regular files of a session's directory (path -> size, mtime), bounded, without
+    following a link; hidden folders (caches, our own saved outputs) left out."""
+    return file_facts(root, limit=MAX_SCANNED, depth=MAX_DEPTH, hidden_folders=False)
+
+
+def written(before: Snapshot, after: Snapshot) -> list[str]:
+    """The files new or changed from ``before`` to ``after``, by name, at most a hundred."""
+    return sorted(path for path, facts in after.items() if before.get(path) != facts)[
+        :MAX_LISTED_FILES
+    ]
+
+
+# -- images -------------------------------------------------------------------------------------
+
+
+def images_of(result: SandboxResult) -> tuple[list[tuple[str, str]], int]:
+    """(MIME type, base64 data) of the images among the result's outputs, checked and bounded;
+    and how many were left out (too many, too big, or not base64)."""
+    found: list[tuple[str, str]] = []
+    left_out = 0
+    for output in result.outputs:
+        kind = next((kind for kind in IMAGE_TYPES if kind in output.data), None)
+        if kind is None:
+            continue
+        data = output.data[kind]
+        if isinstance(data, list):
+            data = "".join(str(part) for part in data)
+        try:
+            if not isinstance(data, str) or len(data) > MAX_IMAGE_BYTES * 4 // 3 + 4:
+                raise ValueError
+            clean = "".join(data.split())
+            raw = base64.b64decode(clean, validate=True)
+        except (ValueError, binascii.Error):
+            left_out += 1
+            continue
+        if len(found) >= MAX_IMAGES or not raw:
+            left_out += 1
+            continue
+        found.append((kind, clean))
+    return found, left_out
+
+
+# -- the result ---------------------------------------------------------------------------------
+
+
+def structured(
+    result: SandboxResult,
+    *,
+    budget: int,
+    session: str,
+    execution_count: int,
+    images: int,
+    whole_output: dict[str, str],
+    files_written: list[str],
+    note: str | None,
+) -> RunOutput:
+    payload = result_payload(result, budget)
+    error = payload["error"]
+    return RunOutput(
+        ok=payload["ok"],
+        exit_code=payload["exit_code"],
+        ending=payload["ending"],
+        message=payload["message"],
+        timed_out=payload["timed_out"],
+        state_lost=payload["state_lost"],
+        duration_ms=payload["duration_ms"],
+        stdout=payload["stdout"],
+        stderr=payload["stderr"],
+        error=ErrorOut(**error) if error else None,
+        outputs=payload["outputs"],
+        images=images,
+        truncated=payload["truncated"],
+        whole_output=whole_output,
+        files_written=files_written,
+        session=session,
+        execution_count=execution_count,
+        note=note,
+    )
+
+
+def shortened_streams(result: SandboxResult, budget: int) -> dict[str, str]:
+    """The streams the budget shortens, and their whole text (as the sandbox kept it)."""
+    truncated: dict[str, Any] = result_payload(result, budget)["truncated"]
+    return {name: getattr(result, name) for name in ("stdout", "stderr") if name in truncated}
+
+
+def as_text(out: RunOutput) -> str:
+    """The result as the model reads it: a status line, then each non-empty part."""
+    status = "ok" if out.ok else out.ending
+    head = f"[{status}] exit {out.exit_code} · {out.duration_ms:g} ms · session {out.session!r}"
+    head += f" (call {out.execution_count})"
+    parts = [head]
+    if out.note:
+        parts.append(f"note: {out.note}")
+    if not out.ok or out.truncated:
+        parts.append(f"message: {out.message}")
+    if out.state_lost:
+        parts.append("state lost: the session's variables and imports are gone; files stay")
+    for name in ("stdout", "stderr"):
+        text = getattr(out, name)
+        if text:
+            parts.append(f"--- {name} ---\n{text.rstrip(chr(10))}")
+    if out.error is not None:
+        parts.append(f"--- error: {out.error.ename} ---\n{out.error.traceback.rstrip()}")
+    for index, text in enumerate(out.outputs):
+        parts.append(f"--- output {index} ---\n{text.rstrip()}")
+    if out.images:
+        parts.append(f"({out.images} image{'s' if out.images > 1 else ''} below)")
+    if out.whole_output:
+        where = ", ".join(f"{name}: {path}" for name, path in out.whole_output.items())
+        parts.append(f"whole output saved (read it with read_file): {where}")
+    if out.files_written:
+        parts.append("files written: " + ", ".join(out.files_written))
+    return "\n".join(parts)

@@ -1,0 +1,443 @@
+"""The MCP server: Python in sandboxed sessions, files in and out, over the official SDK.
+
+``build_server(options)`` returns an ``MCPServer`` (the SDK's high-level server) with these
+tools: ``run_python``, ``list_sessions``, ``reset_session``, ``close_session``, ``write_file``,
+``read_file`` and ``list_files``. Each session is a sandbox of its own (``sessions.py``);
+every execution is a SANDBOX_EXECUTED event in the run log; a call that the policy puts above
+``approve_above`` asks the person through the client (elicitation), and is denied where the
+client cannot ask.
+"""
+
+# (No ``from __future__ import annotations``: the SDK reads each tool's annotations, and
+# ``run_python``'s name a resolver local to ``build_server``.)
+import asyncio
+import base64
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import (
+    AcceptedElicitation,
+    Context,
+    Elicit,
+    ElicitationResult,
+    MCPServer,
+    Resolve,
+)
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from rewyn_kernel import __version__
+from rewyn_kernel.mcp import results
+from rewyn_kernel.mcp.options import ServerOptions, default_run_log
+from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionError, SessionTable
+from rewyn_kernel.runtime._tool import assess
+from rewyn_kernel.runtime.events import JsonlRunLog
+from rewyn_kernel.runtime.host.scratch import ScratchError
+from rewyn_kernel.runtime.sandbox import Sandbox, create
+from rewyn_kernel.tools import MaxRiskLevel, RiskLevel, Tool
+
+MAX_CODE_CHARS = 4_000_000
+"""The longest code a call may send (an agent pasting a data set into a cell, say)."""
+MAX_WRITE_BYTES = 16 * 1024 * 1024
+MAX_READ_BYTES = 16 * 1024 * 1024
+DEFAULT_READ_BYTES = 256 * 1024
+MAX_LISTED = 1_000
+PROGRESS_EVERY = 1.0
+"""Seconds between progress notifications while code runs (clients that count a call's time
+from its last notification do not give up on a long one)."""
+IMAGE_MAGIC = {
+    b"\x89PNG\r\n\x1a\n": "image/png",
+    b"\xff\xd8\xff": "image/jpeg",
+    b"GIF87a": "image/gif",
+    b"GIF89a": "image/gif",
+}
+
+SessionName = Annotated[
+    str,
+    Field(
+        description="Which session: each has its own variables and its own directory; made on "
+        "first use.",
+        max_length=64,
+    ),
+]
+
+
+class Approval(BaseModel):
+    approve: bool = Field(description="Run this code in the sandbox?")
+
+
+class Written(BaseModel):
+    path: str
+    bytes: int
+    session: str
+
+
+class FileEntry(BaseModel):
+    name: str
+    kind: Literal["file", "dir", "link", "other"]
+    size: int
+
+
+class Listing(BaseModel):
+    path: str
+    session: str
+    entries: list[FileEntry]
+    truncated: bool = Field(description="More entries than listed (at most 1000 are).")
+
+
+class SessionInfo(BaseModel):
+    name: str
+    calls: int
+    busy: bool
+    idle_seconds: float
+    age_seconds: float
+
+
+class Sessions(BaseModel):
+    sessions: list[SessionInfo]
+    max_sessions: int
+    idle_ttl_seconds: float | None
+
+
+def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable]:
+    """The server for ``options``: nothing starts until the first call needs a session."""
+    options = options or ServerOptions()
+    settings = options.sandbox_settings()
+    provider, spec = settings.make_provider(), settings.spec()
+    isolation = provider.isolation(spec)
+    level, reasons = assess(isolation, spec)
+    policy = MaxRiskLevel(options.deny_above, approve_above=options.approve_above)
+    limit = spec.timeout
+    about = (
+        f"Runs Python in a sandbox ({isolation.provider}; network {isolation.network}; files "
+        f"{isolation.files}; {f'{limit:g} s' if limit else 'no time limit'} per call"
+        + (f"; {spec.memory_limit_mb} MiB" if spec.memory_limit_mb else "")
+        + f"). Risk: {level} ({'; '.join(reasons)})."
+    )
+    judged = Tool(
+        name="run_python",
+        description=about,
+        input_schema={"type": "object"},
+        risk_level=level,
+        risk_reason="; ".join(reasons),
+        handler=lambda arguments: {},
+    )
+    run_log = JsonlRunLog(options.run_log or default_run_log())
+
+    def make_sandbox() -> Sandbox:
+        return create(spec, provider=provider, listeners=[run_log])
+
+    table = SessionTable(make_sandbox, max_sessions=options.max_sessions, idle_ttl=options.idle_ttl)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(server: MCPServer[SessionTable]) -> AsyncIterator[SessionTable]:
+        reaper = asyncio.ensure_future(table.reap_forever())
+        try:
+            yield table
+        finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            await asyncio.shield(table.close_all())
+
+    server: MCPServer[SessionTable] = MCPServer(
+        "rewyn-kernel",
+        version=__version__,
+        instructions=(
+            "Run Python with run_python: state is kept per session (default: 'default'); "
+            "files go in and out with write_file, read_file and list_files, in the session's "
+            "working directory. Long output is shortened (head and tail kept) and saved whole "
+            "to a file the result names. " + about
+        ),
+        lifespan=lifespan,
+        log_level="WARNING",
+    )
+    open_world = isolation.network != "isolated"
+    host_files = isolation.files != "isolated"
+
+    def judge(code: str, ctx: Context) -> tuple[Literal["run", "ask", "deny"], str]:
+        """What the policy says of this call, and why; a call that needs a person's approval
+        is denied where the client cannot ask one (no elicitation)."""
+        try:
+            decision = policy.check(judged, {"code": code})
+        except Exception as exc:  # (a policy that fails denies)
+            return "deny", f"the policy failed: {exc}"
+        if not decision.allowed:
+            return "deny", f"denied: {decision.reason}"
+        if not decision.requires_approval:
+            return "run", decision.reason
+        capabilities = ctx.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            return "deny", (
+                f"not approved: {decision.reason}; this client cannot ask a person (it offers "
+                "no elicitation): use a sandbox of lower risk (bubblewrap or a container, no "
+                "network, no secret-named variables) or start the server with a higher "
+                "--approve-above"
+            )
+        return "ask", decision.reason
+
+    async def approval_for(code: str, ctx: Context) -> Elicit[Approval] | Approval:
+        verdict, reason = judge(code, ctx)
+        if verdict != "ask":
+            return Approval(approve=verdict == "run")
+        shown = code if len(code) <= 2_000 else code[:2_000] + f"\n[... {len(code):,} characters]"
+        return Elicit(f"Run this code in the sandbox? {reason}\n\n{shown}", Approval)
+
+    @server.tool(
+        title=f"Run Python ({level} risk)",
+        description=about
+        + " Variables and imports are kept between calls to the same session (unless the "
+        "result says state_lost); the value of a last expression is shown, plots come back as "
+        "images. Long output is shortened: write big results to a file and print a summary.",
+        annotations=ToolAnnotations(
+            title=f"Run Python in a sandbox ({level} risk)",
+            read_only_hint=False,
+            destructive_hint=host_files,
+            idempotent_hint=False,
+            open_world_hint=open_world,
+        ),
+    )
+    async def run_python(
+        code: Annotated[
+            str,
+            Field(description="Python source, like a notebook cell.", max_length=MAX_CODE_CHARS),
+        ],
+        ctx: Context,
+        approval: Annotated[ElicitationResult[Approval], Resolve(approval_for)],
+        session: SessionName = DEFAULT_SESSION,
+        timeout: Annotated[
+            float | None,
+            Field(
+                description="Seconds before the code is stopped; at most, and by default, the "
+                "server's limit.",
+                gt=0,
+            ),
+        ] = None,
+    ) -> Annotated[CallToolResult, results.RunOutput]:
+        if not (isinstance(approval, AcceptedElicitation) and approval.data.approve):
+            verdict, reason = judge(code, ctx)
+            if verdict == "ask":
+                reason = f"not approved: the person did not approve this call ({reason})"
+            raise ToolError(reason)
+        if timeout is not None and limit is not None and timeout > limit:
+            raise ToolError(f"timeout {timeout:g} s is over this server's limit of {limit:g} s")
+        try:
+            async with table.use(session) as (entry, note):
+                return await _run(
+                    entry,
+                    code,
+                    timeout=timeout,
+                    note=note,
+                    ctx=ctx,
+                    budget=options.max_output_chars,
+                )
+        except SessionError as exc:
+            raise ToolError(str(exc)) from None
+
+    @server.tool(
+        title="List sessions",
+        annotations=ToolAnnotations(title="List sessions", read_only_hint=True),
+    )
+    async def list_sessions() -> Sessions:
+        """The open sessions: calls made, whether one is running, seconds idle."""
+        return Sessions(
+            sessions=[SessionInfo.model_validate(info) for info in table.describe()],
+            max_sessions=table.max_sessions,
+            idle_ttl_seconds=table.idle_ttl,
+        )
+
+    @server.tool(
+        title="Reset a session",
+        annotations=ToolAnnotations(
+            title="Reset a session", destructive_hint=True, idempotent_hint=True
+        ),
+    )
+    async def reset_session(session: SessionName) -> str:
+        """Start the session's Python afresh: its variables and imports go, its files stay."""
+        try:
+            await table.reset(session)
+        except SessionError as exc:
+            raise ToolError(str(exc)) from None
+        return f"session {session!r} restarted: variables and imports are gone, files stay"
+
+    @server.tool(
+        title="Close a session",
+        annotations=ToolAnnotations(
+            title="Close a session", destructive_hint=True, idempotent_hint=True
+        ),
+    )
+    async def close_session(session: SessionName) -> str:
+        """Close the session: its Python stops and its directory, with every file, is removed."""
+        try:
+            await table.close(session)
+        except SessionError as exc:
+            raise ToolError(str(exc)) from None
+        return f"session {session!r} closed: its variables and files are gone"
+
+    @server.tool(
+        title="Write a file",
+        annotations=ToolAnnotations(
+            title="Write a file into a session", destructive_hint=True, idempotent_hint=True
+        ),
+    )
+    async def write_file(
+        path: Annotated[str, Field(description="Relative to the session's directory.")],
+        content: Annotated[str, Field(description="The file's content (see encoding).")],
+        session: SessionName = DEFAULT_SESSION,
+        encoding: Annotated[
+            Literal["text", "base64"],
+            Field(description="text: written as UTF-8; base64: decoded first (binary files)."),
+        ] = "text",
+    ) -> Written:
+        """Put a file in the session's directory for the code (folders made as needed)."""
+        data = _decode(content, encoding)
+        async with _files(session) as entry:
+            await asyncio.to_thread(entry.session.write_file, path, data)
+        return Written(path=path, bytes=len(data), session=session)
+
+    @server.tool(
+        title="Read a file",
+        annotations=ToolAnnotations(title="Read a file from a session", read_only_hint=True),
+    )
+    async def read_file(
+        path: Annotated[str, Field(description="Relative to the session's directory.")],
+        session: SessionName = DEFAULT_SESSION,
+        max_bytes: Annotated[
+            int, Field(description="The largest file to return.", gt=0, le=MAX_READ_BYTES)
+        ] = DEFAULT_READ_BYTES,
+        encoding: Annotated[
+            Literal["auto", "text", "base64"],
+            Field(description="auto: text if it is UTF-8, an image as an image, else base64."),
+        ] = "auto",
+    ) -> CallToolResult:
+        """A file the code wrote (a link is never followed; images come back as images)."""
+        async with _files(session) as entry:
+            data = await asyncio.to_thread(entry.session.read_file, path, limit=max_bytes)
+        kind = next((k for magic, k in IMAGE_MAGIC.items() if data.startswith(magic)), None)
+        if encoding == "auto" and kind is not None:
+            text = f"{path}: {len(data):,} bytes, {kind}"
+            image = ImageContent(data=base64.b64encode(data).decode("ascii"), mime_type=kind)
+            return CallToolResult(content=[TextContent(text=text), image])
+        if encoding != "base64":
+            try:
+                return CallToolResult(content=[TextContent(text=data.decode("utf-8"))])
+            except UnicodeDecodeError:
+                if encoding == "text":
+                    raise ToolError(f"{path} is not UTF-8 text: read it as base64") from None
+        return CallToolResult(content=[TextContent(text=base64.b64encode(data).decode("ascii"))])
+
+    @server.tool(
+        title="List files",
+        annotations=ToolAnnotations(title="List a session's files", read_only_hint=True),
+    )
+    async def list_files(
+        path: Annotated[str, Field(description="A folder, relative to the session's.")] = ".",
+        session: SessionName = DEFAULT_SESSION,
+    ) -> Listing:
+        """The entries of a folder in the session's directory; links shown as links."""
+        async with _files(session) as entry:
+            found = await asyncio.to_thread(entry.session.list_files, path, limit=MAX_LISTED + 1)
+        entries = [FileEntry.model_validate(vars(e)) for e in found]
+        return Listing(
+            path=path,
+            session=session,
+            entries=entries[:MAX_LISTED],
+            truncated=len(entries) > MAX_LISTED,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _files(session: str) -> AsyncIterator[Entry]:
+        """The session for a file tool: made if needed; bad paths become tool errors."""
+        try:
+            async with table.use(session) as (entry, _):
+                yield entry
+        except SessionError as exc:
+            raise ToolError(str(exc)) from None
+        except ScratchError as exc:
+            raise ToolError(f"{exc.filename}: {exc.strerror}") from None
+        except FileNotFoundError as exc:
+            raise ToolError(f"{exc.filename or 'that path'}: no such file or folder") from None
+        except IsADirectoryError:
+            raise ToolError("that is a folder: use list_files") from None
+        except OSError as exc:
+            raise ToolError(f"{exc.strerror or exc}") from None
+
+    return server
+
+
+def _decode(content: str, encoding: str) -> bytes:
+    if encoding == "base64":
+        try:
+            data = base64.b64decode("".join(content.split()), validate=True)
+        except ValueError:
+            raise ToolError("content is not valid base64") from None
+    else:
+        data = content.encode("utf-8", "surrogateescape")
+    if len(data) > MAX_WRITE_BYTES:
+        raise ToolError(f"{len(data):,} bytes is over the limit of {MAX_WRITE_BYTES:,}")
+    return data
+
+
+async def _run(
+    entry: Entry, code: str, *, timeout: float | None, note: str | None, ctx: Context, budget: int
+) -> CallToolResult:
+    """One execution in ``entry``'s session, with progress while it runs."""
+    session = entry.session
+    limit = session.spec.timeout
+    before = await asyncio.to_thread(results.snapshot, session.workdir)
+    started = time.monotonic()
+    streamed = [0]
+
+    def count(name: str, text: str) -> None:
+        streamed[0] += len(text)
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY)
+            elapsed = time.monotonic() - started
+            message = f"running for {elapsed:.0f} s; {streamed[0]:,} characters of output so far"
+            with contextlib.suppress(Exception):  # (a client gone mid-call: the call goes on)
+                await ctx.report_progress(elapsed, total=timeout or limit, message=message)
+
+    ticker = asyncio.ensure_future(progress())
+    try:
+        kwargs: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+        result = await session.aexecute(code, on_stream=count, **kwargs)
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+    after = await asyncio.to_thread(results.snapshot, session.workdir)
+    whole: dict[str, str] = {}
+    for name, text in results.shortened_streams(result, budget).items():
+        path = f"{results.OUTPUTS_DIR}/call-{session.execution_count}.{name}.txt"
+        with contextlib.suppress(OSError):  # (a full quota: the result says it was shortened)
+            await asyncio.to_thread(session.write_file, path, text.encode("utf-8", "replace"))
+            whole[name] = path
+    images, left_out = results.images_of(result)
+    if left_out:
+        extra = f"{left_out} image(s) left out (over {results.MAX_IMAGES}, too big, or broken)"
+        note = f"{note}; {extra}" if note else extra
+    out = results.structured(
+        result,
+        budget=budget,
+        session=entry.name,
+        execution_count=session.execution_count,
+        images=len(images),
+        whole_output=whole,
+        files_written=results.written(before, after),
+        note=note,
+    )
+    content: list[ContentBlock] = [TextContent(text=results.as_text(out))]
+    content += [ImageContent(data=data, mime_type=kind) for kind, data in images]
+    return CallToolResult(content=content, structured_content=out.model_dump(mode="json"))
+
+
+def risk_of_server(options: ServerOptions) -> tuple[RiskLevel, list[str]]:
+    """The risk level of the server's ``run_python`` and why (``rewyn-kernel mcp`` prints it)."""
+    settings = options.sandbox_settings()
+    provider, spec = settings.make_provider(), settings.spec()
+    return assess(provider.isolation(spec), spec)
