@@ -202,6 +202,7 @@ PUBLIC: dict[str, list[str]] = {
         "OPTIONS",
         "Option",
         "add_options",
+        "default_run_log",
         "describe_error",
         "from_options",
         "option_arguments",
