@@ -49,7 +49,10 @@ class RunOutput(BaseModel):
     message: str = Field(description="What happened, in words (short).")
     timed_out: bool
     state_lost: bool = Field(
-        description="The session's interpreter was restarted: its variables and imports are gone."
+        description="This call ran in a fresh interpreter: earlier variables and imports are gone."
+    )
+    sandbox_restarted: bool = Field(
+        description="The code did not stop and was killed: the next call starts afresh."
     )
     duration_ms: float
     stdout: str
@@ -142,6 +145,7 @@ def structured(
         message=payload["message"],
         timed_out=payload["timed_out"],
         state_lost=payload["state_lost"],
+        sandbox_restarted=result.sandbox_restarted,
         duration_ms=payload["duration_ms"],
         stdout=payload["stdout"],
         stderr=payload["stderr"],
@@ -174,7 +178,12 @@ def as_text(out: RunOutput) -> str:
     if not out.ok or out.truncated:
         parts.append(f"message: {out.message}")
     if out.state_lost:
-        parts.append("state lost: the session's variables and imports are gone; files stay")
+        parts.append("state lost: this ran in a fresh interpreter; earlier variables are gone")
+    if out.sandbox_restarted:
+        parts.append(
+            "state lost: the code did not stop when interrupted and was killed; the next call "
+            "starts a fresh interpreter (files stay)"
+        )
     for name in ("stdout", "stderr"):
         text = getattr(out, name)
         if text:

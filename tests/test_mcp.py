@@ -1,0 +1,599 @@
+"""``rewyn-kernel mcp``, a real server process, driven by the MCP SDK's own client over stdio
+and over streamable HTTP; the sandboxes are real (the default provider)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client, StdioServerParameters, types
+from mcp.client.session import ClientRequestContext, ElicitationFnT
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from rewyn_kernel.runtime.events import JsonlRunLog
+
+from .conftest import processes_with, wait_until_gone
+
+PNG = b"\x89PNG\r\n\x1a\n"
+Elicitor = ElicitationFnT
+
+
+def server_args(run_log: Path, *extra: str) -> list[str]:
+    return ["-m", "rewyn_kernel.cli", "mcp", "--run-log", str(run_log), *extra]
+
+
+@asynccontextmanager
+async def stdio_server(
+    run_log: Path, *extra: str, elicit: Elicitor | None = None, errlog: Path | None = None
+) -> AsyncIterator[Client]:
+    params = StdioServerParameters(
+        command=sys.executable, args=server_args(run_log, *extra), env=dict(os.environ)
+    )
+    with open(errlog or os.devnull, "w") as err:
+        async with Client(params, elicitation_callback=elicit) as client:
+            yield client
+    _ = err
+
+
+def text_of(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def run(coroutine: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(coroutine)
+
+
+# -- over stdio -------------------------------------------------------------------------------
+
+
+def test_state_plots_and_files_round_trip(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+
+    async def body() -> None:
+        async with stdio_server(log) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(listed) == {
+                "run_python",
+                "list_sessions",
+                "reset_session",
+                "close_session",
+                "write_file",
+                "read_file",
+                "list_files",
+            }
+            run_tool = listed["run_python"]
+            assert run_tool.output_schema is not None
+            assert run_tool.annotations is not None
+            assert run_tool.annotations.read_only_hint is False
+            assert run_tool.annotations.open_world_hint is False  # (network none)
+            assert "risk" in (run_tool.title or "")
+
+            first = await client.call_tool("run_python", {"code": "x = 41\nprint('hi')"})
+            assert first.structured_content is not None
+            assert first.structured_content["ok"] is True
+            assert first.structured_content["stdout"] == "hi\n"
+            second = await client.call_tool("run_python", {"code": "x + 1"})
+            assert second.structured_content is not None
+            assert second.structured_content["outputs"] == ["42"]
+            assert second.structured_content["execution_count"] == 2
+            assert "42" in text_of(second)
+
+            plot = await client.call_tool(
+                "run_python",
+                {"code": "import matplotlib.pyplot as plt\nplt.plot([1, 4, 9]); plt.show()"},
+            )
+            images = [block for block in plot.content if isinstance(block, types.ImageContent)]
+            assert len(images) == 1
+            assert images[0].mime_type == "image/png"
+            assert base64.b64decode(images[0].data).startswith(PNG)
+
+            blob = bytes(range(256))
+            await client.call_tool(
+                "write_file",
+                {
+                    "path": "in/blob.bin",
+                    "content": base64.b64encode(blob).decode(),
+                    "encoding": "base64",
+                },
+            )
+            await client.call_tool("write_file", {"path": "in/note.txt", "content": "héllo"})
+            made = await client.call_tool(
+                "run_python",
+                {
+                    "code": "data = open('in/blob.bin', 'rb').read()\n"
+                    "open('out.txt', 'w').write(f\"{len(data)} {open('in/note.txt').read()}\")"
+                },
+            )
+            assert made.structured_content is not None
+            assert made.structured_content["files_written"] == ["out.txt"]
+            read = await client.call_tool("read_file", {"path": "out.txt"})
+            assert text_of(read) == "256 héllo"
+            back = await client.call_tool("read_file", {"path": "in/blob.bin"})
+            assert base64.b64decode(text_of(back)) == blob
+            listing = await client.call_tool("list_files", {"path": "in"})
+            assert listing.structured_content is not None
+            names = [entry["name"] for entry in listing.structured_content["entries"]]
+            assert names == ["blob.bin", "note.txt"]
+            other = await client.call_tool("run_python", {"code": "x", "session": "other"})
+            assert other.structured_content is not None
+            assert other.structured_content["error"]["ename"] == "NameError"  # its own state
+            sessions = await client.call_tool("list_sessions", {})
+            assert sessions.structured_content is not None
+            assert {s["name"] for s in sessions.structured_content["sessions"]} == {
+                "default",
+                "other",
+            }
+
+    run(body)
+    events = JsonlRunLog.read(log)
+    assert [event.code for event in events][:2] == ["x = 41\nprint('hi')", "x + 1"]
+    assert len({event.session_id for event in events}) == 2
+
+
+def test_long_output_keeps_head_and_tail_and_saves_the_whole(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl", "--max-output-chars", "4000") as client:
+            result = await client.call_tool(
+                "run_python", {"code": "for i in range(5000): print(f'row {i}')"}
+            )
+            out = result.structured_content
+            assert out is not None
+            assert out["stdout"].startswith("row 0\n")
+            assert out["stdout"].rstrip().endswith("row 4999")
+            assert len(out["stdout"]) <= 4000
+            assert out["truncated"]["stdout"]["omitted_chars"] > 0
+            path = out["whole_output"]["stdout"]
+            assert path in text_of(result)
+            whole = await client.call_tool("read_file", {"path": path})
+            assert text_of(whole).splitlines() == [f"row {i}" for i in range(5000)]
+
+    run(body)
+
+
+def test_a_timeout_keeps_the_partial_output_and_says_when_state_is_lost(tmp_path: Path) -> None:
+    stubborn = (
+        "import time\nprint('started', flush=True)\n"
+        "while True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        pass"
+    )
+
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl", "--timeout", "3") as client:
+            await client.call_tool("run_python", {"code": "kept = 1"})
+            polite = await client.call_tool(
+                "run_python", {"code": "print('waiting', flush=True)\nimport time; time.sleep(30)"}
+            )
+            out = polite.structured_content
+            assert out is not None
+            assert (out["timed_out"], out["state_lost"], out["stdout"]) == (
+                True,
+                False,
+                "waiting\n",
+            )
+            shorter = await client.call_tool(
+                "run_python", {"code": "import time; time.sleep(30)", "timeout": 1}
+            )
+            assert shorter.structured_content is not None
+            assert shorter.structured_content["duration_ms"] < 2900
+            kept = await client.call_tool("run_python", {"code": "print(kept)"})
+            assert kept.structured_content is not None
+            assert kept.structured_content["stdout"] == "1\n"
+            lost = await client.call_tool("run_python", {"code": stubborn})
+            out = lost.structured_content
+            assert out is not None
+            assert (out["timed_out"], out["sandbox_restarted"]) == (True, True)
+            assert out["stdout"] == "started\n"
+            assert "state lost" in text_of(lost)
+            after = await client.call_tool("run_python", {"code": "print(kept)"})
+            assert after.structured_content is not None
+            assert after.structured_content["state_lost"] is True
+            assert after.structured_content["error"]["ename"] == "NameError"
+
+    run(body)
+
+
+def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with stdio_server(
+            tmp_path / "run.jsonl", "--max-sessions", "2", "--timeout", "5"
+        ) as c:
+            calls: list[tuple[str, dict[str, Any], str]] = [
+                ("run_python", {"code": 123}, "valid string"),
+                ("run_python", {}, "Field required"),
+                ("run_python", {"code": "1", "session": "../x"}, "bad session name"),
+                ("run_python", {"code": "1", "timeout": 60}, "over this server's limit"),
+                ("run_python", {"code": "1", "timeout": -1}, "greater than 0"),
+                ("read_file", {"path": "../../etc/passwd"}, "leads out"),
+                ("read_file", {"path": "/etc/passwd"}, "relative"),
+                ("read_file", {"path": "missing.txt"}, "no such file"),
+                ("write_file", {"path": "x", "content": "%%%", "encoding": "base64"}, "base64"),
+                ("close_session", {"session": "never"}, "no session"),
+                ("reset_session", {"session": "never"}, "no session"),
+            ]
+            for name, arguments, expected in calls:
+                result = await c.call_tool(name, arguments)
+                assert result.is_error, (name, arguments)
+                assert expected in text_of(result), (name, text_of(result))
+            await c.call_tool(
+                "run_python", {"code": "import os; os.symlink('/etc/passwd', 'link')"}
+            )
+            for name, arguments in (
+                ("read_file", {"path": "link"}),
+                ("write_file", {"path": "link", "content": "x"}),
+                ("list_files", {"path": "link"}),
+            ):
+                refused = await c.call_tool(name, arguments)
+                assert refused.is_error, name
+            await c.call_tool("run_python", {"code": "1", "session": "second"})
+            full = await c.call_tool("run_python", {"code": "1", "session": "third"})
+            assert full.is_error
+            assert "2 sessions are open" in text_of(full)
+            closed = await c.call_tool("close_session", {"session": "second"})
+            assert "closed" in text_of(closed)
+            third = await c.call_tool("run_python", {"code": "print('third')", "session": "third"})
+            assert third.structured_content is not None
+            assert third.structured_content["stdout"] == "third\n"
+            await c.call_tool("close_session", {"session": "third"})
+            again = await c.call_tool("run_python", {"code": "1", "session": "second"})
+            assert again.structured_content is not None
+            assert "is new: the previous one was closed by close_session" in (
+                again.structured_content["note"] or ""
+            )
+
+    run(body)
+
+
+def test_a_megabyte_of_code_runs_and_fifty_calls_at_once_all_answer(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl") as client:
+            code = "data = '" + "a" * 1_048_576 + "'\nprint(len(data))"
+            big = await client.call_tool("run_python", {"code": code})
+            assert big.structured_content is not None
+            assert big.structured_content["stdout"] == "1048576\n"
+
+            answers: dict[int, Any] = {}
+
+            async def one(n: int) -> None:
+                session = f"s{n % 5}"
+                result = await client.call_tool(
+                    "run_python", {"code": f"n = {n}\nprint(n * n)", "session": session}
+                )
+                answers[n] = result.structured_content
+
+            async with anyio.create_task_group() as group:
+                for n in range(50):
+                    group.start_soon(one, n)
+            assert sorted(answers) == list(range(50))
+            assert all(out["stdout"] == f"{n * n}\n" for n, out in answers.items())
+
+    run(body)
+
+
+def test_the_server_survives_hostile_code(tmp_path: Path) -> None:
+    hostile = {
+        "exit": "import os; os._exit(3)",
+        "kill the session's processes": "import os, signal; os.kill(0, signal.SIGKILL)",
+        "write to the protocol's descriptors": "import os\nfor fd in (0, 1, 2):\n    try:\n"
+        '        os.write(fd, b\'{"jsonrpc": "2.0", "id": 1, "result": {}}\\n\')\n'
+        "    except OSError:\n        pass\nprint('after')",
+        "close every descriptor": "import os; os.closerange(0, 1024)",
+        "a flood": "import sys\nfor _ in range(20000): sys.stdout.write('x' * 1000 + '\\n')",
+        "a forged image": "from IPython.display import display\n"
+        "display({'image/png': '!!not base64!!', 'text/plain': 'img'}, raw=True)",
+        "recursion": "def f(): return f()\nf()",
+    }
+
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl", "--timeout", "20") as client:
+            for what, code in hostile.items():
+                result = await client.call_tool("run_python", {"code": code})
+                assert result.structured_content is not None, what
+                alive = await client.call_tool("run_python", {"code": "print('alive')"})
+                assert alive.structured_content is not None, what
+                assert alive.structured_content["stdout"] == "alive\n", what
+            listed = await client.call_tool("list_sessions", {})
+            assert listed.structured_content is not None
+
+    run(body)
+
+
+def test_cancelling_a_call_interrupts_the_code_and_keeps_the_session(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl") as client:
+            code = (
+                "import time\nticks = 0\n"
+                "while True:\n    ticks += 1\n    open('ticks.txt', 'w').write(str(ticks))\n"
+                "    time.sleep(0.05)"
+            )
+            seen: list[float] = []
+
+            async def on_progress(
+                progress: float, total: float | None, message: str | None
+            ) -> None:
+                seen.append(progress)
+
+            with anyio.move_on_after(2.5):
+                await client.call_tool("run_python", {"code": code}, progress_callback=on_progress)
+            assert seen  # (one a second while it ran)
+            await anyio.sleep(0.5)
+            first = text_of(await client.call_tool("read_file", {"path": "ticks.txt"}))
+            await anyio.sleep(0.5)
+            second = text_of(await client.call_tool("read_file", {"path": "ticks.txt"}))
+            assert first == second  # stopped
+            state = await client.call_tool("run_python", {"code": "print(ticks > 0)"})
+            assert state.structured_content is not None
+            assert state.structured_content["stdout"] == "True\n"  # interrupted, not restarted
+
+    run(body)
+    (*_, cancelled, _) = JsonlRunLog.read(tmp_path / "run.jsonl")
+    assert cancelled.ending == "interrupted"
+
+
+def test_idle_sessions_are_closed_and_the_next_call_says_so(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl", "--idle-ttl", "1") as client:
+            await client.call_tool("run_python", {"code": "x = 1"})
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline:
+                listed = await client.call_tool("list_sessions", {})
+                assert listed.structured_content is not None
+                if not listed.structured_content["sessions"]:
+                    break
+                await anyio.sleep(0.2)
+            else:
+                raise AssertionError("the idle session was not closed")
+            fresh = await client.call_tool("run_python", {"code": "print('x' in globals())"})
+            out = fresh.structured_content
+            assert out is not None
+            assert out["stdout"] == "False\n"
+            assert "closed after 1 s without a call" in (out["note"] or "")
+
+    run(body)
+
+
+def test_approval_goes_through_the_client_or_the_call_is_denied(tmp_path: Path) -> None:
+    """The subprocess sandbox is medium risk (the host's files are open): with approval above
+    low, a client that can ask its person gets asked; one that cannot is denied."""
+    asked: list[str] = []
+
+    def answering(approve: bool) -> Elicitor:
+        async def elicit(
+            context: ClientRequestContext, params: types.ElicitRequestParams
+        ) -> types.ElicitResult:
+            asked.append(params.message)
+            return types.ElicitResult(action="accept", content={"approve": approve})
+
+        return elicit
+
+    extra = ("--provider", "subprocess", "--approve-above", "low")
+
+    async def body() -> None:
+        log = tmp_path / "run.jsonl"
+        async with stdio_server(log, *extra, elicit=answering(True)) as client:
+            ran = await client.call_tool("run_python", {"code": "print('approved')"})
+            assert ran.structured_content is not None
+            assert ran.structured_content["stdout"] == "approved\n"
+        assert len(asked) == 1
+        assert "print('approved')" in asked[0]
+        async with stdio_server(log, *extra, elicit=answering(False)) as client:
+            declined = await client.call_tool("run_python", {"code": "print('no')"})
+            assert declined.is_error
+            assert "did not approve" in text_of(declined)
+        async with stdio_server(log, *extra) as client:
+            denied = await client.call_tool("run_python", {"code": "print('no')"})
+            assert denied.is_error
+            assert "cannot ask a person" in text_of(denied)
+        deny = ("--provider", "subprocess", "--max-risk", "low", "--approve-above", "none")
+        async with stdio_server(log, *deny) as client:
+            denied = await client.call_tool("run_python", {"code": "print('no')"})
+            assert denied.is_error
+            assert "denied" in text_of(denied)
+        assert [event.stdout for event in JsonlRunLog.read(log)] == ["approved\n"]  # only one ran
+
+    run(body)
+
+
+def test_stdout_carries_only_protocol(tmp_path: Path) -> None:
+    """A raw client: every line the server writes to stdout is JSON-RPC, even while the code
+    in the sandbox writes everywhere it can."""
+    process = subprocess.Popen(
+        [sys.executable, *server_args(tmp_path / "run.jsonl")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {
+                "name": "run_python",
+                "arguments": {
+                    "code": "import os, sys\nprint('out')\nos.write(1, b'raw\\n')\n"
+                    "sys.stderr.write('err\\n')\nos.system('echo child')"
+                },
+            },
+        },
+    ]
+    for message in messages:
+        process.stdin.write(json.dumps(message).encode() + b"\n")
+    process.stdin.flush()
+    lines = []
+    try:
+        while True:
+            line = process.stdout.readline()
+            assert line, "the server closed stdout before answering"
+            lines.append(json.loads(line))
+            if lines[-1].get("id") == 2:
+                break
+    finally:
+        process.stdin.close()
+        process.wait(timeout=30)
+        process.stdout.close()
+    assert all(line["jsonrpc"] == "2.0" for line in lines)
+    stdout = lines[-1]["result"]["structuredContent"]["stdout"]
+    assert sorted(stdout.split()) == ["child", "out", "raw"]  # all in the result, none on the wire
+    assert process.returncode == 0
+
+
+def test_sigterm_closes_every_session(tmp_path: Path, marker: str) -> None:
+    process = subprocess.Popen(
+        [sys.executable, *server_args(tmp_path / "run.jsonl", "--env", f"MARK={marker}")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None
+    assert process.stdout is not None
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {
+            "name": "run_python",
+            "arguments": {
+                "code": "import subprocess\n"
+                "child = subprocess.Popen(['sleep', '300'])\nprint(child.pid)"
+            },
+        },
+    }
+    for message in (hello, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call):
+        process.stdin.write(json.dumps(message).encode() + b"\n")
+    process.stdin.flush()
+    while json.loads(process.stdout.readline()).get("id") != 2:
+        pass
+    assert processes_with(marker)  # the session's worker and its child
+    process.send_signal(signal.SIGTERM)
+    try:
+        assert process.wait(timeout=20) == 0
+    finally:
+        process.stdin.close()
+        process.stdout.close()
+    assert wait_until_gone(marker, timeout=10) == []
+
+
+# -- over HTTP --------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_http_needs_the_token_and_then_serves(tmp_path: Path, marker: str) -> None:
+    port, token = free_port(), "a-token-of-enough-length-0123"
+    extra = ("--http", f"{port}", "--token", token, "--env", f"MARK={marker}")
+    process = subprocess.Popen(
+        [sys.executable, *server_args(tmp_path / "run.jsonl", *extra)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx2.get(url, timeout=1)
+                break
+            except httpx2.TransportError:
+                assert process.poll() is None, process.communicate()
+                assert time.monotonic() < deadline, "the server did not listen"
+                time.sleep(0.1)
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        }
+        accept = {"Accept": "application/json, text/event-stream"}
+        for given in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
+            refused = httpx2.post(url, json=hello, headers={**accept, **given}, timeout=5)
+            assert refused.status_code == 401, given
+
+        async def body() -> None:
+            refused = False
+            bad = {"Authorization": "Bearer not-the-token"}
+            async with create_mcp_http_client(headers=bad) as wrong:
+                try:
+                    with anyio.fail_after(20):
+                        async with Client(streamable_http_client(url, http_client=wrong)):
+                            pass
+                except Exception:  # (the SDK raises an exception group)
+                    refused = True
+            assert refused
+            good = {"Authorization": f"Bearer {token}"}
+            async with (
+                create_mcp_http_client(headers=good) as right,
+                Client(streamable_http_client(url, http_client=right)) as client,
+            ):
+                seen: list[float] = []
+
+                async def on_progress(
+                    progress: float, total: float | None, message: str | None
+                ) -> None:
+                    seen.append(progress)
+
+                result = await client.call_tool(
+                    "run_python",
+                    {"code": "import time; time.sleep(1.5); print('over http')"},
+                    progress_callback=on_progress,
+                )
+                assert result.structured_content is not None
+                assert result.structured_content["stdout"] == "over http\n"
+                assert seen
+                await client.call_tool(  # (left running: the stop must end it)
+                    "run_python", {"code": "import subprocess; subprocess.Popen(['sleep', '300'])"}
+                )
+                assert processes_with(marker)
+
+        run(body)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=20)
+    # (uvicorn stops gracefully, the lifespan closing the sessions, then re-raises the signal.)
+    assert process.returncode in (0, -signal.SIGTERM)
+    assert b"serving MCP at" in stderr
+    assert wait_until_gone(marker, timeout=10) == []
