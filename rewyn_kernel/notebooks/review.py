@@ -193,8 +193,11 @@ def _kernel_mismatches(name: str, limits: dict[str, Any] | None) -> list[str]:
 
     try:
         argv = KernelSpecManager().get_kernel_spec(name).argv
-    except NoSuchKernel:
-        return []  # nbclient says so when it tries to start it
+    except NoSuchKernel:  # (before anything is written: no empty *.checked.ipynb)
+        command = install_command(name, limits) if limits else f"rewyn-kernel install --name {name}"
+        raise ValueError(
+            f"kernel {name} is not installed: create it with {command} (nothing was written)"
+        ) from None
     if "rewyn_kernel" not in argv:
         raise ValueError(
             f"kernel {name} is not the rewyn-kernel sandbox kernel: the agent's code is only "
