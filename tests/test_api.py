@@ -270,8 +270,11 @@ PUBLIC: dict[str, list[str]] = {
         "EventListener",
         "JsonlRunLog",
         "SandboxEvent",
+        "TOOL_RESULT_TYPE",
+        "ToolResult",
         "add_listener",
         "emit",
+        "record_tool_result",
         "remove_listener",
     ],
     "rewyn_kernel.runtime.providers.scripted": [

@@ -597,3 +597,49 @@ def test_http_needs_the_token_and_then_serves(tmp_path: Path, marker: str) -> No
     assert process.returncode in (0, -signal.SIGTERM)
     assert b"serving MCP at" in stderr
     assert wait_until_gone(marker, timeout=10) == []
+
+
+def test_review_of_an_mcp_run_shows_what_the_agent_saw_per_session(tmp_path: Path) -> None:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    from rewyn_kernel.cli import main as cli
+
+    log = tmp_path / "run.jsonl"
+    given: dict[str, str] = {}
+
+    async def body() -> None:
+        async with stdio_server(log, "--max-output-chars", "3000") as client:
+            for session, code in (
+                ("alpha", "a = 1\nprint('alpha one')"),
+                ("beta", "for i in range(5000): print(i)"),
+                ("alpha", "print(a + 1)"),
+            ):
+                result = await client.call_tool("run_python", {"code": code, "session": session})
+                assert result.structured_content is not None
+                given[code] = text_of(result)
+
+    run(body)
+    out = tmp_path / "review.ipynb"
+    assert cli(["review", str(log), "-o", str(out)]) == 0
+    nb = nbformat.read(out, as_version=4)  # type: ignore[no-untyped-call]
+    headings = [cell.source for cell in nb.cells if cell.cell_type == "markdown"][1:]
+    assert len(headings) == 2
+    assert "`alpha`" in headings[0]
+    assert "`beta`" in headings[1]
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    assert [cell.source for cell in code_cells] == [
+        "a = 1\nprint('alpha one')",
+        "print(a + 1)",
+        "for i in range(5000): print(i)",
+    ]
+    for cell in code_cells:
+        shown = cell.outputs[0]
+        assert shown.metadata["rewyn_kernel"]["given_to_model"] is True
+        assert shown.data["text/plain"] == given[cell.source]  # exactly what the model read
+    long_one = code_cells[2].outputs[0].data["text/plain"]
+    assert "characters omitted" in long_one
+    assert "4999" in long_one
+    # It reads without any kernel: rendered to HTML with nothing installed for it.
+    html, _ = HTMLExporter().from_notebook_node(nb)  # type: ignore[no-untyped-call]
+    assert "alpha one" in html

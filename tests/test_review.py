@@ -522,3 +522,26 @@ def test_a_run_under_a_quota_names_a_kernel_that_install_can_make(
     assert cli.main(["install", *words]) == 0
     spec = json.loads((tmp_path / "prefix/share/jupyter/kernels/rv-quota/kernel.json").read_text())
     assert "--SandboxKernel.disk_limit_mb=64" in spec["argv"]
+
+
+def test_a_sandbox_tool_run_shows_the_payload_the_model_was_given(tmp_path: Path) -> None:
+    """The event keeps about 8 KiB of each stream; the tool gave the model its own head and
+    tail. The review shows the latter (the log's TOOL_RESULT line), not a rebuilt excerpt."""
+    from rewyn_kernel.runtime import sandbox_tool
+
+    log = tmp_path / "run.jsonl"
+    with create(listeners=[JsonlRunLog(log)]) as box:
+        tool = sandbox_tool(box, max_result_chars=2_000)
+        payload = tool.run({"code": "for i in range(5000): print(f'row {i}')\n1 / 0"})
+    assert payload["truncated"]
+    (event,) = JsonlRunLog.read(log)  # (the tool result line is not an event)
+    path = tmp_path / "r.ipynb"
+    assert review(log, "-o", path) == 0
+    (cell,) = [cell for cell in load(path)["cells"] if cell["cell_type"] == "code"]
+    streams = {o["name"]: o["text"] for o in cell["outputs"] if o["output_type"] == "stream"}
+    assert text(streams["stdout"]) == payload["stdout"]
+    assert text(streams["stdout"]) != event.stdout  # (the model saw another excerpt)
+    (error,) = [o for o in cell["outputs"] if o["output_type"] == "error"]
+    assert error["ename"] == "ZeroDivisionError"
+    assert cell["metadata"][METADATA_KEY]["given"]["tool"] == "run_code"
+    assert cell["outputs"][-1]["data"][EVENT_MIME]["id"] == event.id  # the summary stays last

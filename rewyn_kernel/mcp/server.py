@@ -34,7 +34,7 @@ from rewyn_kernel.mcp import results
 from rewyn_kernel.mcp.options import ServerOptions, default_run_log
 from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionError, SessionTable
 from rewyn_kernel.runtime._tool import assess
-from rewyn_kernel.runtime.events import JsonlRunLog
+from rewyn_kernel.runtime.events import JsonlRunLog, ToolResult, record_tool_result
 from rewyn_kernel.runtime.host.scratch import ScratchError
 from rewyn_kernel.runtime.sandbox import Sandbox, create
 from rewyn_kernel.tools import MaxRiskLevel, RiskLevel, Tool
@@ -431,7 +431,17 @@ async def _run(
         files_written=results.written(before, after),
         note=note,
     )
-    content: list[ContentBlock] = [TextContent(text=results.as_text(out))]
+    text = results.as_text(out)
+    given = ToolResult(
+        execution_id=result.execution_id,
+        tool="run_python",
+        session=entry.name,
+        text=text,
+        truncated=bool(out.truncated),
+        images=len(images),
+    )
+    record_tool_result(given, session.listeners)  # (what the model read, for the review)
+    content: list[ContentBlock] = [TextContent(text=text)]
     content += [ImageContent(data=data, mime_type=kind) for kind, data in images]
     return CallToolResult(content=content, structured_content=out.model_dump(mode="json"))
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.kernel.record import ERROR_NAMES, METADATA_KEY, event_json, event_output
 from rewyn_kernel.runtime._result import without_traceback
-from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.events import SandboxEvent, ToolResult
 from rewyn_kernel.runtime.sandbox import SandboxSpec
 
 Line = tuple[int, SandboxEvent]
@@ -143,9 +143,11 @@ _HEADER = """\
 # Review of an agent's run: {source}
 
 One code cell per execution, in the order of the log's lines (the log is append-only, so that is
-the order the executions finished in). Each cell holds the code the agent ran and the outputs it
-saw, rebuilt from the run log; its last output is the event's summary, and the event itself is in
-the cell's metadata (`{key}`).
+the order the executions finished in), under a heading per session when there were several. Each
+cell holds the code the agent ran and the outputs it saw: what the tool gave the model, where the
+log has it (a `TOOL_RESULT` line: `sandbox_tool` and `rewyn-kernel mcp` write one), else rebuilt
+from the event's excerpts. Its last output is the event's summary; the event itself is in the
+cell's metadata (`{key}`).
 
 {facts}
 
@@ -278,7 +280,41 @@ def _outputs(event: SandboxEvent) -> list[dict[str, Any]]:
     return outputs
 
 
-def _code_cell(number: int, event: SandboxEvent) -> dict[str, Any]:
+def _given_outputs(given: ToolResult) -> list[dict[str, Any]]:
+    """What the tool gave the model, as outputs: ``sandbox_tool``'s JSON payload as its
+    streams, error and outputs (exactly as shortened for the model); any other tool's text as
+    it was read."""
+    mark = {METADATA_KEY: {"given_to_model": True, "tool": given.tool}}
+    try:
+        payload = json.loads(given.text)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or not isinstance(payload.get("stdout"), str):
+        data = {"text/plain": given.text}
+        return [{"output_type": "display_data", "data": data, "metadata": mark}]
+    outputs: list[dict[str, Any]] = [
+        {"output_type": "stream", "name": name, "text": payload[name]}
+        for name in ("stdout", "stderr")
+        if isinstance(payload.get(name), str) and payload[name]
+    ]
+    for text in payload.get("outputs") or []:
+        outputs.append(
+            {"output_type": "display_data", "data": {"text/plain": str(text)}, "metadata": mark}
+        )
+    error = payload.get("error")
+    if isinstance(error, dict):
+        outputs.append(
+            {
+                "output_type": "error",
+                "ename": str(error.get("ename", "")),
+                "evalue": str(error.get("evalue", "")),
+                "traceback": str(error.get("traceback", "")).splitlines(),
+            }
+        )
+    return outputs
+
+
+def _code_cell(number: int, event: SandboxEvent, given: ToolResult | None = None) -> dict[str, Any]:
     source = event.code
     if event.code_truncated:
         source = (
@@ -286,14 +322,45 @@ def _code_cell(number: int, event: SandboxEvent) -> dict[str, Any]:
             f"({event.code_bytes:,} bytes in all; see the '[... characters omitted ...]' line), "
             "so it does not run as the agent's did.\n" + source
         )
+    metadata: dict[str, Any] = {"events": [event_json(event)], "recorded": True}
+    outputs = _outputs(event)
+    if given is not None:  # what the model read, then the event's summary
+        metadata["given"] = given.model_dump(mode="json")
+        outputs = [*_given_outputs(given), outputs[-1]]
     return {
         "cell_type": "code",
         "id": f"line-{number}",
-        "metadata": {METADATA_KEY: {"events": [event_json(event)], "recorded": True}},
+        "metadata": {METADATA_KEY: metadata},
         "source": source,
-        "outputs": _outputs(event),
+        "outputs": outputs,
         "execution_count": event.execution_count,
     }
+
+
+def _cells(lines: list[Line], given: dict[str, ToolResult]) -> list[dict[str, Any]]:
+    """The code cells in the log's order; with more than one session, grouped by session
+    (in the order each first ran), each under a heading that names it."""
+    sessions: dict[str, list[Line]] = {}
+    for line in lines:
+        sessions.setdefault(line[1].session_id, []).append(line)
+    if len(sessions) <= 1:
+        return [_code_cell(n, event, given.get(event.id)) for n, event in lines]
+    cells: list[dict[str, Any]] = []
+    for index, (session_id, members) in enumerate(sessions.items(), 1):
+        names = {
+            str(given[e.id].session) for _, e in members if e.id in given and given[e.id].session
+        }
+        called = f" ({_code(', '.join(sorted(names)))})" if names else ""
+        heading = (
+            f"## Session {index}{called}: {len(members)} execution(s)\n\n"
+            f"Session {_code(session_id)} of sandbox {_code(members[0][1].sandbox_id)}; each "
+            "session kept its own variables."
+        )
+        cells.append(
+            {"cell_type": "markdown", "id": f"session-{index}", "metadata": {}, "source": heading}
+        )
+        cells += [_code_cell(n, event, given.get(event.id)) for n, event in members]
+    return cells
 
 
 def build_notebook(
@@ -301,7 +368,9 @@ def build_notebook(
     problems: list[str],
     source: str,
     kernel_name: str | None = None,
+    *,
     notebook: str = "REVIEW.ipynb",
+    given: dict[str, ToolResult] | None = None,
 ) -> dict[str, Any]:
     """Return the review notebook (nbformat 4.5 JSON data) for the events of a run log.
 
@@ -346,6 +415,6 @@ def build_notebook(
         },
         "cells": [
             {"cell_type": "markdown", "id": "review-header", "metadata": {}, "source": text},
-            *(_code_cell(number, event) for number, event in lines),
+            *_cells(lines, given or {}),
         ],
     }

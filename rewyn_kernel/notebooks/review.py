@@ -39,7 +39,7 @@ from rewyn_kernel.notebooks._review_notebook import (
     resolved,
     settings_for,
 )
-from rewyn_kernel.runtime.events import EVENT_TYPE, SandboxEvent
+from rewyn_kernel.runtime.events import EVENT_TYPE, TOOL_RESULT_TYPE, SandboxEvent, ToolResult
 from rewyn_kernel.runtime.host.protocol import scrub
 
 __all__ = [
@@ -61,11 +61,14 @@ __all__ = [
 # -- reading the log ----------------------------------------------------------------------------
 
 
-def read_log(path: str | Path) -> tuple[list[Line], list[str]]:
+def read_log(
+    path: str | Path, given: dict[str, ToolResult] | None = None
+) -> tuple[list[Line], list[str]]:
     """Return the events of a run log with their line numbers, and a problem per bad line.
 
     Each problem reads ``file:line: what is wrong``. A last line without a newline that is not
     complete JSON is reported as cut off (a writer killed mid-line, or a log copied mid-write).
+    What tools gave the model (TOOL_RESULT lines) goes into ``given``, by execution id.
     """
     events: list[Line] = []
     problems: list[str] = []
@@ -75,7 +78,12 @@ def read_log(path: str | Path) -> tuple[list[Line], list[str]]:
                 continue
             where = f"{path}:{number}"
             try:
-                events.append((number, _parse(raw)))
+                item = _parse(raw)
+                if isinstance(item, ToolResult):
+                    if given is not None:
+                        given[item.execution_id] = item
+                    continue
+                events.append((number, item))
             except ValueError as exc:
                 if not raw.endswith(b"\n") and isinstance(exc, _NotJson):
                     exc = ValueError(
@@ -90,7 +98,7 @@ class _NotJson(ValueError):
     """A line that does not parse as JSON."""
 
 
-def _parse(raw: bytes) -> SandboxEvent:
+def _parse(raw: bytes) -> SandboxEvent | ToolResult:
     try:
         text = raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError as exc:
@@ -106,6 +114,13 @@ def _parse(raw: bytes) -> SandboxEvent:
         ) from None
     if not isinstance(data, dict):
         raise ValueError(f"a JSON {type(data).__name__}, not an event object")  # noqa: TRY004
+    if data.get("type") == TOOL_RESULT_TYPE:
+        try:
+            return ToolResult.model_validate(data)
+        except ValidationError as exc:
+            raise ValueError(
+                f"not a valid {TOOL_RESULT_TYPE} line: {exc.errors()[0]['msg']}"
+            ) from None
     if data.get("type") != EVENT_TYPE:
         kind = repr(data["type"])[:60] if "type" in data else "no type"
         raise ValueError(f"an event of {kind}, not {EVENT_TYPE}")
@@ -131,10 +146,13 @@ def convert(
     runlog: Path, output: Path, *, kernel_name: str | None = None, install_kernel: bool = False
 ) -> int:
     """Write the review notebook of ``runlog``; return 1 if any line was bad, else 0."""
-    lines, problems = read_log(runlog)
+    given: dict[str, ToolResult] = {}
+    lines, problems = read_log(runlog, given)
     for problem in problems:
         print(f"rewyn-kernel review: {problem}", file=sys.stderr)
-    nb = build_notebook(lines, problems, str(runlog), kernel_name, notebook=output.name)
+    nb = build_notebook(
+        lines, problems, str(runlog), kernel_name, notebook=output.name, given=given
+    )
     write_notebook(nb, output)
     review = nb["metadata"][METADATA_KEY]["review"]
     name = nb["metadata"]["kernelspec"]["name"]

@@ -30,6 +30,7 @@ cost, not reach. A provider this table does not know counts as sharing the host'
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rewyn_kernel.runtime._result import (
@@ -40,6 +41,7 @@ from rewyn_kernel.runtime._result import (
     without_traceback,
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.events import ToolResult, record_tool_result
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.providers.base import Sandbox
 from rewyn_kernel.tools import RiskLevel, Tool
@@ -93,13 +95,24 @@ def sandbox_tool(
     level, reasons = assess(isolation, spec)
     schema = _input_schema(spec)
 
+    def given(result: SandboxResult) -> dict[str, Any]:
+        """The payload, recorded in the box's run logs as what the model was given."""
+        payload = result_payload(result, max_result_chars)
+        text = json.dumps(payload, ensure_ascii=False)
+        record = ToolResult(
+            execution_id=result.execution_id,
+            tool=name,
+            text=text,
+            truncated=bool(payload["truncated"]),
+        )
+        record_tool_result(record, box.listeners)
+        return payload
+
     def handler(arguments: dict[str, Any]) -> dict[str, Any]:
-        result: SandboxResult = box.execute(arguments["code"], timeout=_timeout(arguments))
-        return result_payload(result, max_result_chars)
+        return given(box.execute(arguments["code"], timeout=_timeout(arguments)))
 
     async def async_handler(arguments: dict[str, Any]) -> dict[str, Any]:
-        result: SandboxResult = await box.aexecute(arguments["code"], timeout=_timeout(arguments))
-        return result_payload(result, max_result_chars)
+        return given(await box.aexecute(arguments["code"], timeout=_timeout(arguments)))
 
     return Tool(
         name=name,

@@ -26,12 +26,16 @@ __all__ = [
     "EventListener",
     "JsonlRunLog",
     "SandboxEvent",
+    "TOOL_RESULT_TYPE",
+    "ToolResult",
     "add_listener",
     "emit",
+    "record_tool_result",
     "remove_listener",
 ]
 
 EVENT_TYPE: Literal["SANDBOX_EXECUTED"] = "SANDBOX_EXECUTED"
+TOOL_RESULT_TYPE: Literal["TOOL_RESULT"] = "TOOL_RESULT"
 logger = logging.getLogger("rewyn_kernel.events")
 
 
@@ -85,6 +89,22 @@ class SandboxEvent(BaseModel):
     outputs: tuple[OutputSummary, ...] = ()
 
 
+class ToolResult(BaseModel):
+    """What a model was given for one execution, beside its event in a run log: the event
+    keeps excerpts of the output, the tool gave the model its own shortened form of it
+    (``sandbox_tool``'s payload, the MCP server's text). ``rewyn-kernel review`` shows this."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    type: Literal["TOOL_RESULT"] = TOOL_RESULT_TYPE
+    execution_id: str = Field(description="The id of the SANDBOX_EXECUTED event it answers.")
+    tool: str = Field(description="The tool's name (run_code, run_python ...).")
+    session: str | None = Field(default=None, description="The MCP session's name, if any.")
+    text: str = Field(description="What the model read, as it read it.")
+    truncated: bool = Field(description="The tool shortened the output for the model.")
+    images: int = Field(default=0, description="Images given beside the text.")
+
+
 EventListener = Callable[[SandboxEvent], None]
 _listeners: list[EventListener] = []
 _listeners_lock = threading.Lock()
@@ -101,6 +121,19 @@ def remove_listener(listener: EventListener) -> None:
     with _listeners_lock:
         if listener in _listeners:
             _listeners.remove(listener)
+
+
+def record_tool_result(given: ToolResult, listeners: Iterable[EventListener] = ()) -> None:
+    """Give ``given`` to the run logs among ``listeners`` and the process-wide listeners
+    (other listeners take events only)."""
+    with _listeners_lock:
+        everyone = [*listeners, *_listeners]
+    for listener in everyone:
+        if isinstance(listener, JsonlRunLog):
+            try:
+                listener.record(given)
+            except Exception:
+                logger.exception("run log %r failed; the tool result was not recorded", listener)
 
 
 def emit(event: SandboxEvent, listeners: Iterable[EventListener] = ()) -> None:
@@ -137,8 +170,15 @@ class JsonlRunLog:
         self._lock = threading.Lock()
 
     def __call__(self, event: SandboxEvent) -> None:
+        self._append(event)
+
+    def record(self, given: ToolResult) -> None:
+        """Append what a tool gave the model for an execution (after its event)."""
+        self._append(given)
+
+    def _append(self, item: BaseModel) -> None:
         # ASCII escapes: a lone surrogate in the code or its output must not lose the event.
-        line = (json.dumps(event.model_dump(mode="json"), ensure_ascii=True) + "\n").encode()
+        line = (json.dumps(item.model_dump(mode="json"), ensure_ascii=True) + "\n").encode()
         with self._lock:
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             try:
@@ -151,12 +191,18 @@ class JsonlRunLog:
 
     @staticmethod
     def read(path: str | os.PathLike[str]) -> list[SandboxEvent]:
-        """Read every event of a run log; a malformed line raises ValueError naming it."""
+        """Read every event of a run log (tool results left out); a malformed line raises
+        ValueError naming it."""
         events = []
         with open(path, encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
+                try:
+                    if json.loads(line).get("type") == TOOL_RESULT_TYPE:
+                        continue
+                except (ValueError, AttributeError):
+                    pass  # (reported below, as not an event)
                 try:
                     events.append(SandboxEvent.model_validate_json(line))
                 except ValueError as exc:

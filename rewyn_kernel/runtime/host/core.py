@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewyn_kernel.runtime._result import ErrorInfo, Isolation, Payload, RichOutput, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime.events import EventListener, OutputSummary, SandboxEvent
+from rewyn_kernel.runtime.events import EventListener, OutputSummary, SandboxEvent, ToolResult
 from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.files import plan_view, tidy
 from rewyn_kernel.runtime.host.protocol import (
@@ -41,7 +41,8 @@ def build_models() -> None:
     built safely in two threads at once. The lock keeps two sessions from doing it together."""
     with _BUILT:
         frame_adapter()
-        for model in (ErrorInfo, RichOutput, Payload, SandboxResult, OutputSummary, SandboxEvent):
+        models = (ErrorInfo, RichOutput, Payload, SandboxResult, OutputSummary, SandboxEvent)
+        for model in (*models, ToolResult):
             if not model.__pydantic_complete__:
                 model.model_rebuild()
 

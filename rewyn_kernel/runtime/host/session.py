@@ -26,7 +26,7 @@ from rewyn_kernel.runtime._result import (
     SandboxResult,
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime.events import emit
+from rewyn_kernel.runtime.events import EventListener, emit
 from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive
 from rewyn_kernel.runtime.host.execution import (
@@ -107,6 +107,11 @@ class Session(Closeable):
     def spec(self) -> SandboxSpec:
         """The spec of the sandbox this session runs in."""
         return self._core.spec
+
+    @property
+    def listeners(self) -> tuple[EventListener, ...]:
+        """Where this session's events go (its sandbox's listeners)."""
+        return self._core.listeners
 
     @property
     def isolation(self) -> Isolation:

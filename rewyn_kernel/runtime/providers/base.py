@@ -134,6 +134,9 @@ class Sandbox(Protocol):
     @property
     def closed(self) -> bool: ...
 
+    @property
+    def listeners(self) -> tuple[EventListener, ...]: ...
+
     def execute(
         self,
         code: str,
@@ -160,7 +163,9 @@ class Sandbox(Protocol):
 
     def write_file(self, path: str | os.PathLike[str], data: bytes) -> None: ...
 
-    def list_files(self, path: str | os.PathLike[str] = ...) -> list[ScratchEntry]: ...
+    def list_files(
+        self, path: str | os.PathLike[str] = ..., *, limit: int | None = None
+    ) -> list[ScratchEntry]: ...
 
     def close(self) -> None: ...
 
