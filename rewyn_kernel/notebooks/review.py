@@ -21,7 +21,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import nbformat
 from pydantic import ValidationError
 from traitlets import TraitError
 
@@ -134,6 +133,8 @@ def _parse(raw: bytes) -> SandboxEvent | ToolResult:
 
 def write_notebook(nb: Any, path: Path) -> None:
     """Validate ``nb`` and write it atomically (a crash never leaves half a file)."""
+    import nbformat  # (here: importing it takes seconds, and every command imports this)
+
     nbformat.validate(nb)
     node = nbformat.from_dict(nb)  # type: ignore[no-untyped-call]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -238,6 +239,8 @@ def _mark(cell: Any, reply: dict[str, Any]) -> tuple[str, bool] | None:
     Return the verdict and whether the outcome differs, or None for a cell with no recorded
     event (one the reviewer added).
     """
+    import nbformat
+
     data = reply_event(reply)
     record = cell.metadata.setdefault(METADATA_KEY, {})
     recorded_data = record.get("events", [None])[0] if record.get("recorded") else None
@@ -281,6 +284,7 @@ def check(path: Path, output: Path | None = None, *, kernel_name: str | None = N
     the result to ``output`` (default: ``path``), also when the run stops early. Return 0 when
     every recorded cell matched, 1 when any differed or the run failed or was refused.
     """
+    import nbformat
     from jupyter_client.kernelspec import NoSuchKernel
     from nbclient import NotebookClient
 
