@@ -407,99 +407,72 @@ def test_approval_goes_through_the_client_or_the_call_is_denied(tmp_path: Path) 
     run(body)
 
 
-def test_stdout_carries_only_protocol(tmp_path: Path) -> None:
-    """A raw client: every line the server writes to stdout is JSON-RPC, even while the code
-    in the sandbox writes everywhere it can."""
+HELLO = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    },
+}
+"""What a raw client sends first (the SDK's client is not used where the wire itself is tested)."""
+
+
+def raw_call(run_log: Path, code: str, *extra: str) -> tuple[subprocess.Popen[bytes], list[Any]]:
+    """Start a server, say hello, run ``code`` (request id 2); return the server (still
+    running) and every line it wrote to stdout until that answer, parsed."""
     process = subprocess.Popen(
-        [sys.executable, *server_args(tmp_path / "run.jsonl")],
+        [sys.executable, *server_args(run_log, *extra)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
     assert process.stdin is not None
     assert process.stdout is not None
-    messages = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {
-                "name": "run_python",
-                "arguments": {
-                    "code": "import os, sys\nprint('out')\nos.write(1, b'raw\\n')\n"
-                    "sys.stderr.write('err\\n')\nos.system('echo child')"
-                },
-            },
-        },
-    ]
-    for message in messages:
-        process.stdin.write(json.dumps(message).encode() + b"\n")
-    process.stdin.flush()
-    lines = []
-    try:
-        while True:
-            line = process.stdout.readline()
-            assert line, "the server closed stdout before answering"
-            lines.append(json.loads(line))
-            if lines[-1].get("id") == 2:
-                break
-    finally:
-        process.stdin.close()
-        process.wait(timeout=30)
-        process.stdout.close()
-    assert all(line["jsonrpc"] == "2.0" for line in lines)
-    stdout = lines[-1]["result"]["structuredContent"]["stdout"]
-    assert sorted(stdout.split()) == ["child", "out", "raw"]  # all in the result, none on the wire
-    assert process.returncode == 0
-
-
-def test_sigterm_closes_every_session(tmp_path: Path, marker: str) -> None:
-    process = subprocess.Popen(
-        [sys.executable, *server_args(tmp_path / "run.jsonl", "--env", f"MARK={marker}")],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert process.stdin is not None
-    assert process.stdout is not None
-    hello = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }
     call = {
         "jsonrpc": "2.0",
         "id": 2,
         "method": "tools/call",
-        "params": {
-            "name": "run_python",
-            "arguments": {
-                "code": "import subprocess\n"
-                "child = subprocess.Popen(['sleep', '300'])\nprint(child.pid)"
-            },
-        },
+        "params": {"name": "run_python", "arguments": {"code": code}},
     }
-    for message in (hello, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call):
+    for message in (HELLO, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call):
         process.stdin.write(json.dumps(message).encode() + b"\n")
     process.stdin.flush()
-    while json.loads(process.stdout.readline()).get("id") != 2:
-        pass
+    lines: list[Any] = []
+    while not lines or lines[-1].get("id") != 2:
+        line = process.stdout.readline()
+        assert line, "the server closed stdout before answering"
+        lines.append(json.loads(line))
+    return process, lines
+
+
+def test_stdout_carries_only_protocol(tmp_path: Path) -> None:
+    """A raw client: every line the server writes to stdout is JSON-RPC, even while the code
+    in the sandbox writes everywhere it can."""
+    code = (
+        "import os, sys\nprint('out')\nos.write(1, b'raw\\n')\n"
+        "sys.stderr.write('err\\n')\nos.system('echo child')"
+    )
+    process, lines = raw_call(tmp_path / "run.jsonl", code)
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.close()  # (the client goes: the server ends)
+    try:
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.stdout.close()
+    assert all(line["jsonrpc"] == "2.0" for line in lines)
+    stdout = lines[-1]["result"]["structuredContent"]["stdout"]
+    assert sorted(stdout.split()) == ["child", "out", "raw"]  # all in the result, none on the wire
+
+
+def test_sigterm_closes_every_session(tmp_path: Path, marker: str) -> None:
+    code = "import subprocess\nchild = subprocess.Popen(['sleep', '300'])\nprint(child.pid)"
+    process, _ = raw_call(tmp_path / "run.jsonl", code, "--env", f"MARK={marker}")
+    assert process.stdin is not None
+    assert process.stdout is not None
     assert processes_with(marker)  # the session's worker and its child
     process.send_signal(signal.SIGTERM)
     try:
@@ -538,19 +511,9 @@ def test_http_needs_the_token_and_then_serves(tmp_path: Path, marker: str) -> No
                 assert process.poll() is None, process.communicate()
                 assert time.monotonic() < deadline, "the server did not listen"
                 time.sleep(0.1)
-        hello = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "0"},
-            },
-        }
         accept = {"Accept": "application/json, text/event-stream"}
         for given in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
-            refused = httpx2.post(url, json=hello, headers={**accept, **given}, timeout=5)
+            refused = httpx2.post(url, json=HELLO, headers={**accept, **given}, timeout=5)
             assert refused.status_code == 401, given
 
         async def body() -> None:

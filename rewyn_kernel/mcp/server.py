@@ -14,7 +14,7 @@ import asyncio
 import base64
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import (
@@ -224,7 +224,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             raise ToolError(reason)
         if timeout is not None and limit is not None and timeout > limit:
             raise ToolError(f"timeout {timeout:g} s is over this server's limit of {limit:g} s")
-        try:
+        with _tool_errors():
             async with table.use(session) as (entry, note):
                 return await _run(
                     entry,
@@ -234,8 +234,6 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
                     ctx=ctx,
                     budget=options.max_output_chars,
                 )
-        except SessionError as exc:
-            raise ToolError(str(exc)) from None
 
     @server.tool(
         title="List sessions",
@@ -257,10 +255,8 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
     )
     async def reset_session(session: SessionName) -> str:
         """Start the session's Python afresh: its variables and imports go, its files stay."""
-        try:
+        with _tool_errors():
             await table.reset(session)
-        except SessionError as exc:
-            raise ToolError(str(exc)) from None
         return f"session {session!r} restarted: variables and imports are gone, files stay"
 
     @server.tool(
@@ -271,10 +267,8 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
     )
     async def close_session(session: SessionName) -> str:
         """Close the session: its Python stops and its directory, with every file, is removed."""
-        try:
+        with _tool_errors():
             await table.close(session)
-        except SessionError as exc:
-            raise ToolError(str(exc)) from None
         return f"session {session!r} closed: its variables and files are gone"
 
     @server.tool(
@@ -352,10 +346,9 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
     async def _files(session: str) -> AsyncIterator[Entry]:
         """The session for a file tool: made if needed; bad paths become tool errors."""
         try:
-            async with table.use(session) as (entry, _):
-                yield entry
-        except SessionError as exc:
-            raise ToolError(str(exc)) from None
+            with _tool_errors():
+                async with table.use(session) as (entry, _):
+                    yield entry
         except ScratchError as exc:
             raise ToolError(f"{exc.filename}: {exc.strerror}") from None
         except FileNotFoundError as exc:
@@ -366,6 +359,15 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             raise ToolError(f"{exc.strerror or exc}") from None
 
     return server
+
+
+@contextlib.contextmanager
+def _tool_errors() -> Iterator[None]:
+    """A session that cannot be used is the agent's error (a tool error), not the server's."""
+    try:
+        yield
+    except SessionError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def _decode(content: str, encoding: str) -> bytes:
