@@ -25,7 +25,7 @@ from rewyn_kernel.runtime.sandbox import (
     SandboxResult,
     SubprocessProvider,
 )
-from rewyn_kernel.settings import KernelSettings, add_options, from_options
+from rewyn_kernel.settings import SANDBOX_SETTINGS, KernelSettings, add_options, from_options
 
 DESCRIPTION = (
     "Run model-written and untrusted Python in a sandbox: from code (the runtime), in Jupyter "
@@ -197,15 +197,7 @@ def _jupyter_checks() -> list[CheckItem]:
 
 
 SETTING_OPTIONS = (
-    "provider",
-    "image",
-    "container_runtime",
-    "oci_runtime",
-    "timeout",
-    "memory_limit_mb",
-    "disk_limit_mb",
-    "network",
-    "inherit_env",
+    *SANDBOX_SETTINGS,
     "output_limit_bytes",
     "ipython",
     "notebook_files",

@@ -43,6 +43,7 @@ __all__ = [
     "KernelSettings",
     "OPTIONS",
     "Option",
+    "SANDBOX_SETTINGS",
     "add_options",
     "default_run_log",
     "describe_error",
@@ -56,6 +57,19 @@ KERNEL_TIMEOUT = 600.0
 KERNEL_CLASS = "SandboxKernel"
 """The traitlets class name the flags configure (``--SandboxKernel.<setting>=<value>``)."""
 CONTAINER_CLIS = ("docker", "podman", "nerdctl")
+SANDBOX_SETTINGS = (
+    "provider",
+    "image",
+    "container_runtime",
+    "oci_runtime",
+    "timeout",
+    "memory_limit_mb",
+    "disk_limit_mb",
+    "network",
+    "inherit_env",
+)
+"""The settings of where the code runs and under which limits, in the order commands list
+their options (``rewyn-kernel install``/``run``/``mcp`` and the magic take these and more)."""
 _CONTAINER_ONLY = ("image", "container_runtime", "oci_runtime")
 _PROVIDER_FIELDS = ("provider", *_CONTAINER_ONLY)
 # One argv token that no CLI can read as an option: no leading '-', no whitespace, and no

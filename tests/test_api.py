@@ -201,6 +201,7 @@ PUBLIC: dict[str, list[str]] = {
         "KernelSettings",
         "OPTIONS",
         "Option",
+        "SANDBOX_SETTINGS",
         "add_options",
         "default_run_log",
         "describe_error",

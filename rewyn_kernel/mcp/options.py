@@ -9,22 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewyn_kernel.runtime._tool import DEFAULT_MAX_RESULT_CHARS
-from rewyn_kernel.settings import KernelSettings
+from rewyn_kernel.settings import SANDBOX_SETTINGS, KernelSettings
 from rewyn_kernel.tools import RiskLevel
 
 MCP_TIMEOUT = 120.0
 """Seconds a call may run unless ``--timeout`` says otherwise: an agent waits on each call
 (the kernel's 600 s suits a notebook cell that trains a model, not a tool call)."""
 SANDBOX_OPTIONS = (
-    "provider",
-    "image",
-    "container_runtime",
-    "oci_runtime",
-    "timeout",
-    "memory_limit_mb",
-    "disk_limit_mb",
-    "network",
-    "inherit_env",
+    *SANDBOX_SETTINGS,
     "env",
     "output_limit_bytes",
     "ipython",
