@@ -210,6 +210,7 @@ PUBLIC: dict[str, list[str]] = {
         "plain_type",
     ],
     "rewyn_kernel.runtime": [
+        "BatchSummary",
         "BubblewrapProvider",
         "BubblewrapSandbox",
         "ContainerProvider",
@@ -217,6 +218,7 @@ PUBLIC: dict[str, list[str]] = {
         "JsonlRunLog",
         "Sandbox",
         "SandboxEvent",
+        "SandboxPool",
         "SandboxProvider",
         "SandboxResult",
         "SandboxSpec",
@@ -266,6 +268,7 @@ PUBLIC: dict[str, list[str]] = {
         "DEFAULT_IMAGE",
         "LABEL",
     ],
+    "rewyn_kernel.runtime.pool": ["BatchSummary", "SandboxPool"],
     "rewyn_kernel.runtime.events": [
         "EVENT_TYPE",
         "EventListener",

@@ -7,6 +7,7 @@
 from rewyn_kernel.runtime import container, events, sandbox
 from rewyn_kernel.runtime.container import ContainerProvider, ContainerSandbox
 from rewyn_kernel.runtime.events import JsonlRunLog, SandboxEvent
+from rewyn_kernel.runtime.pool import BatchSummary, SandboxPool
 from rewyn_kernel.runtime.sandbox import (
     BubblewrapProvider,
     BubblewrapSandbox,
@@ -26,6 +27,7 @@ from rewyn_kernel.runtime.sandbox import (
 )
 
 __all__ = [
+    "BatchSummary",
     "BubblewrapProvider",
     "BubblewrapSandbox",
     "ContainerProvider",
@@ -33,6 +35,7 @@ __all__ = [
     "JsonlRunLog",
     "Sandbox",
     "SandboxEvent",
+    "SandboxPool",
     "SandboxProvider",
     "SandboxResult",
     "SandboxSpec",

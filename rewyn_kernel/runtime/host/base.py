@@ -183,6 +183,11 @@ class BaseSandbox(Closeable):
             self._sessions.add(session)
             return session
 
+    def warm_up(self, timeout: float = 30.0) -> bool:
+        """Start the worker ``execute`` runs in now, and wait until it is ready (else the first
+        ``execute`` starts it): True once it is. A pool keeps its sandboxes so."""
+        return self._oneshot().wait_ready(timeout)
+
     def _oneshot(self) -> Session:
         """The session behind ``execute``: started on first use (then kept warm)."""
         with self._lock:
