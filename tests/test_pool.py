@@ -136,3 +136,24 @@ def test_a_pool_that_cannot_make_a_sandbox_says_so_for_every_item() -> None:
         results = pool.map(["1", "2", "3"])
     assert [result.ending for result in results] == ["start_failed"] * 3
     assert all("/nonexistent/docker" in result.message for result in results)
+
+
+def test_leases_keep_state_a_spare_is_ready_and_idle_ones_are_closed(
+    provider: SandboxProvider,
+) -> None:
+    with SandboxPool(provider=provider, size=1, warm=0, spare_leases=1, lease_ttl=1.0) as pool:
+        assert wait_for(lambda: len(pool._spares) == 1)  # a spare, its worker up
+        spare_dir = pool._spares[0].sandbox.workdir
+        lease = pool.lease()
+        assert lease.sandbox.workdir == spare_dir  # the spare, not a new one
+        assert lease.execute("x = 41").ok
+        assert lease.execute("print(x + 1)").stdout == "42\n"
+        assert wait_for(lambda: len(pool._spares) == 1)  # replaced
+        other = pool.lease()
+        assert other.execute("print('x' in globals())").stdout == "False\n"  # its own
+        other.close()
+        assert wait_for(lambda: lease.closed, timeout=10)  # idle past the TTL
+        assert lease.closed_because == "closed after 1 s idle"
+        assert not spare_dir.exists()
+        kept = pool.lease()
+    assert kept.closed  # the pool's close closes its leases and spares

@@ -36,7 +36,8 @@ from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionError, Sess
 from rewyn_kernel.runtime._tool import assess
 from rewyn_kernel.runtime.events import JsonlRunLog, ToolResult, record_tool_result
 from rewyn_kernel.runtime.host.scratch import ScratchError
-from rewyn_kernel.runtime.sandbox import Sandbox, create
+from rewyn_kernel.runtime.pool import SandboxPool
+from rewyn_kernel.runtime.sandbox import Sandbox, Session
 from rewyn_kernel.tools import MaxRiskLevel, RiskLevel, Tool
 
 MAX_CODE_CHARS = 4_000_000
@@ -127,13 +128,23 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
     )
     run_log = JsonlRunLog(options.run_log or default_run_log())
 
-    def make_sandbox() -> Sandbox:
-        return create(spec, provider=provider, listeners=[run_log])
+    # Sessions are leases from a pool that keeps one spare ready: a new session's first call
+    # does not wait for a sandbox (and IPython in it) to start.
+    pool: list[SandboxPool] = []
 
-    table = SessionTable(make_sandbox, max_sessions=options.max_sessions, idle_ttl=options.idle_ttl)
+    def make_session() -> tuple[Sandbox, Session]:
+        lease = pool[0].lease()
+        return lease.sandbox, lease.session
+
+    table = SessionTable(make_session, max_sessions=options.max_sessions, idle_ttl=options.idle_ttl)
 
     @contextlib.asynccontextmanager
     async def lifespan(server: MCPServer[SessionTable]) -> AsyncIterator[SessionTable]:
+        pool.append(
+            SandboxPool(
+                spec, provider=provider, size=1, warm=0, listeners=[run_log], spare_leases=1
+            )
+        )
         reaper = asyncio.ensure_future(table.reap_forever())
         try:
             yield table
@@ -142,6 +153,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
             await asyncio.shield(table.close_all())
+            await asyncio.shield(pool.pop().aclose())
 
     server: MCPServer[SessionTable] = MCPServer(
         "rewyn-kernel",

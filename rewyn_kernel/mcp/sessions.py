@@ -64,12 +64,13 @@ def check_name(name: str) -> str:
 
 
 class SessionTable:
-    """Named sessions, made by ``make`` (blocking: it runs in a thread), at most
+    """Named sessions, each a sandbox and its session from ``make`` (blocking: it runs in a
+    thread; the server's takes a lease from its pool, a spare ready), at most
     ``max_sessions`` at once, closed after ``idle_ttl`` seconds unused (None: never)."""
 
     def __init__(
         self,
-        make: Callable[[], Sandbox],
+        make: Callable[[], tuple[Sandbox, Session]],
         *,
         max_sessions: int,
         idle_ttl: float | None,
@@ -165,15 +166,7 @@ class SessionTable:
         task.add_done_callback(self._tasks.discard)
 
     async def _start(self, name: str) -> Entry:
-        def start() -> tuple[Sandbox, Session]:
-            sandbox = self._make()
-            try:
-                return sandbox, sandbox.session()
-            except BaseException:
-                sandbox.close()
-                raise
-
-        sandbox, session = await asyncio.to_thread(start)
+        sandbox, session = await asyncio.to_thread(self._make)
         now = self._clock()
         return Entry(name, sandbox, session, created=now, last_used=now)
 

@@ -36,10 +36,10 @@ from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.create import create, get_default_provider
 from rewyn_kernel.runtime.host.scratch import remove_tree
-from rewyn_kernel.runtime.host.session import UNSET
+from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.providers.base import Sandbox, SandboxProvider
 
-__all__ = ["BatchSummary", "SandboxPool"]
+__all__ = ["BatchSummary", "Lease", "SandboxPool"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,65 @@ def _nearest_rank(ordered: Sequence[float], fraction: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))]
 
 
+class Lease:
+    """A session leased from a pool: a sandbox of its own with a live worker, state kept
+    between executions, closed with the lease (``with pool.lease() as lease: ...``). A pool
+    with ``lease_ttl`` closes a lease left idle that long; its session then says so."""
+
+    def __init__(self, sandbox: Sandbox, session: Session) -> None:
+        self.sandbox = sandbox
+        self.session = session
+        self._used = time.monotonic()
+        self._busy = 0
+        self._lock = threading.Lock()
+        self.closed_because: str | None = None
+
+    @property
+    def idle_seconds(self) -> float:
+        with self._lock:
+            return 0.0 if self._busy else time.monotonic() - self._used
+
+    def execute(self, code: str, *, timeout: float | None = UNSET) -> SandboxResult:
+        """``session.execute`` that counts as use (the idle clock stops while it runs)."""
+        with self._lock:
+            self._busy += 1
+        try:
+            return self.session.execute(code, timeout=timeout)
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._used = time.monotonic()
+
+    async def aexecute(self, code: str, *, timeout: float | None = UNSET) -> SandboxResult:
+        with self._lock:
+            self._busy += 1
+        try:
+            return await self.session.aexecute(code, timeout=timeout)
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._used = time.monotonic()
+
+    @property
+    def closed(self) -> bool:
+        return self.session.closed
+
+    def close(self, because: str = "closed") -> None:
+        """Close the session and remove the sandbox's scratch directory. Idempotent."""
+        if self.closed_because is None:
+            self.closed_because = because
+        try:
+            self.session.close()
+        finally:
+            self.sandbox.close()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 @dataclass(eq=False)
 class _Item:
     code: str
@@ -115,6 +174,8 @@ class SandboxPool:
         size: int | None = None,
         warm: int | None = None,
         listeners: Sequence[EventListener] = (),
+        spare_leases: int = 0,
+        lease_ttl: float | None = None,
     ) -> None:
         self.spec = spec or SandboxSpec()
         if self.spec.workdir is not None:
@@ -134,6 +195,15 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._closed = False
         self._boxes: set[Sandbox] = set()
+        if spare_leases < 0 or (lease_ttl is not None and lease_ttl <= 0):
+            raise ValueError("spare_leases must be 0 or more, lease_ttl positive (or None)")
+        self.spare_leases = spare_leases
+        self.lease_ttl = lease_ttl
+        self._spares: list[Lease] = []
+        self._leases: set[Lease] = set()
+        self._leasing = threading.Condition(self._lock)
+        self._filling = 0
+        self._reaper: threading.Thread | None = None
         self.summary: BatchSummary | None = None
         """The last ``map``/``amap`` batch's summary."""
         self._runners = [
@@ -144,6 +214,9 @@ class SandboxPool:
         ]
         for runner in self._runners:
             runner.start()
+        if spare_leases or lease_ttl is not None:
+            self._reaper = threading.Thread(target=self._tend, daemon=True, name="rewyn-leases")
+            self._reaper.start()
 
     # -- work --------------------------------------------------------------------------------
 
@@ -214,6 +287,80 @@ class SandboxPool:
         if bar is not None:
             print(self.summary, file=file or _stderr())
         return results
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease(self) -> Lease:
+        """A session of its own, in a sandbox of its own (a spare one, ready, when the pool
+        keeps ``spare_leases``); close it, or the pool's ``lease_ttl`` does once it idles."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            spare = self._spares.pop() if self._spares else None
+            self._leasing.notify_all()  # (the tender makes another spare)
+        lease = spare if spare is not None and not spare.closed else self._new_lease()
+        with self._lock:
+            closed = self._is_closed()
+            if not closed:
+                self._leases = {held for held in self._leases if not held.closed}
+                self._leases.add(lease)
+        if closed:
+            lease.close("the pool was closed")
+            raise RuntimeError("the pool is closed")
+        return lease
+
+    @property
+    def leases(self) -> list[Lease]:
+        """The leases handed out and still open."""
+        with self._lock:
+            return [lease for lease in self._leases if not lease.closed]
+
+    def _new_lease(self) -> Lease:
+        box = create(self.spec, provider=self.provider, listeners=self._listeners)
+        try:
+            session = box.session()
+            session.wait_ready(self.spec.startup_timeout)
+        except BaseException:
+            box.close()
+            raise
+        return Lease(box, session)
+
+    def _tend(self) -> None:
+        """Keep ``spare_leases`` spares made, and close leases idle past ``lease_ttl``."""
+        period = min(self.lease_ttl / 4, 1.0) if self.lease_ttl else 1.0
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                wanted = self.spare_leases - len(self._spares) - self._filling
+                if wanted <= 0:
+                    self._leasing.wait(timeout=period)
+                    wanted = self.spare_leases - len(self._spares) - self._filling
+                if self._is_closed():  # (closed while it waited)
+                    return
+                self._filling += max(wanted, 0)
+                held = list(self._leases)
+            for _ in range(max(wanted, 0)):
+                try:
+                    spare: Lease | None = self._new_lease()
+                except Exception:  # (the next lease() makes its own, and says why)
+                    spare = None
+                with self._lock:
+                    self._filling -= 1
+                    keep = spare is not None and not self._closed
+                    if keep and spare is not None:
+                        self._spares.append(spare)
+                if spare is not None and not keep:
+                    spare.close("the pool was closed")
+            if self.lease_ttl is not None:
+                for lease in held:
+                    if not lease.closed and lease.idle_seconds > self.lease_ttl:
+                        lease.close(f"closed after {self.lease_ttl:g} s idle")
+                        with self._lock:
+                            self._leases.discard(lease)
+
+    def _is_closed(self) -> bool:
+        return self._closed
 
     @property
     def workdirs(self) -> list[Path]:
@@ -307,6 +454,15 @@ class SandboxPool:
                 item.future.cancel()
         for _ in self._runners:
             self._queue.put(_STOP)
+        with self._lock:
+            self._leasing.notify_all()
+            leases = [*self._spares, *self._leases]
+            self._spares.clear()
+            self._leases.clear()
+        if self._reaper is not None:
+            self._reaper.join()
+        for lease in leases:
+            lease.close("the pool was closed")
         for runner in self._runners:
             runner.join()
 
