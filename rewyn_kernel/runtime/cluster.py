@@ -1,0 +1,317 @@
+"""RaySandboxPool: the SandboxPool's one-shot executions spread over a Ray cluster.
+
+    import ray
+    from rewyn_kernel.runtime.cluster import RaySandboxPool
+
+    ray.init(address="auto")                    # or a local cluster
+    with RaySandboxPool(SandboxSpec(timeout=2.0)) as pool:
+        results = pool.map(snippets)            # in order, as SandboxPool.map
+
+One Ray actor per alive node holds a local ``SandboxPool`` made there, with that node's own
+default provider (bubblewrap where it works) and as many sandboxes as the node has CPUs
+(``per_node`` to choose). The driver hands each node's actor at most twice its pool's size
+at a time, so a fast node takes more. When a node is lost mid-batch its items are run again on
+another node (``retries`` times, default 1), and an item that still cannot finish comes back as
+a ``crashed`` result that names the node it was lost with: never silently dropped, never hung.
+Results come back from the nodes as JSON and are validated here, as any sandbox output is.
+
+Needs ``ray`` (``pip install 'rewyn-kernel[ray]'``); importing this module without it raises
+an ImportError that says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from rewyn_kernel.runtime._result import SandboxResult
+from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.host.session import UNSET
+from rewyn_kernel.runtime.pool import BatchSummary, SandboxPool, _bar, _stderr
+
+try:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError(
+        "RaySandboxPool needs Ray: pip install 'rewyn-kernel[ray]' (the ray package)"
+    ) from exc
+
+__all__ = ["RaySandboxPool"]
+
+_LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+_WAIT = 0.2
+"""Seconds the dispatcher waits for any result before it looks at the cluster again."""
+
+
+class _NodeSandboxes:
+    """The actor on one node: a local pool, its provider chosen there."""
+
+    def __init__(self, spec_json: dict[str, Any], per_node: int | None) -> None:
+        import os
+
+        spec = SandboxSpec.model_validate(spec_json)
+        size = per_node or len(os.sched_getaffinity(0)) or 1
+        self.pool = SandboxPool(spec, size=size, warm=size)
+        self.node_id = ray.get_runtime_context().get_node_id()
+
+    def describe(self) -> dict[str, Any]:
+        return {"node": self.node_id, "size": self.pool.size, "provider": self.pool.provider.name}
+
+    def run(self, code: str, timeout: float | str | None) -> dict[str, Any]:
+        # (The spec's own timeout travels as "spec": the UNSET sentinel does not survive
+        # pickling as itself.)
+        limit = UNSET if timeout == "spec" else timeout
+        result = self.pool.submit(code, timeout=limit).result()  # type: ignore[arg-type]
+        return result.model_dump(mode="json", exclude={"ok"})  # (computed, not a field)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+@dataclass(eq=False)
+class _Node:
+    node_id: str
+    actor: Any
+    size: int
+    provider: str
+    running: dict[Any, _Job] = field(default_factory=dict)  # ObjectRef -> job
+    alive: bool = True
+
+
+@dataclass(eq=False)
+class _Job:
+    index: int
+    code: str
+    timeout: float | None
+    future: Future[SandboxResult]
+    tries: int = 0
+    lost_on: list[str] = field(default_factory=list)
+    node: str = ""
+
+
+class RaySandboxPool:
+    """One-shot executions over every alive node of the Ray cluster ``ray.init`` joined."""
+
+    def __init__(
+        self,
+        spec: SandboxSpec | None = None,
+        *,
+        per_node: int | None = None,
+        retries: int = 1,
+    ) -> None:
+        if not ray.is_initialized():
+            raise RuntimeError("call ray.init() first (address='auto', or a local cluster)")
+        if retries < 0:
+            raise ValueError("retries must be 0 or more")
+        self.spec = spec or SandboxSpec()
+        self.retries = retries
+        self.summary: BatchSummary | None = None
+        self.nodes_of: list[str] = []
+        """For the last batch: the node each item ran on (in order)."""
+        actor_class: Any = ray.remote(_NodeSandboxes)
+        spec_json = self.spec.model_dump(mode="json")
+        self._nodes: list[_Node] = []
+        made = []
+        known: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        for node in known:
+            if not node.get("Alive"):
+                continue
+            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            # (no CPU of its own: its sandboxes are its node's work; a thread per call)
+            options = {"num_cpus": 0, "max_concurrency": 1_000, "scheduling_strategy": strategy}
+            actor = actor_class.options(**options).remote(spec_json, per_node)
+            made.append((node["NodeID"], actor))
+        for node_id, actor in made:
+            facts = ray.get(actor.describe.remote())
+            self._nodes.append(_Node(node_id, actor, int(facts["size"]), str(facts["provider"])))
+        if not self._nodes:
+            raise RuntimeError("the Ray cluster has no alive node")
+        self._queue: deque[_Job] = deque()
+        self._lock = threading.Condition()
+        self._closed = False
+        self._dispatcher = threading.Thread(target=self._dispatch, daemon=True, name="rewyn-ray")
+        self._dispatcher.start()
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        """Each node the pool uses: its id, its pool's size, its provider, alive or not."""
+        with self._lock:
+            return [
+                {"node": n.node_id, "size": n.size, "provider": n.provider, "alive": n.alive}
+                for n in self._nodes
+            ]
+
+    # -- work --------------------------------------------------------------------------------
+
+    def submit(self, code: str, *, timeout: float | None = UNSET) -> Future[SandboxResult]:
+        return self._submit(code, timeout, index=-1)
+
+    def _submit(self, code: str, timeout: float | None, index: int) -> Future[SandboxResult]:
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        future: Future[SandboxResult] = Future()
+        job = _Job(index, code, timeout, future)
+        future.rewyn_job = job  # type: ignore[attr-defined]  # (which node: nodes_of)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the pool is closed")
+            self._queue.append(job)
+            self._lock.notify_all()
+        return future
+
+    def map(
+        self,
+        codes: Iterable[str],
+        *,
+        timeout: float | None = UNSET,
+        progress: bool | None = None,
+        file: TextIO | None = None,
+    ) -> list[SandboxResult]:
+        started = time.monotonic()
+        futures = [self._submit(code, timeout, n) for n, code in enumerate(codes)]
+        bar = _bar(len(futures), progress, file)
+        try:
+            if bar is not None:
+                for future in futures:
+                    future.add_done_callback(lambda _: bar.update(1))
+            results = [future.result() for future in futures]
+        finally:
+            if bar is not None:
+                bar.close()
+        self.nodes_of = [future.rewyn_job.node for future in futures]  # type: ignore[attr-defined]
+        self.summary = BatchSummary.of(results, time.monotonic() - started)
+        if bar is not None:
+            print(self.summary, file=file or _stderr())
+        return results
+
+    async def amap(
+        self, codes: Iterable[str], *, timeout: float | None = UNSET
+    ) -> list[SandboxResult]:
+        return await asyncio.to_thread(self.map, list(codes), timeout=timeout, progress=False)
+
+    # -- the dispatcher ----------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Hand jobs to nodes with room, collect results, re-run what a lost node held."""
+        while True:
+            with self._lock:
+                if self._closed and not self._queue and not self._running():
+                    return
+                self._hand_out()
+                refs = [ref for node in self._nodes if node.alive for ref in node.running]
+                if not refs:
+                    self._lock.wait(timeout=_WAIT)
+                    continue
+            ready, _ = ray.wait(refs, num_returns=1, timeout=_WAIT)
+            for ref in ready:
+                self._settle(ref)
+
+    def _running(self) -> int:
+        return sum(len(node.running) for node in self._nodes if node.alive)
+
+    def _hand_out(self) -> None:
+        """(Under the lock.) Give queued jobs to the alive node with the most room."""
+        while self._queue:
+            alive = [node for node in self._nodes if node.alive]
+            if not alive:
+                while self._queue:
+                    self._lose(self._queue.popleft(), "no node of the cluster is left")
+                return
+            node = max(alive, key=lambda n: 2 * n.size - len(n.running))
+            if len(node.running) >= 2 * node.size:
+                return
+            job = self._queue.popleft()
+            if job.future.cancelled():
+                continue
+            job.tries += 1
+            job.node = node.node_id
+            limit = "spec" if job.timeout is UNSET else job.timeout
+            node.running[node.actor.run.remote(job.code, limit)] = job
+
+    def _settle(self, ref: Any) -> None:
+        with self._lock:
+            node = next(n for n in self._nodes if ref in n.running)
+            job = node.running.pop(ref)
+        try:
+            data = ray.get(ref)
+        except _LOST as exc:
+            self._node_lost(node, job, exc)
+            return
+        except Exception as exc:  # (the node's actor failed: the item's result says so)
+            job.future.set_result(_failed(job, f"the node could not run it: {exc}"))
+            return
+        try:
+            result = SandboxResult.model_validate(data)
+        except Exception as exc:  # a node's answer is checked like any sandbox output
+            result = _failed(job, f"the node's answer was not a result: {exc}")
+        if not job.future.done():
+            job.future.set_result(result)
+
+    def _node_lost(self, node: _Node, job: _Job, exc: BaseException) -> None:
+        with self._lock:
+            node.alive = False
+            orphans = [job, *node.running.values()]
+            node.running.clear()
+            for lost in orphans:
+                lost.lost_on.append(node.node_id)
+                if lost.tries <= self.retries and any(n.alive for n in self._nodes):
+                    self._queue.appendleft(lost)  # (first: they have waited longest)
+                else:
+                    self._lose(
+                        lost, f"its node {node.node_id} left the cluster ({type(exc).__name__})"
+                    )
+            self._lock.notify_all()
+
+    def _lose(self, job: _Job, why: str) -> None:
+        if not job.future.done():
+            tried = (
+                f"; tried {job.tries} time(s), on {', '.join(job.lost_on)}" if job.lost_on else ""
+            )
+            job.future.set_result(_failed(job, f"lost: {why}{tried}", ending="crashed"))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel what has not started, wait for what runs, and stop every node's sandboxes."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            while self._queue:
+                self._queue.popleft().future.cancel()
+            self._lock.notify_all()
+        self._dispatcher.join()
+        for node in self._nodes:
+            if node.alive:
+                with contextlib.suppress(*_LOST, ray.exceptions.RayError):
+                    ray.get(node.actor.close.remote(), timeout=30)
+            with contextlib.suppress(Exception):
+                ray.kill(node.actor)
+
+    def __enter__(self) -> RaySandboxPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _failed(job: _Job, message: str, ending: str = "start_failed") -> SandboxResult:
+    import hashlib
+
+    return SandboxResult.model_validate(
+        {
+            "exit_code": 1,
+            "duration_ms": 0.0,
+            "code_hash": hashlib.sha256(job.code.encode("utf-8", "surrogatepass")).hexdigest(),
+            "ending": ending,
+            "message": message,
+        }
+    )

@@ -1,0 +1,94 @@
+"""RaySandboxPool on a real local Ray cluster: a head and two worker nodes on this machine
+(``ray.cluster_utils.Cluster``), each node running its items in its own sandboxes."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+try:
+    import ray
+    from ray.cluster_utils import Cluster
+except ImportError:  # pragma: no cover
+    if os.environ.get("CI"):
+        raise  # (CI installs the ray extra: missing, it fails rather than skips)
+    pytest.skip("the ray extra is not installed", allow_module_level=True)
+
+from rewyn_kernel.runtime import SandboxSpec
+from rewyn_kernel.runtime.cluster import RaySandboxPool
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Cluster, list[Any]]]:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # (no prompt, no report home)
+    made = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    workers = [made.add_node(num_cpus=1) for _ in range(2)]
+    made.wait_for_nodes()
+    ray.init(address=made.address, log_to_driver=False)
+    try:
+        yield made, workers
+    finally:
+        ray.shutdown()
+        made.shutdown()  # type: ignore[no-untyped-call]
+
+
+def test_items_spread_over_the_nodes_and_come_back_in_order(
+    cluster: tuple[Cluster, list[Any]],
+) -> None:
+    codes = [f"print({n})" for n in range(12)]
+    codes[3] = "raise ValueError('three')"
+    codes[7] = "import time; time.sleep(30)"
+    with RaySandboxPool(SandboxSpec(timeout=3.0), per_node=1) as pool:
+        assert len(pool.nodes) == 3
+        assert all(node["alive"] for node in pool.nodes)
+        results = pool.map(codes)
+        nodes_used = set(pool.nodes_of)
+    assert [r.stdout for i, r in enumerate(results) if i not in (3, 7)] == [
+        f"{n}\n" for n in range(12) if n not in (3, 7)
+    ]
+    assert results[3].error is not None
+    assert results[3].error.evalue == "three"
+    assert results[7].timed_out
+    assert len(nodes_used) == 3  # every node took some
+    assert pool.summary is not None
+    assert (pool.summary.items, pool.summary.ok, pool.summary.timed_out) == (12, 10, 1)
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_a_lost_nodes_items_run_elsewhere_or_say_they_were_lost(
+    cluster: tuple[Cluster, list[Any]], retries: int
+) -> None:
+    """A worker node is removed while it runs items (each case its own: the cluster has two).
+    With a retry they finish on the other nodes; without, they come back as lost, naming the
+    node. None hangs, none is dropped."""
+    made, workers = cluster
+    doomed = workers[retries]
+    with RaySandboxPool(SandboxSpec(timeout=30.0), per_node=1, retries=retries) as pool:
+        before = sum(node["alive"] for node in pool.nodes)
+        pool.map(["1"] * (2 * before))  # (every node's sandbox warm)
+        codes = ["import time; time.sleep(1.5); print('done')"] * (3 * before)
+        timer = threading.Timer(0.8, made.remove_node, args=(doomed,))
+        timer.start()
+        started = time.monotonic()
+        results = pool.map(codes)
+        timer.join()
+        elapsed = time.monotonic() - started
+        alive = sum(node["alive"] for node in pool.nodes)
+    assert elapsed < 60
+    assert alive == before - 1
+    if retries:
+        assert [r.stdout for r in results] == ["done\n"] * len(codes)
+        assert doomed.node_id not in pool.nodes_of  # (its items ran again elsewhere)
+    else:
+        lost = [r for r in results if r.ending == "crashed"]
+        assert lost, [r.ending for r in results]
+        assert all(doomed.node_id in r.message for r in lost)
+        assert all(r.stdout == "done\n" for r in results if r.ending != "crashed")
