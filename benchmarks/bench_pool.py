@@ -8,14 +8,15 @@ sandbox per snippet, as code that does not know about pools does), and for one
 memory per warm sandbox, and a container sandbox from the warm pool against a cold one.
 
     python -m benchmarks.bench_pool            # 2000 snippets (the loops: 200, scaled)
-    python -m benchmarks.bench_pool --quick    # 300 snippets (the loops: 60)
+    python -m benchmarks.bench_pool --quick    # 300 snippets (the loops: 100)
+    python -m benchmarks.bench_pool --container rewyn-test-python:3.11 --ray
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import random
+import os
 import subprocess
 import sys
 import time
@@ -27,17 +28,16 @@ from rewyn_kernel.runtime import SandboxPool, SandboxSpec, create
 TIMEOUT = 2.0
 
 
-def snippets(count: int, seed: int = 7) -> list[str]:
-    """The mixed batch: the same for every contender (each takes a prefix of it)."""
-    chance = random.Random(seed)
+def snippets(count: int) -> list[str]:
+    """The mixed batch, the same for every contender: every 100 snippets hold exactly one
+    past the timeout, ten raising and two printing 1 MB (so a prefix of 100s is the mix)."""
     made = []
     for n in range(count):
-        roll = chance.random()
-        if roll < 0.01:
+        if n % 100 == 50:
             made.append("import time\ntime.sleep(60)")  # past the timeout
-        elif roll < 0.11:
+        elif n % 10 == 3:
             made.append(f"raise ValueError('candidate {n} is wrong')")
-        elif roll < 0.13:
+        elif n % 50 == 7:
             made.append("print('x' * 1_000_000)")
         else:
             made.append(f"total = sum(i * i for i in range({n % 500}))\nprint(total)")
@@ -71,13 +71,20 @@ def subprocesses(codes: Sequence[str]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="300 snippets (the loops: 60)")
-    parser.add_argument("--size", type=int, default=None, help="the pool's size (default: CPUs)")
+    parser.add_argument("--quick", action="store_true", help="300 snippets (the loops: 100)")
+    parser.add_argument(
+        "--size",
+        type=int,
+        default=4 * (os.cpu_count() or 1),
+        help="the pool's size (default: 4 per CPU: the mix waits on timeouts more than it "
+        "computes)",
+    )
     parser.add_argument(
         "--container", metavar="IMAGE", help="also a docker sandbox, warm against cold"
     )
+    parser.add_argument("--ray", action="store_true", help="also over a local Ray cluster")
     args = parser.parse_args(argv)
-    count, loops = (300, 60) if args.quick else (2000, 200)
+    count, loops = (300, 100) if args.quick else (2000, 200)
     codes = snippets(count)
     spec = SandboxSpec(timeout=TIMEOUT)
     with SandboxPool(spec, size=args.size) as pool:
@@ -109,7 +116,46 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  ok items: p50 {percentile(durations, 0.5) * 1000:.1f} ms")
     if args.container:
         container(args.container)
+    if args.ray:
+        on_ray(codes[: count // 2], size, summary.per_second)
     return 0
+
+
+def on_ray(codes: Sequence[str], size: int, local_rate: float) -> None:
+    """The same mix over a local Ray cluster: a head and one more node on this machine, each
+    with half the local pool's sandboxes; the overhead per item against the local pool."""
+    import os
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from rewyn_kernel.runtime.cluster import RaySandboxPool
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started = time.monotonic()
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    up = time.monotonic() - started
+    try:
+        with RaySandboxPool(SandboxSpec(timeout=TIMEOUT), per_node=max(size // 2, 1)) as pool:
+            pool.map(["1"] * size)
+            pool.map(codes)
+            summary = pool.summary
+            assert summary is not None
+            spread = {node: pool.nodes_of.count(node) for node in set(pool.nodes_of)}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
+    overhead = (1 / summary.per_second - 1 / local_rate) * 1000 * size
+    print(
+        f"  ray, 2 local nodes x {max(size // 2, 1)} sandboxes: {rate(len(codes), summary.seconds)}"
+        f"  ({len(codes)} snippets; items per node {sorted(spread.values())}; cluster up in "
+        f"{up:.1f} s); overhead per item vs the local pool: {overhead:+.1f} ms of a sandbox's time"
+    )
 
 
 def container(image: str) -> None:
@@ -137,8 +183,6 @@ def container(image: str) -> None:
 
 
 def _self() -> int:
-    import os
-
     return os.getpid()
 
 
