@@ -268,7 +268,7 @@ PUBLIC: dict[str, list[str]] = {
         "DEFAULT_IMAGE",
         "LABEL",
     ],
-    "rewyn_kernel.runtime.pool": ["BatchSummary", "SandboxPool"],
+    "rewyn_kernel.runtime.pool": ["BatchSummary", "Lease", "SandboxPool"],
     "rewyn_kernel.runtime.events": [
         "EVENT_TYPE",
         "EventListener",

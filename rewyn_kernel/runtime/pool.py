@@ -388,7 +388,14 @@ class SandboxPool:
                     continue
                 if box is None or box.closed:
                     box, why = self._start()
-                item.future.set_result(self._execute(box, item, why))
+                result = self._execute(box, item, why)
+                if result.ending == "start_failed" and box is not None:
+                    # The code never ran (the sandbox's worker did not come up): once more, in
+                    # a fresh sandbox; a second failure is the item's result.
+                    self._let_go(box)
+                    box, why = self._start()
+                    result = self._execute(box, item, why)
+                item.future.set_result(result)
         finally:
             if box is not None:
                 self._let_go(box)
