@@ -34,7 +34,7 @@ from typing import Any, TextIO
 from rewyn_kernel.runtime._result import SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host.session import UNSET
-from rewyn_kernel.runtime.pool import BatchSummary, SandboxPool, _bar, _stderr
+from rewyn_kernel.runtime.pool import BatchSummary, SandboxPool, collect
 
 try:
     import ray
@@ -177,19 +177,8 @@ class RaySandboxPool:
     ) -> list[SandboxResult]:
         started = time.monotonic()
         futures = [self._submit(code, timeout, n) for n, code in enumerate(codes)]
-        bar = _bar(len(futures), progress, file)
-        try:
-            if bar is not None:
-                for future in futures:
-                    future.add_done_callback(lambda _: bar.update(1))
-            results = [future.result() for future in futures]
-        finally:
-            if bar is not None:
-                bar.close()
+        results, self.summary = collect(futures, started, progress, file)
         self.nodes_of = [future.rewyn_job.node for future in futures]  # type: ignore[attr-defined]
-        self.summary = BatchSummary.of(results, time.monotonic() - started)
-        if bar is not None:
-            print(self.summary, file=file or _stderr())
         return results
 
     async def amap(

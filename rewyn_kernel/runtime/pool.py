@@ -243,18 +243,7 @@ class SandboxPool:
         ``progress``: a bar (tqdm) on ``file`` (stderr), by default when it is a terminal."""
         started = time.monotonic()
         futures = [self.submit(code, timeout=timeout) for code in codes]
-        bar = _bar(len(futures), progress, file)
-        try:
-            if bar is not None:
-                for future in futures:
-                    future.add_done_callback(lambda _: bar.update(1))
-            results = [future.result() for future in futures]
-        finally:
-            if bar is not None:
-                bar.close()
-        self.summary = BatchSummary.of(results, time.monotonic() - started)
-        if bar is not None:
-            print(self.summary, file=file or _stderr())
+        results, self.summary = collect(futures, started, progress, file)
         return results
 
     async def amap(
@@ -269,23 +258,16 @@ class SandboxPool:
         not started; those running finish (each is bounded by its timeout)."""
         started = time.monotonic()
         futures = [self.submit(code, timeout=timeout) for code in codes]
-        bar = _bar(len(futures), progress, file)
+        bar = _track(futures, progress, file)
         try:
-            waiting = [asyncio.wrap_future(future) for future in futures]
-            if bar is not None:
-                for awaited in waiting:
-                    awaited.add_done_callback(lambda _: bar.update(1))
-            results = list(await asyncio.gather(*waiting))
+            results = list(await asyncio.gather(*map(asyncio.wrap_future, futures)))
         except asyncio.CancelledError:
             for queued in futures:
                 queued.cancel()
             raise
         finally:
-            if bar is not None:
-                bar.close()
-        self.summary = BatchSummary.of(results, time.monotonic() - started)
-        if bar is not None:
-            print(self.summary, file=file or _stderr())
+            _end(bar)
+        self.summary = _summarize(results, started, bar, file)
         return results
 
     # -- leases ------------------------------------------------------------------------------
@@ -500,6 +482,47 @@ def _empty(box: Sandbox) -> None:
                         remove_tree(box.workdir / ".tmp" / item.name)
                 continue
             remove_tree(box.workdir / entry.name)
+
+
+def collect(
+    futures: Sequence[Future[SandboxResult]],
+    started: float,
+    progress: bool | None,
+    file: TextIO | None,
+) -> tuple[list[SandboxResult], BatchSummary]:
+    """Wait for every future, in order, with the bar (see ``map``); the results and the
+    batch's summary (printed under the bar)."""
+    bar = _track(futures, progress, file)
+    try:
+        results = [future.result() for future in futures]
+    finally:
+        _end(bar)
+    return results, _summarize(results, started, bar, file)
+
+
+def _track(
+    futures: Sequence[Future[SandboxResult]], progress: bool | None, file: TextIO | None
+) -> Any:
+    """A progress bar that counts ``futures`` as they finish, or None (see ``_bar``)."""
+    bar = _bar(len(futures), progress, file)
+    if bar is not None:
+        for future in futures:
+            future.add_done_callback(lambda _: bar.update(1))
+    return bar
+
+
+def _end(bar: Any) -> None:
+    if bar is not None:
+        bar.close()
+
+
+def _summarize(
+    results: Sequence[SandboxResult], started: float, bar: Any, file: TextIO | None
+) -> BatchSummary:
+    summary = BatchSummary.of(results, time.monotonic() - started)
+    if bar is not None:
+        print(summary, file=file or _stderr())
+    return summary
 
 
 def _stderr() -> TextIO:
