@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from benchmarks.bench_kernel import children_kib, percentile
 from rewyn_kernel.runtime import SandboxPool, SandboxSpec, create
@@ -132,11 +133,16 @@ def on_ray(codes: Sequence[str], size: int, local_rate: float) -> None:
     from rewyn_kernel.runtime.cluster import RaySandboxPool
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_enable_worker_prestart", "0")
     started = time.monotonic()
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
-    )
-    cluster.add_node(num_cpus=1)
+    node: dict[str, Any] = {
+        "num_cpus": 1,
+        "object_store_memory": 80 * 2**20,
+        "include_dashboard": False,
+    }
+    head = {**node, "no_monitor": True, "include_log_monitor": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    cluster.add_node(**node)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
     up = time.monotonic() - started

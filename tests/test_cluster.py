@@ -22,15 +22,21 @@ except ImportError:  # pragma: no cover
 from rewyn_kernel.runtime import SandboxSpec
 from rewyn_kernel.runtime.cluster import RaySandboxPool
 
+NODE: dict[str, Any] = {
+    "num_cpus": 1,
+    "object_store_memory": 80 * 2**20,
+    "include_dashboard": False,
+}
+"""A light node: one CPU, a small object store, no dashboard (the cluster starts in seconds)."""
+HEAD = {**NODE, "no_monitor": True, "include_log_monitor": False}
+
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Cluster, list[Any]]]:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # (no prompt, no report home)
-    made = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "include_dashboard": False},
-    )
-    workers = [made.add_node(num_cpus=1) for _ in range(2)]
+    os.environ.setdefault("RAY_enable_worker_prestart", "0")
+    made = Cluster(initialize_head=True, head_node_args=HEAD)
+    workers = [made.add_node(**NODE) for _ in range(2)]
     made.wait_for_nodes()
     ray.init(address=made.address, log_to_driver=False)
     try:

@@ -13,7 +13,10 @@ default provider (bubblewrap where it works) and as many sandboxes as the node h
 at a time, so a fast node takes more. When a node is lost mid-batch its items are run again on
 another node (``retries`` times, default 1), and an item that still cannot finish comes back as
 a ``crashed`` result that names the node it was lost with: never silently dropped, never hung.
-Results come back from the nodes as JSON and are validated here, as any sandbox output is.
+A retry is at least once, not exactly once: a node Ray reports lost may still have finished the
+item (its raylet killed, its actor not), so an item's effects outside its sandbox must bear
+running twice. Results come back from the nodes as JSON and are validated here, as any
+sandbox output is.
 
 Needs ``ray`` (``pip install 'rewyn-kernel[ray]'``); importing this module without it raises
 an ImportError that says so.
