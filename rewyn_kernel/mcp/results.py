@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rewyn_kernel.runtime._tool import result_payload
 from rewyn_kernel.runtime.host.scratch import file_facts
 from rewyn_kernel.runtime.sandbox import SandboxResult
 
@@ -127,8 +126,8 @@ def images_of(result: SandboxResult) -> tuple[list[tuple[str, str]], int]:
 
 def structured(
     result: SandboxResult,
+    payload: dict[str, Any],
     *,
-    budget: int,
     session: str,
     execution_count: int,
     images: int,
@@ -136,7 +135,7 @@ def structured(
     files_written: list[str],
     note: str | None,
 ) -> RunOutput:
-    payload = result_payload(result, budget)
+    """The structured result: ``payload`` is ``result`` within the budget (``result_payload``)."""
     error = payload["error"]
     return RunOutput(
         ok=payload["ok"],
@@ -161,9 +160,9 @@ def structured(
     )
 
 
-def shortened_streams(result: SandboxResult, budget: int) -> dict[str, str]:
-    """The streams the budget shortens, and their whole text (as the sandbox kept it)."""
-    truncated: dict[str, Any] = result_payload(result, budget)["truncated"]
+def shortened_streams(result: SandboxResult, payload: dict[str, Any]) -> dict[str, str]:
+    """The streams ``payload`` shortened, and their whole text (as the sandbox kept it)."""
+    truncated: dict[str, Any] = payload["truncated"]
     return {name: getattr(result, name) for name in ("stdout", "stderr") if name in truncated}
 
 

@@ -33,7 +33,7 @@ from rewyn_kernel import __version__
 from rewyn_kernel.mcp import results
 from rewyn_kernel.mcp.options import ServerOptions, default_run_log
 from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionError, SessionTable
-from rewyn_kernel.runtime._tool import assess
+from rewyn_kernel.runtime._tool import assess, result_payload
 from rewyn_kernel.runtime.events import JsonlRunLog, ToolResult, record_tool_result
 from rewyn_kernel.runtime.host.scratch import ScratchError
 from rewyn_kernel.runtime.pool import SandboxPool
@@ -426,7 +426,8 @@ async def _run(
             await ticker
     after = await asyncio.to_thread(results.snapshot, session.workdir)
     whole: dict[str, str] = {}
-    for name, text in results.shortened_streams(result, budget).items():
+    payload = result_payload(result, budget)  # (once: the text, the files and the schema)
+    for name, text in results.shortened_streams(result, payload).items():
         path = f"{results.OUTPUTS_DIR}/call-{session.execution_count}.{name}.txt"
         with contextlib.suppress(OSError):  # (a full quota: the result says it was shortened)
             await asyncio.to_thread(session.write_file, path, text.encode("utf-8", "replace"))
@@ -437,7 +438,7 @@ async def _run(
         note = f"{note}; {extra}" if note else extra
     out = results.structured(
         result,
-        budget=budget,
+        payload,
         session=entry.name,
         execution_count=session.execution_count,
         images=len(images),
