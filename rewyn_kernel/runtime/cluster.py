@@ -37,6 +37,7 @@ from typing import Any, TextIO
 from rewyn_kernel.runtime._result import SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host.session import UNSET
+from rewyn_kernel.runtime.host.sync import Closeable
 from rewyn_kernel.runtime.pool import BatchSummary, SandboxPool, collect
 
 try:
@@ -100,7 +101,7 @@ class _Job:
     node: str = ""
 
 
-class RaySandboxPool:
+class RaySandboxPool(Closeable):
     """One-shot executions over every alive node of the Ray cluster ``ray.init`` joined."""
 
     def __init__(
@@ -287,12 +288,6 @@ class RaySandboxPool:
                     ray.get(node.actor.close.remote(), timeout=30)
             with contextlib.suppress(Exception):
                 ray.kill(node.actor)
-
-    def __enter__(self) -> RaySandboxPool:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
 
 def _failed(job: _Job, message: str, ending: str = "start_failed") -> SandboxResult:

@@ -37,6 +37,7 @@ from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.create import create, get_default_provider
 from rewyn_kernel.runtime.host.scratch import remove_tree
 from rewyn_kernel.runtime.host.session import UNSET, Session
+from rewyn_kernel.runtime.host.sync import Closeable
 from rewyn_kernel.runtime.providers.base import Sandbox, SandboxProvider
 
 __all__ = ["BatchSummary", "Lease", "SandboxPool"]
@@ -92,7 +93,7 @@ def _nearest_rank(ordered: Sequence[float], fraction: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))]
 
 
-class Lease:
+class Lease(Closeable):
     """A session leased from a pool: a sandbox of its own with a live worker, state kept
     between executions, closed with the lease (``with pool.lease() as lease: ...``). A pool
     with ``lease_ttl`` closes a lease left idle that long; its session then says so."""
@@ -144,12 +145,6 @@ class Lease:
         finally:
             self.sandbox.close()
 
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
 
 @dataclass(eq=False)
 class _Item:
@@ -161,7 +156,7 @@ class _Item:
 _STOP = object()
 
 
-class SandboxPool:
+class SandboxPool(Closeable):
     """At most ``size`` one-shot executions at once (default: the CPUs), ``warm`` sandboxes
     kept ready (default: ``size``), each made from ``spec`` by ``provider`` (the default
     provider: bubblewrap where it works). Close it (or use ``with``) to stop every sandbox."""
@@ -454,21 +449,6 @@ class SandboxPool:
             lease.close("the pool was closed")
         for runner in self._runners:
             runner.join()
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)
-
-    def __enter__(self) -> SandboxPool:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> SandboxPool:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
 
 def _empty(box: Sandbox) -> None:
