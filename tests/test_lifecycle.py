@@ -442,6 +442,59 @@ def test_a_container_the_engine_creates_late_is_still_removed(
     assert provider.containers() == []
 
 
+@pytest.mark.providers("docker", "podman")
+def test_the_sweep_removes_only_the_containers_of_hosts_that_died(
+    provider: SandboxProvider,
+) -> None:
+    """A sweep judges each container by its labels: this process's running sandbox and another
+    boot's container stay, a dead host's goes. (podman's `ps` cannot print a label: a sweep
+    that read them there took every container for a dead host's, this process's own too.)"""
+    from rewyn_kernel.runtime.providers.container import BOOT_LABEL, HOST_PID_LABEL, LABEL
+
+    assert isinstance(provider, ContainerProvider)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()  # (a pid whose process has exited)
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    planted = {"rewyn-sweep-test-dead": (gone, boot), "rewyn-sweep-test-other-boot": (gone, "b")}
+    box = create(provider=provider)
+    try:
+        session = box.session()
+        assert session.execute("x = 1").ok
+        for thread in threading.enumerate():  # this process's own first sweep is over
+            if thread.name == "rewyn-sweep":
+                thread.join(60)
+        for name, (pid, booted) in planted.items():
+            labels = [f"{LABEL}={name}", f"{HOST_PID_LABEL}={pid}", f"{BOOT_LABEL}={booted}"]
+            made = subprocess.run(
+                [provider.runtime, "create", "--name", name]
+                + [f"--label={label}" for label in labels]
+                + [provider.image, "true"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
+            assert made.returncode == 0, made.stderr
+        ours = provider.containers()
+        assert len(ours) == 1, ours
+        assert provider.sweep() == ["rewyn-sweep-test-dead"]
+        assert provider.containers() == ours
+        assert session.execute("print(x)").stdout == "1\n"
+        left = provider.containers(everyone=True)
+        assert "rewyn-sweep-test-other-boot" in left
+        assert "rewyn-sweep-test-dead" not in left
+    finally:
+        box.close()
+        for name in planted:  # (one at a time: podman's rm of a missing name removes none)
+            subprocess.run(
+                [provider.runtime, "rm", "-f", name], capture_output=True, check=False, timeout=60
+            )
+
+
 def _code_objects(code: types.CodeType) -> list[types.CodeType]:
     nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]
     return [code, *(inner for c in nested for inner in _code_objects(c))]

@@ -421,24 +421,11 @@ class ContainerProvider:
         process when it first launches (in the background), so a host that died (SIGKILL, a
         crash) leaves nothing behind for longer than its next start.
         """
-        done = subprocess.run(
-            [
-                *self._cli(),
-                "ps",
-                "-a",
-                "--filter",
-                f"label={LABEL}",
-                "--format",
-                '{{.Names}} {{.Label "' + HOST_PID_LABEL + '"}} {{.Label "' + BOOT_LABEL + '"}}',
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        stale = _stale(done.stdout)
+        stale = _stale(self._labelled("container"))
         if stale:
-            grace = ["-t", "0"] if Path(self.runtime).name in DAEMONLESS else []
+            # podman: no 10 s grace, and --ignore, without which one name gone since the
+            # listing makes its rm remove none of the others (podman 4.3, exit 0).
+            grace = ["-t", "0", "--ignore"] if Path(self.runtime).name in DAEMONLESS else []
             subprocess.run(
                 [*self._cli(), "rm", "-f", "-v", *grace, *stale],
                 capture_output=True,
@@ -446,18 +433,56 @@ class ContainerProvider:
                 check=False,
             )
         if Path(self.runtime).name in DAEMONLESS:  # and the named volumes of files views
-            listing = "{{.Name}}" + "".join(
-                f' {{{{index .Labels "{key}"}}}}' for key in (HOST_PID_LABEL, BOOT_LABEL)
-            )
-            volumes = subprocess.run(
-                [*self._cli(), "volume", "ls", "--filter", f"label={LABEL}", "--format", listing],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            )
-            _remove_volumes(self._cli(), _stale(volumes.stdout))
+            _remove_volumes(self._cli(), _stale(self._labelled("volume")))
         return stale
+
+    def _labelled(self, kind: str) -> dict[str, dict[str, str]]:
+        """Each rewyn ``kind`` ("container" or "volume") the engine lists, by name, with its
+        labels; nothing at all when either listing fails (a sweep must never judge a guess).
+
+        The labels come from ``inspect``, whose template reads the same on docker and podman
+        (podman's ``ps`` has no ``.Label``: its listing errs half-way through each line).
+        """
+        listing = (
+            ["ps", "-a", "--format", "{{.Names}}"]
+            if kind == "container"
+            else ["volume", "ls", "--format", "{{.Name}}"]
+        )
+        listed = subprocess.run(
+            [*self._cli(), *listing, "--filter", f"label={LABEL}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        names = listed.stdout.split()
+        if listed.returncode != 0 or not names:
+            return {}
+        field = ".Config.Labels" if kind == "container" else ".Labels"
+        inspected = subprocess.run(
+            [
+                *self._cli(),
+                kind,
+                "inspect",
+                "--format",
+                "{{.Name}}\t{{json " + field + "}}",
+                *names,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        found: dict[str, dict[str, str]] = {}
+        for line in inspected.stdout.splitlines():  # (one gone since it was listed: no line)
+            name, _, labels = line.partition("\t")
+            try:
+                parsed = json.loads(labels)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict) and name.lstrip("/") in names:
+                found[name.lstrip("/")] = {str(k): str(v) for k, v in parsed.items()}
+        return found
 
     def _sweep_once(self) -> None:
         """Start this process's one sweep for this engine (see ``sweep``), in the background."""
@@ -552,14 +577,16 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def _stale(listing: str) -> list[str]:
-    """The names, in lines of ``NAME HOST_PID BOOT``, whose host process is gone. Only this
-    boot's are judged (a pid means nothing elsewhere; no boot label counts as this boot)."""
+def _stale(labelled: dict[str, dict[str, str]]) -> list[str]:
+    """The names whose host process is gone. Only this boot's are judged (a pid means nothing
+    elsewhere; no boot label, from an older version, counts as this boot)."""
     stale = []
-    for line in listing.splitlines():
-        name, pid, boot = [*line.replace("<no value>", "").split(), "", ""][:3]
-        if boot not in ("", _boot_id()):
+    for name, labels in labelled.items():
+        if labels.get(LABEL) is None:
+            continue  # not one of ours after all
+        if labels.get(BOOT_LABEL, "") not in ("", _boot_id()):
             continue  # another boot, or another machine on the same engine: not ours
+        pid = labels.get(HOST_PID_LABEL, "")
         if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
             stale.append(name)
     return stale
