@@ -10,7 +10,10 @@
 One Ray actor per alive node holds a local ``SandboxPool`` made there, with that node's own
 default provider (bubblewrap where it works) and as many sandboxes as the node has CPUs
 (``per_node`` to choose). The driver hands each node's actor at most twice its pool's size
-at a time, so a fast node takes more. When a node is lost mid-batch its items are run again on
+at a time, so a fast node takes more. Nodes that join the cluster later are taken in as they
+come (the driver looks every ``watch`` seconds, default 5; None: only the nodes alive at the
+start), so an autoscaled cluster's new nodes share the batch under way. When a node is lost
+mid-batch its items are run again on
 another node (``retries`` times, default 1), and an item that still cannot finish comes back as
 a ``crashed`` result that names the node it was lost with: never silently dropped, never hung.
 A retry is at least once, not exactly once: a node Ray reports lost may still have finished the
@@ -53,6 +56,8 @@ __all__ = ["RaySandboxPool"]
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 _WAIT = 0.2
 """Seconds the dispatcher waits for any result before it looks at the cluster again."""
+_JOIN_TIMEOUT = 120.0
+"""Seconds a node that joined has to start its sandboxes before the pool gives up on it."""
 
 
 class _NodeSandboxes:
@@ -110,31 +115,31 @@ class RaySandboxPool(Closeable):
         *,
         per_node: int | None = None,
         retries: int = 1,
+        watch: float | None = 5.0,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("call ray.init() first (address='auto', or a local cluster)")
         if retries < 0:
             raise ValueError("retries must be 0 or more")
+        if watch is not None and not watch > 0:
+            raise ValueError("watch must be a number of seconds above 0, or None")
         self.spec = spec or SandboxSpec()
         self.retries = retries
+        self.watch = watch
         self.summary: BatchSummary | None = None
         self.nodes_of: list[str] = []
         """For the last batch: the node each item ran on (in order)."""
-        actor_class: Any = ray.remote(_NodeSandboxes)
-        spec_json = self.spec.model_dump(mode="json")
+        self.refused_nodes: dict[str, str] = {}
+        """Nodes that joined but could not take items (their sandboxes did not start), and
+        why: the pool does not try them again."""
+        self._per_node = per_node
+        self._spec_json = self.spec.model_dump(mode="json")
         self._nodes: list[_Node] = []
-        made = []
-        known: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-        for node in known:
-            if not node.get("Alive"):
-                continue
-            strategy = NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
-            # (no CPU of its own: its sandboxes are its node's work; a thread per call)
-            options = {"num_cpus": 0, "max_concurrency": 1_000, "scheduling_strategy": strategy}
-            actor = actor_class.options(**options).remote(spec_json, per_node)
-            made.append((node["NodeID"], actor))
-        for node_id, actor in made:
-            facts = ray.get(actor.describe.remote())
+        self._joining: dict[Any, tuple[str, Any, float]] = {}  # describe ref -> node, actor, since
+        self._seen: set[str] = set()  # every node id ever taken in or tried
+        self._last_look = time.monotonic()
+        for ref, (node_id, actor, _) in self._new_nodes().items():
+            facts = ray.get(ref)
             self._nodes.append(_Node(node_id, actor, int(facts["size"]), str(facts["provider"])))
         if not self._nodes:
             raise RuntimeError("the Ray cluster has no alive node")
@@ -143,6 +148,60 @@ class RaySandboxPool(Closeable):
         self._closed = False
         self._dispatcher = threading.Thread(target=self._dispatch, daemon=True, name="rewyn-ray")
         self._dispatcher.start()
+
+    def _new_nodes(self) -> dict[Any, tuple[str, Any, float]]:
+        """Start an actor on each alive node not seen before; its ``describe`` ref, by node."""
+        actor_class: Any = ray.remote(_NodeSandboxes)
+        started: dict[Any, tuple[str, Any, float]] = {}
+        listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        for node in listed:
+            node_id = str(node.get("NodeID", ""))
+            if not node.get("Alive") or not node_id or node_id in self._seen:
+                continue
+            self._seen.add(node_id)
+            strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+            # (no CPU of its own: its sandboxes are its node's work; a thread per call)
+            options = {"num_cpus": 0, "max_concurrency": 1_000, "scheduling_strategy": strategy}
+            actor = actor_class.options(**options).remote(self._spec_json, self._per_node)
+            started[actor.describe.remote()] = (node_id, actor, time.monotonic())
+        return started
+
+    def _look_for_nodes(self) -> None:
+        """(The dispatcher, every ``watch`` seconds.) Take in the nodes that joined since."""
+        if self.watch is None or time.monotonic() - self._last_look < self.watch:
+            return
+        self._last_look = time.monotonic()
+        with contextlib.suppress(ray.exceptions.RayError, OSError):  # (looked at again later)
+            self._joining.update(self._new_nodes())
+        for ref, (node_id, actor, since) in list(self._joining.items()):
+            if time.monotonic() - since > _JOIN_TIMEOUT:  # its sandboxes never came up
+                del self._joining[ref]
+                self.refused_nodes[node_id] = f"it did not start in {_JOIN_TIMEOUT:g} s"
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+
+    def _joined(self, ref: Any) -> None:
+        """A joining node's actor answered (or failed): from now on it takes items."""
+        node_id, actor, _ = self._joining.pop(ref)
+        try:
+            facts = ray.get(ref)
+        except Exception as exc:  # (it left again, or its pool could not start: never used)
+            self.refused_nodes[node_id] = f"{type(exc).__name__}: {exc}"[:500]
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+            return
+        with self._lock:
+            if self._closed:
+                joined = None
+            else:
+                joined = _Node(node_id, actor, int(facts["size"]), str(facts["provider"]))
+                self._nodes.append(joined)
+                self._lock.notify_all()
+        if joined is None:
+            with contextlib.suppress(*_LOST, ray.exceptions.RayError):
+                ray.get(actor.close.remote(), timeout=30)
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
 
     @property
     def nodes(self) -> list[dict[str, Any]]:
@@ -195,17 +254,26 @@ class RaySandboxPool(Closeable):
     def _dispatch(self) -> None:
         """Hand jobs to nodes with room, collect results, re-run what a lost node held."""
         while True:
+            self._look_for_nodes()  # (its calls to Ray are made outside the lock)
             with self._lock:
                 if self._closed and not self._queue and not self._running():
-                    return
+                    break
                 self._hand_out()
                 refs = [ref for node in self._nodes if node.alive for ref in node.running]
+                refs += self._joining  # (only this thread touches them)
                 if not refs:
                     self._lock.wait(timeout=_WAIT)
                     continue
             ready, _ = ray.wait(refs, num_returns=1, timeout=_WAIT)
             for ref in ready:
-                self._settle(ref)
+                if ref in self._joining:
+                    self._joined(ref)
+                else:
+                    self._settle(ref)
+        for _, actor, _ in self._joining.values():  # (closed while they were joining)
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+        self._joining.clear()
 
     def _running(self) -> int:
         return sum(len(node.running) for node in self._nodes if node.alive)
@@ -214,6 +282,8 @@ class RaySandboxPool(Closeable):
         """(Under the lock.) Give queued jobs to the alive node with the most room."""
         while self._queue:
             alive = [node for node in self._nodes if node.alive]
+            if not alive and self._joining:
+                return  # (a node is joining: the queue waits for it)
             if not alive:
                 while self._queue:
                     self._lose(self._queue.popleft(), "no node of the cluster is left")
@@ -255,7 +325,8 @@ class RaySandboxPool(Closeable):
             node.running.clear()
             for lost in orphans:
                 lost.lost_on.append(node.node_id)
-                if lost.tries <= self.retries and any(n.alive for n in self._nodes):
+                elsewhere = self._joining or any(n.alive for n in self._nodes)
+                if lost.tries <= self.retries and elsewhere:
                     self._queue.appendleft(lost)  # (first: they have waited longest)
                 else:
                     self._lose(
