@@ -446,10 +446,16 @@ def test_a_container_the_engine_creates_late_is_still_removed(
 def test_the_sweep_removes_only_the_containers_of_hosts_that_died(
     provider: SandboxProvider,
 ) -> None:
-    """A sweep judges each container by its labels: this process's running sandbox and another
-    boot's container stay, a dead host's goes. (podman's `ps` cannot print a label: a sweep
-    that read them there took every container for a dead host's, this process's own too.)"""
-    from rewyn_kernel.runtime.providers.container import BOOT_LABEL, HOST_PID_LABEL, LABEL
+    """A sweep judges each container by its labels: this process's running sandbox, another
+    boot's container and one of a host in another PID namespace stay, a dead host's goes.
+    (podman's `ps` cannot print a label: a sweep that read them there took every container for
+    a dead host's, this process's own too.)"""
+    from rewyn_kernel.runtime.providers.container import (
+        BOOT_LABEL,
+        HOST_PID_LABEL,
+        LABEL,
+        PIDNS_LABEL,
+    )
 
     assert isinstance(provider, ContainerProvider)
     gone = subprocess.run(
@@ -459,7 +465,12 @@ def test_the_sweep_removes_only_the_containers_of_hosts_that_died(
         check=True,
     ).stdout.strip()  # (a pid whose process has exited)
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    planted = {"rewyn-sweep-test-dead": (gone, boot), "rewyn-sweep-test-other-boot": (gone, "b")}
+    pidns = os.readlink("/proc/self/ns/pid")
+    planted = {
+        "rewyn-sweep-test-dead": (gone, boot, pidns),
+        "rewyn-sweep-test-other-boot": (gone, "b", pidns),
+        "rewyn-sweep-test-in-a-container": (gone, boot, "pid:[1]"),
+    }
     box = create(provider=provider)
     try:
         session = box.session()
@@ -467,8 +478,9 @@ def test_the_sweep_removes_only_the_containers_of_hosts_that_died(
         for thread in threading.enumerate():  # this process's own first sweep is over
             if thread.name == "rewyn-sweep":
                 thread.join(60)
-        for name, (pid, booted) in planted.items():
+        for name, (pid, booted, namespace) in planted.items():
             labels = [f"{LABEL}={name}", f"{HOST_PID_LABEL}={pid}", f"{BOOT_LABEL}={booted}"]
+            labels.append(f"{PIDNS_LABEL}={namespace}")
             made = subprocess.run(
                 [provider.runtime, "create", "--name", name]
                 + [f"--label={label}" for label in labels]
@@ -481,11 +493,13 @@ def test_the_sweep_removes_only_the_containers_of_hosts_that_died(
             assert made.returncode == 0, made.stderr
         ours = provider.containers()
         assert len(ours) == 1, ours
-        assert provider.sweep() == ["rewyn-sweep-test-dead"]
+        swept = provider.sweep()  # (and any other dead host's that this engine still has)
+        assert "rewyn-sweep-test-dead" in swept
         assert provider.containers() == ours
         assert session.execute("print(x)").stdout == "1\n"
         left = provider.containers(everyone=True)
         assert "rewyn-sweep-test-other-boot" in left
+        assert "rewyn-sweep-test-in-a-container" in left
         assert "rewyn-sweep-test-dead" not in left
     finally:
         box.close()

@@ -47,6 +47,8 @@ LABEL = "io.rewyn-kernel.sandbox"
 """Every container carries this label (value: its name), so it can always be found and removed."""
 HOST_PID_LABEL = "io.rewyn-kernel.host-pid"
 BOOT_LABEL = "io.rewyn-kernel.boot"
+PIDNS_LABEL = "io.rewyn-kernel.host-pidns"
+"""The PID namespace the host pid is a pid of (a host in a container has its own)."""
 """This machine's boot id: a host pid only means something on the boot that started it."""
 CLI_WAIT_SECONDS = 15.0
 SCRATCH = "/scratch"
@@ -313,7 +315,7 @@ class ContainerProvider:
         """What marks a container (or volume) as this process's, on this boot."""
         return [
             *("--label", f"{LABEL}={name}", "--label", f"{HOST_PID_LABEL}={os.getpid()}"),
-            *("--label", f"{BOOT_LABEL}={_boot_id()}"),
+            *("--label", f"{BOOT_LABEL}={_boot_id()}", "--label", f"{PIDNS_LABEL}={_pid_ns()}"),
         ]
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
@@ -415,13 +417,21 @@ class ContainerProvider:
     def sweep(self) -> list[str]:
         """Remove rewyn containers whose host process is gone; return their names.
 
-        Only containers started on this boot of this machine are judged (a pid means nothing
-        elsewhere; one with no boot label, from an older version, counts as this boot's), and
-        a pid that is alive keeps its containers. Every provider sweeps once per
+        Only containers started on this boot of this machine, by a host in this PID namespace,
+        are judged (a pid means nothing elsewhere, nor to a host in another container; one with
+        no such labels, from an older version, counts as ours), and a pid that is alive keeps
+        its containers. Every provider sweeps once per
         process when it first launches (in the background), so a host that died (SIGKILL, a
         crash) leaves nothing behind for longer than its next start.
         """
         stale = _stale(self._labelled("container"))
+        with contextlib.suppress(subprocess.TimeoutExpired):  # (the volumes are still swept)
+            self._remove_stale(stale)
+        if Path(self.runtime).name in DAEMONLESS:  # and the named volumes of files views
+            _remove_volumes(self._cli(), _stale(self._labelled("volume")))
+        return stale
+
+    def _remove_stale(self, stale: list[str]) -> None:
         if stale:
             # podman: no 10 s grace, and --ignore, without which one name gone since the
             # listing makes its rm remove none of the others (podman 4.3, exit 0).
@@ -432,9 +442,6 @@ class ContainerProvider:
                 timeout=60,
                 check=False,
             )
-        if Path(self.runtime).name in DAEMONLESS:  # and the named volumes of files views
-            _remove_volumes(self._cli(), _stale(self._labelled("volume")))
-        return stale
 
     def _labelled(self, kind: str) -> dict[str, dict[str, str]]:
         """Each rewyn ``kind`` ("container" or "volume") the engine lists, by name, with its
@@ -577,6 +584,14 @@ def _boot_id() -> str:
         return "unknown"
 
 
+@functools.cache
+def _pid_ns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return "unknown"
+
+
 def _stale(labelled: dict[str, dict[str, str]]) -> list[str]:
     """The names whose host process is gone. Only this boot's are judged (a pid means nothing
     elsewhere; no boot label, from an older version, counts as this boot)."""
@@ -586,6 +601,8 @@ def _stale(labelled: dict[str, dict[str, str]]) -> list[str]:
             continue  # not one of ours after all
         if labels.get(BOOT_LABEL, "") not in ("", _boot_id()):
             continue  # another boot, or another machine on the same engine: not ours
+        if labels.get(PIDNS_LABEL, "") not in ("", _pid_ns()):
+            continue  # a host in another PID namespace (a container): its pid is not ours to judge
         pid = labels.get(HOST_PID_LABEL, "")
         if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
             stale.append(name)
