@@ -56,7 +56,7 @@ __all__ = ["RaySandboxPool"]
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 _WAIT = 0.2
 """Seconds the dispatcher waits for any result before it looks at the cluster again."""
-_JOIN_TIMEOUT = 120.0
+_JOIN_TIMEOUT = 300.0
 """Seconds a node that joined has to start its sandboxes before the pool gives up on it."""
 
 
@@ -129,30 +129,31 @@ class RaySandboxPool(Closeable):
         self.summary: BatchSummary | None = None
         self.nodes_of: list[str] = []
         """For the last batch: the node each item ran on (in order)."""
-        self.refused_nodes: dict[str, str] = {}
-        """Nodes that joined but could not take items (their sandboxes did not start), and
-        why: the pool does not try them again."""
         self._per_node = per_node
         self._spec_json = self.spec.model_dump(mode="json")
         self._nodes: list[_Node] = []
         self._joining: dict[Any, tuple[str, Any, float]] = {}  # describe ref -> node, actor, since
         self._seen: set[str] = set()  # every node id ever taken in or tried
         self._last_look = time.monotonic()
-        for ref, (node_id, actor, _) in self._new_nodes().items():
+        self._refused: dict[str, str] = {}
+        self._queue: deque[_Job] = deque()
+        self._lock = threading.Condition()
+        self._closed = False
+        self._stopped = False  # (its dispatcher ended: by close(), or by an error)
+        first: dict[Any, tuple[str, Any, float]] = {}
+        self._new_nodes(first)
+        for ref, (node_id, actor, _) in first.items():
             facts = ray.get(ref)
             self._nodes.append(_Node(node_id, actor, int(facts["size"]), str(facts["provider"])))
         if not self._nodes:
             raise RuntimeError("the Ray cluster has no alive node")
-        self._queue: deque[_Job] = deque()
-        self._lock = threading.Condition()
-        self._closed = False
         self._dispatcher = threading.Thread(target=self._dispatch, daemon=True, name="rewyn-ray")
         self._dispatcher.start()
 
-    def _new_nodes(self) -> dict[Any, tuple[str, Any, float]]:
-        """Start an actor on each alive node not seen before; its ``describe`` ref, by node."""
+    def _new_nodes(self, into: dict[Any, tuple[str, Any, float]]) -> None:
+        """Start an actor on each alive node not seen before; put its ``describe`` ref in
+        ``into`` as it is made (so an error half-way loses none of those already started)."""
         actor_class: Any = ray.remote(_NodeSandboxes)
-        started: dict[Any, tuple[str, Any, float]] = {}
         listed: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
         for node in listed:
             node_id = str(node.get("NodeID", ""))
@@ -163,22 +164,33 @@ class RaySandboxPool(Closeable):
             # (no CPU of its own: its sandboxes are its node's work; a thread per call)
             options = {"num_cpus": 0, "max_concurrency": 1_000, "scheduling_strategy": strategy}
             actor = actor_class.options(**options).remote(self._spec_json, self._per_node)
-            started[actor.describe.remote()] = (node_id, actor, time.monotonic())
-        return started
+            into[actor.describe.remote()] = (node_id, actor, time.monotonic())
 
     def _look_for_nodes(self) -> None:
-        """(The dispatcher, every ``watch`` seconds.) Take in the nodes that joined since."""
-        if self.watch is None or time.monotonic() - self._last_look < self.watch:
-            return
-        self._last_look = time.monotonic()
-        with contextlib.suppress(ray.exceptions.RayError, OSError):  # (looked at again later)
-            self._joining.update(self._new_nodes())
+        """(The dispatcher.) Every ``watch`` seconds, start taking in the nodes that joined
+        since; on every call, give up on those that have not come up in time."""
+        now = time.monotonic()
+        if self.watch is not None and not self._closed and now - self._last_look >= self.watch:
+            self._last_look = now
+            with contextlib.suppress(Exception):  # (Ray did not answer: looked at next time)
+                self._new_nodes(self._joining)
         for ref, (node_id, actor, since) in list(self._joining.items()):
-            if time.monotonic() - since > _JOIN_TIMEOUT:  # its sandboxes never came up
+            if now - since > _JOIN_TIMEOUT:  # its sandboxes never came up
                 del self._joining[ref]
-                self.refused_nodes[node_id] = f"it did not start in {_JOIN_TIMEOUT:g} s"
+                self._refuse(node_id, f"its sandboxes did not start in {_JOIN_TIMEOUT:g} s")
                 with contextlib.suppress(Exception):
                     ray.kill(actor)
+
+    def _refuse(self, node_id: str, why: str) -> None:
+        with self._lock:
+            self._refused[node_id] = why[:500]
+
+    @property
+    def refused_nodes(self) -> dict[str, str]:
+        """Nodes that joined but could not take items (their sandboxes did not start), and
+        why: the pool does not try them again."""
+        with self._lock:
+            return dict(self._refused)
 
     def _joined(self, ref: Any) -> None:
         """A joining node's actor answered (or failed): from now on it takes items."""
@@ -186,9 +198,8 @@ class RaySandboxPool(Closeable):
         try:
             facts = ray.get(ref)
         except Exception as exc:  # (it left again, or its pool could not start: never used)
-            self.refused_nodes[node_id] = f"{type(exc).__name__}: {exc}"[:500]
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+            self._refuse(node_id, f"{type(exc).__name__}: {exc}")
+            _stop(actor)
             return
         with self._lock:
             if self._closed:
@@ -198,10 +209,7 @@ class RaySandboxPool(Closeable):
                 self._nodes.append(joined)
                 self._lock.notify_all()
         if joined is None:
-            with contextlib.suppress(*_LOST, ray.exceptions.RayError):
-                ray.get(actor.close.remote(), timeout=30)
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+            _stop(actor)
 
     @property
     def nodes(self) -> list[dict[str, Any]]:
@@ -226,6 +234,8 @@ class RaySandboxPool(Closeable):
         with self._lock:
             if self._closed:
                 raise RuntimeError("the pool is closed")
+            if self._stopped:
+                raise RuntimeError("the pool's dispatcher stopped: close it and make another")
             self._queue.append(job)
             self._lock.notify_all()
         return future
@@ -253,6 +263,20 @@ class RaySandboxPool(Closeable):
 
     def _dispatch(self) -> None:
         """Hand jobs to nodes with room, collect results, re-run what a lost node held."""
+        try:
+            self._dispatch_until_closed()
+        finally:  # (normally nothing is left; if this thread failed, no future may hang)
+            with self._lock:
+                self._stopped = True
+                left = [*self._queue, *(j for n in self._nodes for j in n.running.values())]
+                self._queue.clear()
+            for job in left:
+                self._lose(job, "the pool's dispatcher stopped")
+            for _, actor, _ in self._joining.values():  # (closed while they were joining)
+                _stop(actor)
+            self._joining.clear()
+
+    def _dispatch_until_closed(self) -> None:
         while True:
             self._look_for_nodes()  # (its calls to Ray are made outside the lock)
             with self._lock:
@@ -270,10 +294,6 @@ class RaySandboxPool(Closeable):
                     self._joined(ref)
                 else:
                     self._settle(ref)
-        for _, actor, _ in self._joining.values():  # (closed while they were joining)
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
-        self._joining.clear()
 
     def _running(self) -> int:
         return sum(len(node.running) for node in self._nodes if node.alive)
@@ -355,10 +375,18 @@ class RaySandboxPool(Closeable):
         self._dispatcher.join()
         for node in self._nodes:
             if node.alive:
-                with contextlib.suppress(*_LOST, ray.exceptions.RayError):
-                    ray.get(node.actor.close.remote(), timeout=30)
-            with contextlib.suppress(Exception):
-                ray.kill(node.actor)
+                _stop(node.actor)
+            else:
+                with contextlib.suppress(Exception):
+                    ray.kill(node.actor)
+
+
+def _stop(actor: Any) -> None:
+    """Close a node's actor (its sandboxes first), then end it."""
+    with contextlib.suppress(*_LOST, ray.exceptions.RayError):
+        ray.get(actor.close.remote(), timeout=30)
+    with contextlib.suppress(Exception):
+        ray.kill(actor)
 
 
 def _failed(job: _Job, message: str, ending: str = "start_failed") -> SandboxResult:
