@@ -47,9 +47,9 @@ LABEL = "io.rewyn-kernel.sandbox"
 """Every container carries this label (value: its name), so it can always be found and removed."""
 HOST_PID_LABEL = "io.rewyn-kernel.host-pid"
 BOOT_LABEL = "io.rewyn-kernel.boot"
+"""This machine's boot id: a host pid only means something on the boot that started it."""
 PIDNS_LABEL = "io.rewyn-kernel.host-pidns"
 """The PID namespace the host pid is a pid of (a host in a container has its own)."""
-"""This machine's boot id: a host pid only means something on the boot that started it."""
 CLI_WAIT_SECONDS = 15.0
 SCRATCH = "/scratch"
 FILES = "/files"
@@ -593,8 +593,9 @@ def _pid_ns() -> str:
 
 
 def _stale(labelled: dict[str, dict[str, str]]) -> list[str]:
-    """The names whose host process is gone. Only this boot's are judged (a pid means nothing
-    elsewhere; no boot label, from an older version, counts as this boot)."""
+    """The names whose host process is gone. Only this boot's and this PID namespace's are
+    judged (a pid means nothing elsewhere; no such label, from an older version, counts as
+    ours)."""
     stale = []
     for name, labels in labelled.items():
         if labels.get(LABEL) is None:
