@@ -21,8 +21,10 @@ pytestmark = pytest.mark.providers("docker", "docker+runsc", "podman")
 
 @pytest.fixture
 def host_secret() -> Iterator[Path]:
-    path = Path("/root") / f"rewyn-marker-{uuid.uuid4().hex}"
+    """A host file anyone may read, outside /tmp (which a sandbox has of its own)."""
+    path = Path("/var/tmp") / f"rewyn-marker-{uuid.uuid4().hex}"
     path.write_text("host secret")
+    path.chmod(0o644)
     yield path
     path.unlink()
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -85,12 +87,12 @@ def test_bubblewrap_shows_the_code_none_of_the_hosts_files(host_tmp_file: Path) 
 
 
 @pytest.mark.providers("subprocess", "bubblewrap")
-def test_a_daemon_socket_is_out_of_reach(provider: SandboxProvider, tmp_path: Path) -> None:
+def test_a_daemon_socket_is_out_of_reach(provider: SandboxProvider, open_dir: Path) -> None:
     """A listening socket in /run (where docker's, containerd's and podman's live) and one that
     DOCKER_HOST names elsewhere: neither answers the code, though network="none" alone would
     let it connect to both."""
     in_run = Path("/run", f"rewyn-test-{uuid.uuid4().hex[:8]}.sock")
-    elsewhere = tmp_path / "docker.sock"
+    elsewhere = open_dir / "docker.sock"
     with _listening(in_run), _listening(elsewhere), _environ(DOCKER_HOST=f"unix://{elsewhere}"):
         code = (
             "import socket\n"
@@ -109,10 +111,10 @@ def test_a_daemon_socket_is_out_of_reach(provider: SandboxProvider, tmp_path: Pa
 
 
 @pytest.mark.providers("subprocess")
-def test_the_control_a_socket_the_host_does_not_hide_is_reached(tmp_path: Path) -> None:
+def test_the_control_a_socket_the_host_does_not_hide_is_reached(open_dir: Path) -> None:
     """The control of the test above: the same kind of socket, named by no variable and
     outside /run, answers the code of the subprocess provider (its files are open)."""
-    path = tmp_path / "plain.sock"
+    path = open_dir / "plain.sock"
     with _listening(path), create(provider=SubprocessProvider(), timeout=30) as box:
         code = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect(%r)\nprint(s.recv(16))"
         result = box.execute(code % str(path))
@@ -175,6 +177,18 @@ def _bubblewrap() -> SandboxProvider:
     return BubblewrapProvider()
 
 
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A folder anyone may enter, outside /tmp (which each sandbox has of its own): where the
+    host's files are open to the code, whoever it runs as, it reaches what is there."""
+    path = Path(tempfile.mkdtemp(prefix="rewyn-open-", dir="/var/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class _listening:
     """A Unix socket listening at ``path`` that says hello to whoever connects."""
 
@@ -184,6 +198,7 @@ class _listening:
 
     def __enter__(self) -> _listening:
         self.server.bind(str(self.path))
+        self.path.chmod(0o777)  # (the code may run as a uid of its own: see host/identity.py)
         self.server.listen(8)
         threading.Thread(target=self._serve, daemon=True).start()
         return self

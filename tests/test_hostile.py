@@ -14,9 +14,10 @@ import pytest
 
 from rewyn_kernel.runtime import JsonlRunLog, create
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SubprocessProvider
+from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
 
 from .conftest import processes_with, wait_until_gone
+from .unprivileged import UnprivilegedHost
 
 WRITE_TO_CHANNEL = """
 import gc, os, struct, time
@@ -143,18 +144,14 @@ def test_forks_and_unjoined_children_do_not_hold_up_a_one_shot(
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.providers("subprocess")
-def test_without_namespaces_a_stubborn_child_is_still_killed(
-    make_box: Callable[..., Sandbox], marker: str
-) -> None:
-    box = make_box(
-        provider=SubprocessProvider(namespaces=False), timeout=1.0, env={"MARKER": marker}
-    )
-    code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass"
-    started = time.monotonic()
-    assert box.execute(code).timed_out
-    assert time.monotonic() - started < 3
-    box.close()
+def test_without_namespaces_a_stubborn_child_is_still_killed(marker: str) -> None:
+    # (without namespaces: an ordinary host only, see tests/unprivileged.py)
+    with UnprivilegedHost("subprocess-no-namespaces", timeout=1.0, env={"MARKER": marker}) as box:
+        code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass"
+        started = time.monotonic()
+        assert box.execute(code)["timed_out"]
+        assert time.monotonic() - started < 3
+        box.close()
     assert wait_until_gone(marker) == []
 
 

@@ -23,7 +23,12 @@ from rewyn_kernel.notebooks.review import (
 )
 from rewyn_kernel.runtime import JsonlRunLog, create
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import get_default_provider
+from rewyn_kernel.runtime.sandbox import (
+    DEFAULT_DISK_MB,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_PIDS,
+    get_default_provider,
+)
 from tests.kernel_client import write_spec
 
 LONG_CODE = "# " + "x" * 300_000 + "\nprint('long')"
@@ -37,8 +42,9 @@ CODES = [
 LIMITS = {
     "provider": get_default_provider().name,  # (what create() uses: the run log's)
     "timeout": 1.0,
-    "memory_limit_mb": None,
-    "disk_limit_mb": None,
+    "memory_limit_mb": DEFAULT_MEMORY_MB,
+    "pids_limit": DEFAULT_PIDS,
+    "disk_limit_mb": DEFAULT_DISK_MB,
     "network": "none",
     "ipython": False,
 }
@@ -115,7 +121,10 @@ def test_a_real_run_becomes_one_cell_per_execution(
     source = text(header["source"])
     command = install_command(kernel_name_for(LIMITS), LIMITS)
     provider = LIMITS["provider"]
-    assert command.endswith(f"--provider {provider} --timeout 1 --network none --no-ipython")
+    limits = f"--memory {DEFAULT_MEMORY_MB} --pids {DEFAULT_PIDS} --disk {DEFAULT_DISK_MB}"
+    assert command.endswith(
+        f"--provider {provider} --timeout 1 {limits} --network none --no-ipython"
+    )
     for line in (
         f"# Review of an agent's run: `{run_log}`",
         "in the order of the log's lines",
@@ -177,8 +186,9 @@ def test_kernel_names_and_limits(run_log: Path) -> None:
         "oci_runtime": "runsc",
     }
     assert install_command("rv", limits).endswith(
-        "--name rv --provider container --runtime docker --oci-runtime runsc "
-        "--timeout 1 --network none --no-ipython"
+        "--name rv --provider container --runtime docker --oci-runtime runsc --timeout 1 "
+        f"--memory {DEFAULT_MEMORY_MB} --pids {DEFAULT_PIDS} --disk {DEFAULT_DISK_MB} "
+        "--network none --no-ipython"
     )
     capped = event.model_copy(update={"spec": {**event.spec, "memory_limit_mb": 256}})
     assert "--memory 256" in install_command("rv", limits_of(capped) or {})
@@ -424,10 +434,13 @@ def test_install_kernel_then_check_on_the_notebooks_own_kernel(
     assert review(hello, "-o", path, "--install-kernel") == 0
     name = kernel_name_for(LIMITS)
     spec = json.loads((tmp_path / "data" / "kernels" / name / "kernel.json").read_text())
-    assert spec["argv"][-4:] == [
+    assert spec["argv"][-7:] == [
         f"--SandboxKernel.provider={LIMITS['provider']}",
         "--SandboxKernel.timeout=1.0",
         "--SandboxKernel.network=none",
+        f"--SandboxKernel.memory_limit_mb={DEFAULT_MEMORY_MB}",
+        f"--SandboxKernel.pids_limit={DEFAULT_PIDS}",
+        f"--SandboxKernel.disk_limit_mb={DEFAULT_DISK_MB}",
         "--SandboxKernel.ipython=False",
     ]
     capsys.readouterr()

@@ -66,6 +66,7 @@ class SandboxSettings(HasTraits):
     oci_runtime = trait_for("oci_runtime")
     timeout = trait_for("timeout")
     memory_limit_mb = trait_for("memory_limit_mb")
+    pids_limit = trait_for("pids_limit")
     disk_limit_mb = trait_for("disk_limit_mb")
     network = trait_for("network")
     inherit_env = trait_for("inherit_env")

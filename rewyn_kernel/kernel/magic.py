@@ -33,6 +33,7 @@ _Item = tuple[str, Any]
 MAGIC_SETTINGS = (
     "timeout",
     "memory_limit_mb",
+    "pids_limit",
     "disk_limit_mb",
     "network",
     "provider",
@@ -57,6 +58,7 @@ class SandboxMagics(Magics):
 
     timeout = trait_for("timeout")
     memory_limit_mb = trait_for("memory_limit_mb")
+    pids_limit = trait_for("pids_limit")
     disk_limit_mb = trait_for("disk_limit_mb")
     network = trait_for("network")
     provider = trait_for("provider")

@@ -26,13 +26,24 @@ Line = tuple[int, SandboxEvent]
 """An event and the number of the log line it came from."""
 
 
-LIMIT_FIELDS = ("provider", "timeout", "memory_limit_mb", "disk_limit_mb", "network", "ipython")
+LIMIT_FIELDS = (
+    "provider",
+    "timeout",
+    "memory_limit_mb",
+    "pids_limit",
+    "disk_limit_mb",
+    "network",
+    "ipython",
+)
+NULLABLE = ("timeout", "memory_limit_mb", "pids_limit", "disk_limit_mb")
+"""Limits where none means no limit (and not the kernel's default)."""
 DEFAULT_LIMITS: dict[str, Any] = {
     name: kernelspec.KernelSettings.model_fields[name].default for name in LIMIT_FIELDS
 }
 """The limits of the shipped ``rewyn-sandbox`` kernelspec (a kernel with no flags)."""
-RECORDED_DEFAULTS = {"ipython": False}
-"""What an event written before its spec named a setting ran with (sessions ran plain Python)."""
+RECORDED_DEFAULTS: dict[str, Any] = {"ipython": False, "pids_limit": None}
+"""What an event written before its spec named a setting ran with (sessions ran plain Python,
+under no task limit)."""
 
 
 # -- limits and the kernel that applies them ----------------------------------------------------
@@ -43,9 +54,9 @@ def limits_of(event: SandboxEvent) -> dict[str, Any] | None:
 
     From ``event.provider``: "bubblewrap", "subprocess", or "container/CLI[+OCI]" (the
     container runtime and OCI runtime; the image is not recorded). From ``event.spec``:
-    timeout, memory_limit_mb, disk_limit_mb, network and ipython (what ran the code: a re-run's
-    tracebacks and displays look alike only on the same). None when the provider is another
-    kind or a value is out of the kernel's bounds.
+    timeout, memory_limit_mb, pids_limit, disk_limit_mb, network and ipython (what ran the
+    code: a re-run's tracebacks and displays look alike only on the same). None when the
+    provider is another kind or a value is out of the kernel's bounds.
     """
     limits: dict[str, Any] = {"provider": event.provider}
     if event.provider.startswith("container/"):
@@ -84,10 +95,16 @@ def kernel_name_for(limits: dict[str, Any]) -> str:
 
 
 def settings_for(limits: dict[str, Any]) -> kernelspec.KernelSettings:
-    """Return the kernel settings that pin ``limits`` (all but an absent memory cap)."""
+    """Return the kernel settings that pin ``limits`` (none included, for those that have no
+    limit: the kernel's default would apply one)."""
     return kernelspec.KernelSettings.model_validate(
-        {key: value for key, value in limits.items() if value is not None or key == "timeout"}
+        {key: value for key, value in limits.items() if value is not None or key in NULLABLE}
     )
+
+
+def _limit(value: object) -> object:
+    """A limit as its flag writes it: none is written, as it differs from the default."""
+    return "none" if value is None else value
 
 
 def install_command(name: str, limits: dict[str, Any]) -> str:
@@ -97,8 +114,9 @@ def install_command(name: str, limits: dict[str, Any]) -> str:
         "--runtime": limits.get("container_runtime"),
         "--oci-runtime": limits.get("oci_runtime"),
         "--timeout": "none" if limits["timeout"] is None else f"{limits['timeout']:g}",
-        "--memory": limits["memory_limit_mb"],
-        "--disk": limits.get("disk_limit_mb"),
+        "--memory": _limit(limits.get("memory_limit_mb")),
+        "--pids": _limit(limits.get("pids_limit")),
+        "--disk": _limit(limits.get("disk_limit_mb")),
         "--network": limits["network"],
     }
     words = ["rewyn-kernel", "install", "--user", "--name", name]

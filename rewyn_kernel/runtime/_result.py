@@ -90,6 +90,15 @@ class Isolation(_Model):
         default=None,
         description="How the scratch quota is enforced, or why it is not; None: none asked.",
     )
+    pids: str | None = Field(
+        default=None, description="How the number of processes is bounded; None: not at all."
+    )
+    user: str | None = Field(
+        default=None, description="The host uid the code runs as, and why that one."
+    )
+    seccomp: str | None = Field(
+        default=None, description="The system-call filter in force for the code; None: none."
+    )
     files: Literal["isolated", "open"] = Field(
         description="isolated: the code sees none of the host's files but what runs it and what "
         "it was given (its scratch directory, files_dir); open: it reads and writes the host's "

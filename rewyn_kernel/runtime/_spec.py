@@ -19,6 +19,15 @@ pass what the code needs with ``env=`` or name it in ``inherit_env``.
 """
 
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
+DEFAULT_MEMORY_MB = 4096
+"""The memory cap every sandbox gets unless told otherwise (``memory_limit_mb=None`` lifts it):
+enough for a notebook's data frames, and what stops a runaway allocation before the host swaps."""
+DEFAULT_PIDS = 1024
+"""Tasks (threads included) a sandbox may run at once unless told otherwise (``pids_limit=None``
+lifts it): a fork bomb stops there."""
+DEFAULT_DISK_MB = 4096
+"""The quota on a sandbox's own scratch directory unless told otherwise (``disk_limit_mb=None``
+lifts it; it is not applied to a ``workdir`` you give): a loop that writes stops there."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
@@ -38,12 +47,20 @@ class SandboxSpec(BaseModel):
         "removes that containment.",
     )
     memory_limit_mb: Annotated[int, Field(ge=32, le=1024 * 1024)] | None = Field(
-        default=None, description="Memory cap in MiB (at least 32); none: no cap."
+        default=DEFAULT_MEMORY_MB,
+        description="Memory cap in MiB (at least 32) for all of the sandbox's processes "
+        "together, socket buffers included; none: no cap.",
+    )
+    pids_limit: Annotated[int, Field(ge=8, le=4_194_304)] | None = Field(
+        default=DEFAULT_PIDS,
+        description="Tasks (processes and threads) the sandbox may run at once (at least 8); "
+        "none: no limit.",
     )
     disk_limit_mb: Annotated[int, Field(ge=8, le=1024 * 1024)] | None = Field(
-        default=None,
+        default=DEFAULT_DISK_MB,
         description="Quota in MiB on the scratch directory (at least 8; a filesystem of its "
-        "own, which takes root to mount): writes past it fail with ENOSPC; none: no quota.",
+        "own, which takes root to mount): writes past it fail with ENOSPC; none: no quota. "
+        "Not applied by default to a workdir you give.",
     )
     env: dict[str, str] = Field(
         default_factory=dict,
@@ -131,6 +148,16 @@ class SandboxSpec(BaseModel):
             raise ValueError(f"{info.field_name} {str(value)!r} is not an existing directory")
         return value.resolve()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_quota(cls, data: Any) -> Any:
+        """The default quota bounds a scratch directory of the sandbox's own: with a
+        ``workdir`` given and no quota asked for, there is none."""
+        given = isinstance(data, Mapping) and data.get("workdir") is not None
+        if given and "disk_limit_mb" not in data:
+            return {**data, "disk_limit_mb": None}
+        return data
+
     @model_validator(mode="after")
     def _check_quota(self) -> SandboxSpec:
         if self.disk_limit_mb is not None and self.workdir is not None:
@@ -159,6 +186,7 @@ class SandboxSpec(BaseModel):
             "timeout": self.timeout,
             "network": self.network,
             "memory_limit_mb": self.memory_limit_mb,
+            "pids_limit": self.pids_limit,
             "disk_limit_mb": self.disk_limit_mb,
             "env_names": sorted(self.env),
             "inherit_env": list(self.inherit_env),

@@ -14,7 +14,13 @@ from rewyn_kernel.runtime._result import (
     RichOutput,
     SandboxResult,
 )
-from rewyn_kernel.runtime._spec import DEFAULT_INHERIT_ENV, SandboxSpec
+from rewyn_kernel.runtime._spec import (
+    DEFAULT_DISK_MB,
+    DEFAULT_INHERIT_ENV,
+    DEFAULT_MEMORY_MB,
+    DEFAULT_PIDS,
+    SandboxSpec,
+)
 from rewyn_kernel.runtime._tool import sandbox_tool
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.create import (
@@ -40,7 +46,10 @@ __all__ = [
     "BubblewrapProvider",
     "BubblewrapSandbox",
     "CheckItem",
+    "DEFAULT_DISK_MB",
     "DEFAULT_INHERIT_ENV",
+    "DEFAULT_MEMORY_MB",
+    "DEFAULT_PIDS",
     "Ending",
     "ErrorInfo",
     "ExitInfo",

@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 """Bytes ``read_file`` returns at most unless told otherwise."""
 
 
+def code_owner(provider: SandboxProvider, spec: SandboxSpec) -> tuple[int, int] | None:
+    """The host uid and gid the code of ``provider``'s sandboxes runs as, where that is not this
+    process's (and this process may give it files): an optional part of the provider contract."""
+    ask = getattr(provider, "code_owner", None)
+    return ask(spec) if callable(ask) else None
+
+
 class BaseSandbox(Closeable):
     """A sandbox: a spec, a provider, a scratch directory and the sessions running in it.
 
@@ -54,6 +61,11 @@ class BaseSandbox(Closeable):
         owned = spec.workdir is None
         workdir = Path(tempfile.mkdtemp(prefix=f"rewyn-{sandbox_id}-")) if owned else spec.workdir
         assert workdir is not None
+        owner = code_owner(provider, spec)
+        if owned and owner is not None:
+            # The code runs as another uid than this process (a root host's): its scratch
+            # directory is given to it, and so is the quota's filesystem made on it below.
+            os.chown(workdir, *owner)
         isolation = provider.isolation(spec)
         scratch_quota = None
         if spec.disk_limit_mb is not None:

@@ -1,22 +1,29 @@
-"""One memory cap for a whole local sandbox: a memory cgroup per worker.
+"""Bounds for a whole local sandbox: a memory cgroup and a pids cgroup per worker.
 
 ``RLIMIT_AS`` bounds one process; a sandbox's code can start many. A worker of the subprocess
-or bubblewrap provider therefore starts inside a memory cgroup of its own, so its processes
-together stay under ``memory_limit_mb`` and the kernel's OOM killer ends whichever of them
-grows past it (the result says ``ending="oom"``: the worker's supervisor compares the cgroup's
-OOM-kill counter before and after each execution).
+or bubblewrap provider therefore starts inside cgroups of its own, so its processes together
+stay under ``memory_limit_mb`` (the kernel's OOM killer ends whichever of them grows past it;
+the result says ``ending="oom"``: the worker's supervisor compares the cgroup's OOM-kill counter
+before and after each execution) and under ``pids_limit`` tasks (threads count: a fork bomb
+meets EAGAIN, as under docker's ``--pids-limit``).
+
+Socket buffers count too. cgroup v2 charges them to the memory cgroup with the rest. cgroup v1
+charges TCP buffers only once ``memory.kmem.tcp.limit_in_bytes`` is written for the cgroup, and
+then to a counter of their own: so under v1 an eighth of the cap is that TCP limit and the rest
+is ``memory.limit_in_bytes`` (without it, code filling loopback connections pinned 1 GiB past a
+128 MiB cap, and then the host's whole ``tcp_mem``: every process's TCP stalled).
 
 Where a cgroup comes from:
 
 - cgroup v2 (``/sys/fs/cgroup`` is cgroup2): a child of the nearest ancestor of this process's
-  cgroup that is writable and has the memory controller for its children (a delegated subtree,
-  as systemd gives each user; the root one, as root). v2 keeps processes out of inner cgroups,
+  cgroup that is writable and has the controller for its children (a delegated subtree, as
+  systemd gives each user; the root one, as root). v2 keeps processes out of inner cgroups,
   so the worker's cgroup is a sibling of this process's, never a child.
-- cgroup v1 (a ``memory`` hierarchy, as on these machines): a child of this process's own memory
-  cgroup, when it is writable (as root).
+- cgroup v1 (a ``memory`` and a ``pids`` hierarchy, as on these machines): a child of this
+  process's own cgroup in each, when it is writable (as root).
 
-Where neither can be had, the providers keep ``RLIMIT_AS`` and the isolation report says "per
-process". Nothing here claims a cap it did not write.
+Where none can be had, the providers keep ``RLIMIT_AS`` (and ``RLIMIT_NPROC``) and the isolation
+report says so. Nothing here claims a bound it did not write.
 """
 
 from __future__ import annotations
@@ -36,48 +43,65 @@ whose host process is gone."""
 
 @dataclass(frozen=True)
 class CgroupSupport:
-    """Where this process can make memory cgroups, found once."""
+    """Where this process can make cgroups of one controller, found once."""
 
     parent: Path | None
     version: int
     detail: str
 
 
+TCP_SHARE = 8
+"""Under cgroup v1, 1/TCP_SHARE of a memory cap is the limit of its TCP buffers (see above)."""
+
+
 @dataclass(frozen=True)
-class MemoryCgroup:
-    """One worker's memory cgroup (made by ``make``; ``remove`` it once the worker is gone)."""
+class WorkerCgroup:
+    """One worker's cgroups (made by ``make``; ``remove`` them once the worker is gone): the
+    memory one and the pids one (the same directory under cgroup v2)."""
 
-    path: Path
+    memory: Path | None
+    pids: Path | None
     version: int
-    limit_bytes: int
+    limit_bytes: int | None
 
     @property
-    def procs(self) -> Path:
-        """Write a pid here to move that process (and what it starts after) into the cgroup."""
-        return self.path / "cgroup.procs"
+    def directories(self) -> list[Path]:
+        return list(dict.fromkeys(path for path in (self.memory, self.pids) if path is not None))
 
     @property
-    def events(self) -> Path:
-        """The file holding the cgroup's ``oom_kill`` counter."""
-        return self.path / ("memory.events" if self.version == 2 else "memory.oom_control")
+    def procs(self) -> list[Path]:
+        """Write a pid to each to move that process (and what it starts after) into them."""
+        return [path / "cgroup.procs" for path in self.directories]
+
+    @property
+    def events(self) -> Path | None:
+        """The file holding the memory cgroup's ``oom_kill`` counter."""
+        if self.memory is None:
+            return None
+        return self.memory / ("memory.events" if self.version == 2 else "memory.oom_control")
 
     def oom_kills(self) -> int | None:
-        return read_oom_kills(self.events)
+        return read_oom_kills(self.events) if self.events is not None else None
 
     def remove(self, wait: float = 2.0) -> bool:
-        """Remove the cgroup once its processes are gone (they may take a moment to exit after
-        a kill). True when it is gone."""
+        """Remove the cgroups once their processes are gone (they may take a moment to exit
+        after a kill). True when they are gone."""
         deadline = time.monotonic() + wait
-        while True:
-            try:
-                self.path.rmdir()
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError:
+        left = self.directories
+        while left:
+            for path in list(left):
+                try:
+                    path.rmdir()
+                    left.remove(path)
+                except FileNotFoundError:
+                    left.remove(path)
+                except OSError:
+                    pass
+            if left:
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(0.02)
+        return True
 
 
 def read_oom_kills(path: Path) -> int | None:
@@ -94,15 +118,16 @@ def read_oom_kills(path: Path) -> int | None:
 
 
 def _own_cgroups() -> dict[str, str]:
-    """This process's cgroup per hierarchy: ``{"": v2 path, "memory": v1 memory path}``."""
+    """This process's cgroup per hierarchy: ``{"": v2 path, "memory": v1 path, "pids": ...}``."""
     found: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/cgroup").read_text().splitlines():
             number, controllers, path = line.split(":", 2)
             if number == "0" and controllers == "":
                 found[""] = path
-            elif "memory" in controllers.split(","):
-                found["memory"] = path
+            for name in ("memory", "pids"):
+                if name in controllers.split(","):
+                    found[name] = path
     return found
 
 
@@ -111,8 +136,9 @@ def _writable(path: Path) -> bool:
 
 
 @functools.cache
-def cgroup_support() -> CgroupSupport:
-    """Where memory cgroups can be made here, or why not (tried once per process)."""
+def cgroup_support(controller: str = "memory") -> CgroupSupport:
+    """Where cgroups of ``controller`` ("memory" or "pids") can be made here, or why not
+    (tried once per process)."""
     own = _own_cgroups()
     if (ROOT / "cgroup.controllers").is_file() and "" in own:  # the unified hierarchy
         here = ROOT / own[""].lstrip("/")
@@ -123,49 +149,87 @@ def cgroup_support() -> CgroupSupport:
                 controls = (parent / "cgroup.subtree_control").read_text().split()
             except OSError:
                 continue
-            if "memory" in controls and _writable(parent):
+            if controller in controls and _writable(parent):
                 return CgroupSupport(parent, 2, f"cgroup v2, under {parent}")
         return CgroupSupport(
             None,
             2,
-            "cgroup v2, but no writable cgroup with the memory controller for its children "
-            "(a delegated subtree, e.g. under systemd's user@UID.service)",
+            f"cgroup v2, but no writable cgroup with the {controller} controller for its "
+            "children (a delegated subtree, e.g. under systemd's user@UID.service)",
         )
-    memory = ROOT / "memory"
-    if "memory" in own and (memory / "memory.limit_in_bytes").is_file():
-        here = memory / own["memory"].lstrip("/")
+    hierarchy = ROOT / controller
+    probe = "memory.limit_in_bytes" if controller == "memory" else "pids.max"
+    if controller in own and ((hierarchy / probe).is_file() or (hierarchy / "tasks").is_file()):
+        here = hierarchy / own[controller].lstrip("/")
         if _writable(here):
             return CgroupSupport(here, 1, f"cgroup v1, under {here}")
         return CgroupSupport(None, 1, f"cgroup v1, but {here} is not writable (run as root)")
-    return CgroupSupport(None, 0, "no memory cgroup hierarchy here")
+    return CgroupSupport(None, 0, f"no {controller} cgroup hierarchy here")
 
 
-def make(name: str, limit_bytes: int) -> MemoryCgroup | None:
-    """A fresh memory cgroup capped at ``limit_bytes`` (swap included where the kernel counts
-    it), or None where none can be made."""
-    support = cgroup_support()
-    if support.parent is None:
+def make(name: str, limit_bytes: int | None, pids: int | None) -> WorkerCgroup | None:
+    """Fresh cgroups for one worker: memory capped at ``limit_bytes`` (swap included where the
+    kernel counts it; TCP buffers included, see above), tasks at ``pids``; None where neither
+    can be made (or neither was asked for)."""
+    memory_dir = pids_dir = None
+    version = 0
+    made: list[Path] = []
+    try:
+        if limit_bytes is not None and (support := cgroup_support("memory")).parent is not None:
+            version = support.version
+            memory_dir = _fresh(support.parent, name, made)
+            if memory_dir is not None:
+                _cap_memory(memory_dir, support.version, limit_bytes)
+        if pids is not None and (support := cgroup_support("pids")).parent is not None:
+            version = version or support.version
+            if (
+                support.version == 2
+                and memory_dir is not None
+                and memory_dir.parent == support.parent
+            ):
+                pids_dir = memory_dir
+            else:
+                pids_dir = _fresh(support.parent, name, made)
+            if pids_dir is not None:
+                (pids_dir / "pids.max").write_text(str(pids))
+    except OSError:
+        for path in reversed(made):
+            with contextlib.suppress(OSError):
+                path.rmdir()
         return None
-    sweep(support.parent)
-    path = support.parent / f"{PREFIX}{os.getpid()}-{name}"
+    if memory_dir is None and pids_dir is None:
+        return None
+    return WorkerCgroup(memory_dir, pids_dir, version, limit_bytes if memory_dir else None)
+
+
+def _fresh(parent: Path, name: str, made: list[Path]) -> Path | None:
+    sweep(parent)
+    path = parent / f"{PREFIX}{os.getpid()}-{name}"
     try:
         path.mkdir()
     except OSError:
         return None
-    group = MemoryCgroup(path, support.version, limit_bytes)
-    try:
-        if support.version == 2:
-            (path / "memory.max").write_text(str(limit_bytes))
-            with contextlib.suppress(OSError):  # (no swap accounting: nothing to cap)
-                (path / "memory.swap.max").write_text("0")
-        else:
-            (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
-            with contextlib.suppress(OSError):  # (only with swap accounting on)
-                (path / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
-    except OSError:
-        group.remove(0)
-        return None
-    return group
+    made.append(path)
+    return path
+
+
+def _cap_memory(path: Path, version: int, limit_bytes: int) -> None:
+    if version == 2:
+        (path / "memory.max").write_text(str(limit_bytes))
+        with contextlib.suppress(OSError):  # (no swap accounting: nothing to cap)
+            (path / "memory.swap.max").write_text("0")
+        return
+    tcp = tcp_share(limit_bytes)
+    (path / "memory.limit_in_bytes").write_text(str(limit_bytes - tcp))
+    with contextlib.suppress(OSError):  # (only with swap accounting on)
+        (path / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes - tcp))
+    # Before any process joins: sockets made before this is set are never charged.
+    (path / "memory.kmem.tcp.limit_in_bytes").write_text(str(tcp))
+
+
+def tcp_share(limit_bytes: int) -> int:
+    """The part of a cgroup v1 memory cap that is the TCP buffers' limit (page-aligned)."""
+    return (limit_bytes // TCP_SHARE) // 4096 * 4096
 
 
 _swept: set[Path] = set()
@@ -189,35 +253,63 @@ def sweep(parent: Path) -> None:
                     entry.rmdir()
 
 
-def joining(group: MemoryCgroup, argv: list[str]) -> list[str]:
-    """``argv`` run by a shell that first moves itself into ``group``: everything the launch
-    starts is then inside it from its first instruction (Python offers no race-free way to
-    start a child in a cgroup, and a preexec function is unsafe with threads)."""
-    script = 'echo $$ > "$0" && exec "$@"'
-    return ["/bin/sh", "-c", script, str(group.procs), *argv]
+def joining(group: WorkerCgroup, argv: list[str]) -> list[str]:
+    """``argv`` run by a shell that first moves itself into ``group``'s cgroups: everything the
+    launch starts is then inside them from its first instruction (Python offers no race-free
+    way to start a child in a cgroup, and a preexec function is unsafe with threads)."""
+    script = (
+        'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 126; shift; done; '
+        'shift; exec "$@"'
+    )
+    return ["/bin/sh", "-c", script, "rewyn-join", *map(str, group.procs), "--", *argv]
 
 
-def for_worker(name: str, limit_mb: int | None) -> MemoryCgroup | None:
-    """A memory cgroup for the worker ``name`` under a cap of ``limit_mb``, where one can be
-    had (None: no cap asked, or no cgroup here)."""
-    if limit_mb is None or not capped(limit_mb):
+def for_worker(name: str, limit_mb: int | None, pids: int | None) -> WorkerCgroup | None:
+    """Cgroups for the worker ``name`` under a cap of ``limit_mb`` and ``pids`` tasks, where
+    they can be had (None: nothing asked, or no cgroup here)."""
+    limit = limit_mb * 1024 * 1024 if limit_mb is not None and capped(limit_mb) else None
+    tasks = pids if pids is not None and pids_capped(pids) else None
+    if limit is None and tasks is None:
         return None
-    return make(name, limit_mb * 1024 * 1024)
+    return make(name, limit, tasks)
 
 
 def capped(limit_mb: int | None) -> bool:
     """Whether a worker under ``limit_mb`` gets a memory cgroup here."""
-    return limit_mb is not None and cgroup_support().parent is not None
+    return limit_mb is not None and cgroup_support("memory").parent is not None
+
+
+def pids_capped(pids: int | None) -> bool:
+    """Whether a worker under ``pids`` gets a pids cgroup here."""
+    return pids is not None and cgroup_support("pids").parent is not None
 
 
 def memory_text(limit_mb: int | None) -> str | None:
     """How a local sandbox's memory cap is enforced here, for ``Isolation.memory``."""
     if limit_mb is None:
         return None
-    support = cgroup_support()
+    support = cgroup_support("memory")
     if support.parent is None:
         return f"RLIMIT_AS {limit_mb} MiB per process (no memory cgroup: {support.detail})"
+    sockets = (
+        "socket buffers included"
+        if support.version == 2
+        else f"{tcp_share(limit_mb << 20) >> 20} MiB of it for TCP buffers"
+    )
     return (
-        f"{limit_mb} MiB for all of a worker's processes together (a cgroup v{support.version} "
-        f"memory cgroup), and RLIMIT_AS {limit_mb} MiB per process"
+        f"{limit_mb} MiB for all of a worker's processes together, {sockets} (a cgroup "
+        f"v{support.version} memory cgroup), and RLIMIT_AS {limit_mb} MiB per process"
+    )
+
+
+def pids_text(pids: int | None) -> str | None:
+    """How a local sandbox's task limit is enforced here, for ``Isolation.pids``."""
+    if pids is None:
+        return None
+    support = cgroup_support("pids")
+    if support.parent is None:
+        return f"RLIMIT_NPROC {pids} for the code's user (no pids cgroup: {support.detail})"
+    return (
+        f"{pids} tasks (threads included) for all of a worker's processes (a cgroup "
+        f"v{support.version} pids cgroup)"
     )

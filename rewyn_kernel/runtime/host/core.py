@@ -76,6 +76,8 @@ class SandboxCore:
         process = self.provider.launch(self.spec, self.workdir, name)
         config: dict[str, Any] = {
             **self.provider.worker_config(self.spec, self.workdir),
+            # (what only the launch knows: a view it mounted for this worker, say)
+            **getattr(process, "settings", {}),
             "fork_per_exec": fork_per_exec,
             "shell": "ipython" if self.spec.ipython and not fork_per_exec else "python",
             "network": self.spec.network,

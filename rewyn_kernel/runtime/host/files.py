@@ -99,12 +99,13 @@ def _real_dir(path: Path) -> None:
         raise OSError(f"{path} is not a directory (a link or a file is in its place)")
 
 
-def files_config(spec: SandboxSpec) -> dict[str, Any]:
-    """The worker's ``files`` setting for ``spec`` (its first directories made), or nothing."""
+def files_config(spec: SandboxSpec, owner: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The worker's ``files`` setting for ``spec`` (its first directories made, given to
+    ``owner`` where the code runs as another uid), or nothing."""
     if spec.files_dir is None:
         return {}
     view = plan_view(spec.files_dir, spec.files_name)
-    prepare(view)
+    prepare(view, owner)
     return {"files": view.config()}
 
 

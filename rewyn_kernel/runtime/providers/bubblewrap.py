@@ -19,7 +19,6 @@ worker and the fork per one-shot execution are the subprocess provider's.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import subprocess
@@ -32,11 +31,21 @@ from typing import Any, Literal
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.host import cgroup
+from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.files import files_config, plan_view, prepare
+from rewyn_kernel.runtime.host.identity import identity, setup_namespace
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
+from rewyn_kernel.runtime.host.views import HostMount, HostView
 from rewyn_kernel.runtime.providers.base import CheckItem
+from rewyn_kernel.runtime.providers.local import (
+    common_notes,
+    local_config,
+    python_prefixes,
+    root_view,
+    root_workdir,
+    user_text,
+)
 from rewyn_kernel.runtime.providers.popen import PopenWorker
 
 MEMORY_EVENTS = "/dev/rewyn-memory-events"
@@ -72,6 +81,8 @@ ETC = (
 ``ssl`` and ``pki``, the certificates only: a host run as root would show its private keys).
 ``passwd`` and ``group`` are made up for the sandbox; ``resolv.conf`` comes with the network."""
 SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+MADE = ("/usr", "/etc", "/tmp", "/dev", "/proc", *(f"/{name}" for name in SYSTEM_LINKS))
+"""What bwrap makes before the binds (their folders need no making)."""
 """Top-level directories that are links into ``/usr`` on merged-/usr systems, else real ones."""
 _FILESYSTEM = (
     "a read-only view of /usr, the worker's Python and a few files of /etc; the scratch "
@@ -116,12 +127,19 @@ def probe_bubblewrap(path: str | None = None) -> Bubblewrap:
     if bwrap is None:
         return Bubblewrap(None, False, False, "bwrap is not installed (the package bubblewrap)")
     true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
-    base = [bwrap, "--unshare-all", *system_view(), "--proc", "/proc"]
+    fds: tuple[int, ...] = ()
+    if identity().dedicated:
+        try:
+            fds = (setup_namespace(),)
+        except OSError as exc:
+            return Bubblewrap(bwrap, False, False, f"as root, no user namespace of its own: {exc}")
+    base = [bwrap, *namespace_options(fds[0] if fds else None, "none")]
+    base += [*system_view(), "--proc", "/proc"]
     errors = []
     for extra, caps in ((["--uid", "0", "--gid", "0", "--cap-add", "ALL"], True), ([], False)):
         try:
             done = subprocess.run(
-                [*base, *extra, true], capture_output=True, timeout=10, check=False
+                [*base, *extra, true], capture_output=True, timeout=10, check=False, pass_fds=fds
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             errors.append(str(exc))
@@ -133,37 +151,31 @@ def probe_bubblewrap(path: str | None = None) -> Bubblewrap:
     return Bubblewrap(bwrap, False, False, "bwrap failed here: " + " | ".join(errors))
 
 
-@functools.cache
-def python_prefixes(python: str) -> tuple[str, ...]:
-    """The directories ``python`` runs from: its prefixes (a venv's and the installation's
-    under it) and the directory of the file its path resolves to, outermost first."""
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
-        found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
-        # This package, where it is not inside them (an editable install): code in the
-        # sandbox may use the runtime too (the quickstart does).
-        found.append(str(Path(__file__).resolve().parents[2]))
-    else:
-        code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, "
-        code += "sys.exec_prefix, sys.base_exec_prefix]))"
-        try:  # (with site: it is site that makes a venv's sys.prefix the venv)
-            done = subprocess.run(
-                [python, "-I", "-c", code], capture_output=True, text=True, timeout=30, check=True
-            )
-            found = [str(path) for path in json.loads(done.stdout)]
-        except (OSError, ValueError, subprocess.SubprocessError):
-            found = []  # (the worker will not start either, and say why)
-    found += [str(Path(python).parent), os.path.dirname(os.path.realpath(python))]
-    return _outermost(os.path.realpath(p) for p in found if p)
+def namespace_options(userns: int | None, network: str) -> list[str]:
+    """bwrap's namespace options: every namespace new; the user namespace ``userns`` (a
+    descriptor: a root host's, see host/identity.py) instead of one bwrap makes."""
+    if userns is None:
+        argv = ["--unshare-all"]
+        return [*argv, "--share-net"] if network != "none" else argv
+    argv = ["--userns", str(userns), "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    argv.append("--unshare-cgroup-try")
+    return [*argv, "--unshare-net"] if network == "none" else argv
 
 
-def _outermost(paths: Iterable[str]) -> tuple[str, ...]:
-    """``paths`` without those inside another of them, or inside /usr (bound already)."""
-    kept: list[str] = []
-    for path in sorted(set(paths), key=len):
-        inside = (path + "/").startswith
-        if path not in ("/", "") and not inside("/usr/") and not any(inside(k + "/") for k in kept):
-            kept.append(path)
-    return tuple(kept)
+def ancestors(paths: Iterable[str], made: Sequence[str]) -> list[str]:
+    """The folders on the way to ``paths`` that bwrap would make (not ``/`` nor ``made``, nor
+    inside another of ``paths``), outermost first: made 0755 so that a code whose user does
+    not own them (a root host's) may still pass through them."""
+    wanted = [p.rstrip("/") for p in paths]
+    found: set[str] = set()
+    for path in wanted:
+        parent = os.path.dirname(path)
+        while parent not in ("/", ""):
+            inside = any(parent == w or parent.startswith(w + "/") for w in wanted)
+            if parent not in made and not inside:
+                found.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(found, key=lambda path: (path.count("/"), path))
 
 
 class BubblewrapProvider:
@@ -188,12 +200,13 @@ class BubblewrapProvider:
     def _python(self, spec: SandboxSpec) -> str:
         return spec.python or self.python
 
+    def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
+        """The dedicated uid a root host's sandboxes run as (see host/identity.py)."""
+        return identity().owner()
+
     def isolation(self, spec: SandboxSpec) -> Isolation:
         found = self.probe()
-        notes = [
-            "no seccomp filter: the code reaches the host's kernel through every system call "
-            "(use ContainerProvider with gVisor for a narrower kernel surface)"
-        ]
+        notes = list(common_notes())
         if not found.caps:
             notes.append(
                 "bwrap is setuid here: no private /dev/shm, no overlay of the notebook's "
@@ -221,7 +234,10 @@ class BubblewrapProvider:
             pid_namespace=True,
             user_namespace=True,
             memory=cgroup.memory_text(spec.memory_limit_mb),
+            pids=cgroup.pids_text(spec.pids_limit),
             filesystem=_FILESYSTEM,
+            user=user_text(),
+            seccomp=(seccomp.build().program and seccomp.build().detail) or None,
             notes=tuple(notes),
         )
 
@@ -233,6 +249,8 @@ class BubblewrapProvider:
             "cwd": str(workdir),
             "own_ipc": caps,
             "own_userns": caps,
+            **local_config(spec, caps),
+            "clean": {"dirs": ["/tmp", "/dev/shm", "/dev/mqueue"], "ipc": True},
             **(
                 {"oom_counter": MEMORY_EVENTS, "memory_cgroup": True}
                 if cgroup.capped(limit)
@@ -240,15 +258,24 @@ class BubblewrapProvider:
             ),
             "same_python": self._python(spec) == sys.executable,
         }
-        if spec.files_dir is not None:
+        if spec.files_dir is not None and not identity().dedicated:  # (else: see launch)
             config.update(files_config(spec))
             if not caps:  # (without the overlay the code works in the directory itself)
                 config["cwd"] = str(spec.files_dir)
                 config.pop("files")
         return config
 
-    def bwrap_argv(self, spec: SandboxSpec, workdir: Path, name: str) -> list[str]:
-        """The ``bwrap`` command line of one worker (the program comes on its stdin)."""
+    def bwrap_argv(
+        self,
+        spec: SandboxSpec,
+        workdir: Path,
+        name: str,
+        view: HostView | None = None,
+        given: HostMount | None = None,
+    ) -> list[str]:
+        """The ``bwrap`` command line of one worker (the program comes on its stdin);
+        ``view`` and ``given``: a root host's own views of ``spec.files_dir`` and of the
+        ``workdir`` it was given (host/views.py)."""
         found = self.probe()
         if not found.works or found.path is None:
             from rewyn_kernel.errors import ProviderUnavailableError
@@ -262,27 +289,34 @@ class BubblewrapProvider:
         # Nor --new-session: the sandbox stays in the process group Popen made for it (no
         # terminal is shared: its standard streams are pipes), so killing that group reaches
         # the supervisor, and the namespace goes with it.
-        argv = [found.path, "--unshare-all", "--as-pid-1"]
-        if spec.network != "none":
-            argv.append("--share-net")
+        userns = setup_namespace() if identity().dedicated else None
+        argv = [found.path, *namespace_options(userns, spec.network), "--as-pid-1"]
         if found.caps:  # (the supervisor drops them all before any code runs)
             argv += ["--uid", "0", "--gid", "0", "--cap-add", "ALL"]
         argv += ["--hostname", "sandbox", *system_view()]
         # /proc, /dev and /tmp first: what is bound below may live under /tmp (a venv, say).
-        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
         argv += ["--perms", "1777", "--size", str(TMP_MB * 1024 * 1024), "--tmpfs", "/tmp"]
+        destinations = [*python_prefixes(python), str(workdir)]
+        if spec.files_dir is not None:
+            destinations.append(str(spec.files_dir))
+        for folder in ancestors(destinations, MADE):
+            argv += ["--perms", "0755", "--dir", folder]
         for prefix in python_prefixes(python):
             argv += ["--ro-bind", prefix, prefix]
         if spec.network != "none" and os.path.exists("/etc/resolv.conf"):
             # (often a link into /run, which the code does not see: the file it names)
             argv += ["--ro-bind", os.path.realpath("/etc/resolv.conf"), "/etc/resolv.conf"]
-        argv += ["--bind", str(workdir), str(workdir)]
+        argv += ["--bind", str(given.path if given else workdir), str(workdir)]
         if spec.files_dir is not None:
             files = str(spec.files_dir)
-            if found.caps:  # the person's files read-only; the supervisor's overlay on top
-                view = plan_view(spec.files_dir, spec.files_name)
-                prepare(view)  # (bwrap binds the writes directory: it must exist already)
-                writes = str(view.upper.parent)
+            if view is not None:  # (mounted by the host: bound as it is)
+                argv += ["--bind", str(view.merged), files]
+            elif found.caps:  # the person's files read-only; the supervisor's overlay on top
+                planned = plan_view(spec.files_dir, spec.files_name)
+                # (bwrap binds the writes directory: it must exist already, the code's)
+                prepare(planned, identity().owner())
+                writes = str(planned.upper.parent)
                 argv += ["--ro-bind", files, files, "--bind", writes, writes]
             else:
                 argv += ["--bind", files, files]
@@ -292,21 +326,46 @@ class BubblewrapProvider:
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR="/tmp", REWYN_SANDBOX=name)
         env.update(spec.env)
-        argv = self.bwrap_argv(spec, workdir, name)
-        group = cgroup.for_worker(name, spec.memory_limit_mb)
-        if group is not None:  # (its OOM-kill counter, for the supervisor to read)
-            argv += ["--ro-bind", str(group.events), MEMORY_EVENTS]
-        users = _etc_users(str(workdir))
+        view, settings = root_view(spec)
+        mounts: list[HostView | HostMount] = [view] if view is not None else []
+        group = None
+        try:
+            given = root_workdir(spec)
+            mounts += [given] if given is not None else []
+            argv = self.bwrap_argv(spec, workdir, name, view, given)
+            if view is not None:
+                settings["files"]["bind"] = None  # (bwrap binds it)
+            group = cgroup.for_worker(name, spec.memory_limit_mb, spec.pids_limit)
+            if group is not None and group.events is not None:
+                argv += ["--ro-bind", str(group.events), MEMORY_EVENTS]  # (for the supervisor)
+            users = _etc_users(str(workdir))
+        except BaseException:
+            for mount in mounts:
+                mount.remove()
+            if group is not None:
+                group.remove(0)
+            raise
         argv += ["--ro-bind-data", str(users[0]), "/etc/passwd"]
         argv += ["--ro-bind-data", str(users[1]), "/etc/group"]
         # The sandbox's root (a tmpfs bwrap made to hold the mount points) read-only last: the
         # code writes only where it was given room (scratch, /tmp, /dev/shm, the overlay).
         argv += ["--remount-ro", "/"]
-        argv += [self._python(spec), "-c", BOOTSTRAP]
+        argv += [self._python(spec), "-I", "-c", BOOTSTRAP]
+        userns = (setup_namespace(),) if identity().dedicated else ()
         try:
             # Killing the process group (PopenWorker.kill) kills bwrap and the supervisor, the
-            # PID namespace's first process: the kernel then kills the rest of it.
-            return PopenWorker(argv, env, workdir, pass_fds=users, cgroup=group)
+            # PID namespace's first process: the kernel then kills the rest of it. The worker
+            # owns the cgroups and the host's mounts from here on (it releases them even if it
+            # fails to start).
+            return PopenWorker(
+                argv,
+                env,
+                workdir,
+                pass_fds=(*users, *userns),
+                cgroup=group,
+                settings=settings,
+                on_close=[mount.remove for mount in mounts],
+            )
         finally:
             for fd in users:
                 os.close(fd)

@@ -6,10 +6,10 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from rewyn_kernel.runtime.host.cgroup import MemoryCgroup, joining
+from rewyn_kernel.runtime.host.cgroup import WorkerCgroup, joining
 from rewyn_kernel.runtime.providers.base import ExitInfo
 
 
@@ -28,14 +28,20 @@ class PopenWorker:
         *,
         farewell: float = 0.0,
         pass_fds: Sequence[int] = (),
-        cgroup: MemoryCgroup | None = None,
+        cgroup: WorkerCgroup | None = None,
+        settings: Mapping[str, object] | None = None,
+        on_close: Sequence[Callable[[], None]] = (),
     ) -> None:
         """``farewell``: seconds ``kill`` first gives the worker, its input closed, to end by
         itself (and end what it started) before the process group is killed. ``pass_fds``:
         descriptors the launched program inherits (the caller still owns and closes them).
-        ``cgroup``: the memory cgroup everything the launch starts runs in; this worker owns
-        it from here on and removes it once its processes are gone."""
+        ``cgroup``: the cgroups everything the launch starts runs in; this worker owns them
+        from here on and removes them once its processes are gone. ``settings``: worker
+        settings only this launch knows (added to the provider's ``worker_config``).
+        ``on_close``: what to release once the worker is dead (a view mounted for it)."""
         self.argv = joining(cgroup, list(argv)) if cgroup is not None else list(argv)
+        self.settings = dict(settings or {})
+        self._on_close = list(on_close)
         self._cgroup = cgroup
         self._oom_kills = 0
         """The cgroup's OOM kills, as last read (it is removed at close)."""
@@ -47,6 +53,7 @@ class PopenWorker:
         except BaseException:
             if cgroup is not None:
                 cgroup.remove(0)
+            self._release()
             raise
         assert self._popen.stdin is not None
         assert self._popen.stdout is not None
@@ -129,6 +136,13 @@ class PopenWorker:
             self._read_oom_kills()
             self._cgroup.remove()
             self._cgroup = None
+        self._release()
+
+    def _release(self) -> None:
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            with contextlib.suppress(OSError):
+                callback()
 
     def _read_oom_kills(self) -> int:
         if self._cgroup is not None:

@@ -23,14 +23,29 @@ from typing import Any, Literal
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.host import cgroup
+from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.files import files_config, plan_view
+from rewyn_kernel.runtime.host.identity import give, identity, setup_namespace
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.host.scratch import ensure_dir
+from rewyn_kernel.runtime.host.views import HostMount, HostView
 from rewyn_kernel.runtime.providers.base import CheckItem
+from rewyn_kernel.runtime.providers.local import (
+    common_notes,
+    local_config,
+    outermost,
+    python_prefixes,
+    root_view,
+    root_workdir,
+    user_text,
+)
 from rewyn_kernel.runtime.providers.popen import PopenWorker
+from rewyn_kernel.runtime.worker.system import unreachable_ancestor
 
+TMP_BYTES = 64 * 1024 * 1024
+"""The size of the sandbox's own /tmp (a tmpfs: it counts against memory)."""
+MQUEUE_IN_TMP = "/tmp/.rewyn-mqueue"
 FAREWELL_SECONDS = 1.0
 """Without namespaces: how long the supervisor gets to kill what the code started, once its
 channel is closed, before the sandbox's process group is killed."""
@@ -123,6 +138,17 @@ class Namespaces:
         return list(self.prefix)
 
 
+def dedicated_prefix() -> list[str]:
+    """As root: ``nsenter`` into the user namespace made for sandboxes (host/identity.py), then
+    ``unshare`` the other namespaces there, owned by it. The supervisor starts as that
+    namespace's root, the dedicated uid (nsenter takes uid 0 there), with its capabilities."""
+    nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
+    unshare = shutil.which("unshare") or "/usr/bin/unshare"
+    fd = setup_namespace()
+    common = ["--mount", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
+    return [nsenter, f"--user=/proc/self/fd/{fd}", "--", unshare, *common]
+
+
 @functools.cache
 def probe_namespaces() -> Namespaces:
     """Find the strongest ``unshare`` invocation that works here (tried once per process)."""
@@ -134,15 +160,19 @@ def probe_namespaces() -> Namespaces:
     if unshare is None:
         return Namespaces((), False, "the 'unshare' command (util-linux) is not installed")
     common = ["--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
-    attempts = [
-        ([unshare, "--user", "--map-root-user", *common], True),
-        ([unshare, *common], False),
-    ]
+    attempts = [([unshare, "--user", "--map-root-user", *common], True)]
+    if identity().dedicated:
+        # As root, only through a namespace whose root is the sandboxes' own uid.
+        try:
+            attempts = [(dedicated_prefix(), True)]
+        except OSError as exc:
+            return Namespaces((), False, f"as root, no user namespace of its own: {exc}")
     # (``true`` starts in a few ms where an interpreter takes 15: this runs before a kernel's
     # first sandbox can start.)
     true = shutil.which("true")
     program = [true] if true else [sys.executable, "-I", "-S", "-c", ""]
     errors = []
+    fds = (setup_namespace(),) if identity().dedicated else ()
     for prefix, user in attempts:
         try:
             done = subprocess.run(
@@ -150,18 +180,13 @@ def probe_namespaces() -> Namespaces:
                 capture_output=True,
                 timeout=10,
                 check=False,
+                pass_fds=fds,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             errors.append(str(exc))
             continue
         if done.returncode == 0:
-            return Namespaces(
-                tuple(prefix),
-                user,
-                "user, PID, mount, IPC and network namespaces"
-                if user
-                else "PID, mount, IPC and network namespaces (as root)",
-            )
+            return Namespaces(tuple(prefix), user, "user, PID, mount, IPC and network namespaces")
         errors.append(done.stderr.decode("utf-8", "replace").strip() or f"exit {done.returncode}")
     return Namespaces((), False, "unshare failed here: " + " | ".join(errors))
 
@@ -199,15 +224,40 @@ class SubprocessProvider:
     def _python(self, spec: SandboxSpec) -> str:
         return spec.python or self.python
 
+    def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
+        """The dedicated uid a root host's sandboxes run as (see host/identity.py)."""
+        return identity().owner()
+
     def _needed(self, spec: SandboxSpec, workdir: Path) -> list[Path | str]:
         """What the code must still see where daemons' directories are covered."""
         python = self._python(spec)
         needed: list[Path | str] = [workdir, python, os.path.realpath(python), sys.prefix]
+        needed += python_prefixes(python)
         return [*needed, spec.files_dir] if spec.files_dir is not None else needed
+
+    def _covers(self, spec: SandboxSpec, workdir: Path) -> list[dict[str, Any]]:
+        """The folders the supervisor covers with a tmpfs of the sandbox's own, each keeping
+        the paths of ``_needed`` under it: ``/tmp`` (the code's own, emptied before each
+        one-shot execution), and as root the folders the code's uid may not pass through on
+        the way to what it needs (``/root``, on the way to an interpreter installed there)."""
+        needed = list(outermost(os.path.realpath(path) for path in self._needed(spec, workdir)))
+        covers = [{"dir": "/tmp", "keep": needed, "mode": "1777", "limit": TMP_BYTES}]
+        who = identity()
+        if who.dedicated:
+            blocked = {
+                found
+                for path in needed
+                if not path.startswith("/tmp/")
+                and (found := unreachable_ancestor(path, who.uid, who.gid)) is not None
+            }
+            for folder in sorted(blocked):
+                if not any(folder.startswith(other + "/") for other in blocked):
+                    covers.append({"dir": folder, "keep": needed, "mode": "755", "limit": None})
+        return covers
 
     def isolation(self, spec: SandboxSpec) -> Isolation:
         ns = self._namespaces(spec)
-        notes = []
+        notes = common_notes()
         # Without namespaces of its own, the network may still be cut where this process runs
         # (inside another sandbox: code in a bubblewrap kernel using the runtime itself).
         cut_already = not ns.prefix and spec.network == "none" and network_cut_here()
@@ -249,16 +299,27 @@ class SubprocessProvider:
             pid_namespace=bool(ns.prefix),
             user_namespace=ns.user,
             memory=cgroup.memory_text(spec.memory_limit_mb),
+            pids=cgroup.pids_text(spec.pids_limit),
             filesystem=_FILESYSTEM,
+            user=user_text() if ns.prefix else f"uid {os.getuid()}, the host's user",
+            seccomp=seccomp.build().detail if seccomp.build().program else None,
             notes=tuple(notes),
         )
 
     def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
         limit = spec.memory_limit_mb
+        namespaced = bool(self._namespaces(spec).prefix)
+        tmp = str(workdir / ".tmp")
+        clean = ["/tmp", "/dev/shm", self._mqueue(), tmp] if namespaced else [tmp]
         return {
             "memory_limit_bytes": limit * 1024 * 1024 if limit else None,
             "cwd": str(workdir),
-            "own_ipc": bool(self._namespaces(spec).prefix),
+            "own_ipc": namespaced,
+            "own_userns": namespaced,
+            **(local_config(spec, caps=True) if namespaced else seccomp.build().config()),
+            "cover": self._covers(spec, workdir) if namespaced else [],
+            "mqueue": self._mqueue() if namespaced else None,
+            "clean": {"dirs": clean, "ipc": namespaced},
             # (the supervisor's cgroup path is the host's: it finds its counter itself)
             **({"oom_counter": "self", "memory_cgroup": True} if cgroup.capped(limit) else {}),
             "hide": hidden_paths(self._needed(spec, workdir))
@@ -266,23 +327,66 @@ class SubprocessProvider:
             else None,
             # This very interpreter: the worker's modules can go compiled.
             "same_python": self._python(spec) == sys.executable,
-            **files_config(spec),
+            **({} if identity().dedicated else files_config(spec)),  # (else: see launch)
         }
 
+    @staticmethod
+    def _mqueue() -> str:
+        """Where the sandbox's POSIX message queues are mounted (for the one-shot clean-up):
+        the host's /dev/mqueue folder where there is one, else in the sandbox's own /tmp."""
+        return "/dev/mqueue" if os.path.isdir("/dev/mqueue") else MQUEUE_IN_TMP
+
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
+        ns = self._namespaces(spec)
+        if identity().dedicated and not ns.prefix:
+            from rewyn_kernel.errors import ProviderUnavailableError
+
+            raise ProviderUnavailableError(
+                "as root, the subprocess provider runs code only as a uid of its own, in a user "
+                f"namespace: none can be had here ({ns.detail}); the code would be the "
+                "host's root"
+            )
         tmp = ensure_dir(workdir, ".tmp")  # a real directory, whatever the code put there
+        if spec.workdir is None:  # (one given is shown to the code through an idmapped view)
+            give(tmp, identity())
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR=str(tmp), REWYN_SANDBOX=name)
         env.update(spec.env)
-        prefix = self._namespaces(spec).argv(spec.network)
-        argv = [*prefix, self._python(spec), "-c", BOOTSTRAP]
+        prefix = ns.argv(spec.network)
+        argv = [*prefix, self._python(spec), "-I", "-c", BOOTSTRAP]
         # With namespaces, PopenWorker.kill signals unshare's process group; unshare's death
         # kills the namespace's first process (the supervisor, which runs no code and so cannot
         # be talked out of that), and its death the rest of the PID namespace. Without, the
         # supervisor is asked to end what it started first (it can find it: it is a subreaper).
-        group = cgroup.for_worker(name, spec.memory_limit_mb)
+        group = cgroup.for_worker(name, spec.memory_limit_mb, spec.pids_limit)
         farewell = 0.0 if prefix else FAREWELL_SECONDS
-        return PopenWorker(argv, env, workdir, farewell=farewell, cgroup=group)
+        fds = (setup_namespace(),) if identity().dedicated else ()
+        mounts: list[HostView | HostMount] = []
+        try:
+            view, settings = root_view(spec)
+            mounts += [view] if view is not None else []
+            given = root_workdir(spec)
+            if given is not None:
+                mounts.append(given)
+                settings["binds"] = [[str(given.path), str(workdir)]]
+        except BaseException:
+            for mount in mounts:
+                mount.remove()
+            if group is not None:
+                group.remove(0)
+            raise
+        # The worker owns the cgroups and the host's mounts from here on (it releases them even
+        # if it fails to start).
+        return PopenWorker(
+            argv,
+            env,
+            workdir,
+            farewell=farewell,
+            pass_fds=fds,
+            cgroup=group,
+            settings=settings,
+            on_close=[mount.remove for mount in mounts],
+        )
 
     def check(self) -> Sequence[CheckItem]:
         ns = probe_namespaces() if self.use_namespaces else None

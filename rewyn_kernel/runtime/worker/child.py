@@ -87,6 +87,14 @@ class CodeProcess:
             uid, gid = users["code"]
             if not system.become(int(uid), int(gid)):
                 raise RuntimeError("the code's process could not become %s:%s" % (uid, gid))
+        clean = self.config.get("clean")
+        if self.once and clean:
+            # What the last execution left where every execution writes but scratch: gone before
+            # this one takes code (its processes are all dead by now).
+            for path in clean["dirs"]:
+                system.empty_directory(path, list(clean["keep"]))
+            if clean.get("ipc"):
+                system.remove_sysv_ipc()
         os.chdir(self.config.get("cwd") or os.getcwd())
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -125,6 +133,26 @@ class CodeProcess:
         threading.stack_size(0)
         if self.config.get("shell") == "ipython":
             self.setup_ipython()
+        self.set_path()
+
+    def set_path(self) -> None:
+        """Give the code the import path ipykernel gives a cell: its working directory first
+        (``''``), then ``PYTHONPATH`` and the user's site-packages (under HOME). The sandbox's
+        interpreter started isolated, so its supervisor never saw any of these: only this
+        process, the code's own, imports from where the code can write."""
+        import site
+
+        extra = [""]
+        for entry in (os.environ.get("PYTHONPATH") or "").split(os.pathsep):
+            if entry and entry not in sys.path and entry not in extra:
+                extra.append(entry)
+        sys.path[:0] = extra
+        try:
+            user_site = site.getusersitepackages()
+            if os.path.isdir(user_site) and user_site not in sys.path:
+                site.addsitedir(user_site)
+        except Exception:
+            pass
 
     def setup_ipython(self) -> None:
         """Run cells through IPython where the sandbox's Python has it; say so where not."""
@@ -168,6 +196,12 @@ class CodeProcess:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         except (OSError, ValueError):
             pass
+        nproc = self.config.get("nproc")
+        if nproc:
+            try:
+                resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
+            except (OSError, ValueError):
+                pass
         limit = self.config.get("memory_limit_bytes")
         if limit:
             system.one_malloc_arena()  # before any thread starts

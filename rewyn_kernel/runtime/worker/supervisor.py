@@ -70,6 +70,8 @@ IGNORED_SIGNALS = (
     "SIGTTOU",
 )
 STATUSES = ("ok", "error", "exit", "interrupted")
+PRELOAD = ("resource", "getpass", "faulthandler", "fcntl", "ctypes", "io", "queue", "threading")
+"""Modules imported once by the supervisor, before it changes directory (see ``start``)."""
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
 ZEROS = bytes(CHUNK)
 OUT_HEADERS = {
@@ -133,6 +135,14 @@ class Supervisor:
         os.dup2(null, 1)  # nothing printed by accident can reach the channel
         os.close(null)
         faulthandler.enable(file=self.diag)
+        # Everything this process and the code's processes need from the standard library is
+        # imported now, before any change of directory, from the interpreter's own paths only
+        # (it runs isolated: no current directory, no user site, no PYTHON* variables).
+        for module in PRELOAD:
+            __import__(module)
+        system.libc()
+        if self.config.get("ns_root") and not system.become_namespace_root():
+            self.fail("the supervisor could not take its user namespace's root")
         if self.config.get("own_ipc"):
             # Still root of the sandbox's own namespaces here: bound what shared memory the
             # code can pin outside its processes (it all goes with the namespaces).
@@ -141,27 +151,64 @@ class Supervisor:
                 self.notes.append("SysV shared memory could not be bounded")
             if not system.private_tmpfs("/dev/shm", limit):
                 self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
+        for cover in self.config.get("cover") or ():
+            why = system.cover(
+                str(cover["dir"]),
+                [str(path) for path in cover["keep"]],
+                int(cover["mode"], 8),
+                cover.get("limit"),
+            )
+            if why:
+                self.fail("the sandbox's %s could not be set up: %s" % (cover["dir"], why))
+        for source, target in self.config.get("binds") or ():
+            # (a directory a root host mounted for this sandbox: see host/views.py)
+            why = system.bind(str(source), str(target))
+            if why:
+                self.fail("%s could not be shown to the code: %s" % (target, why))
+        mqueue = self.config.get("mqueue")
+        if mqueue and not system.mount_mqueue(str(mqueue)):
+            self.notes.append("POSIX message queues cannot be listed (no mqueue mount)")
         if self.config.get("oom_counter") == "self":
             open_own_counter()
+        if self.config.get("files"):
+            self.mount_files(self.config["files"], bool(self.config.get("own_ipc")))
         hidden = self.config.get("hide")
         if hidden:
             failed = system.hide(list(hidden["dirs"]), list(hidden["files"]))
             if failed:
                 self.notes.append("not hidden from the code: %s" % ", ".join(failed))
-        if self.config.get("files"):
-            self.mount_files(self.config["files"], bool(self.config.get("own_ipc")))
         if self.config.get("own_cwd"):
             self.own_cwd()
-        if self.config.get("own_userns"):
-            why = system.forbid_user_namespaces()
+        mapping = self.config.get("nested_userns")
+        if mapping:
+            # The namespace this started in maps the host's root (bubblewrap and unshare set
+            # the sandbox up as it): leave it for one that maps this process's uid only.
+            why = system.enter_user_namespace(str(mapping))
             if why:
-                self.notes.append("the code may create user namespaces of its own (%s)" % why)
+                self.fail("the supervisor could not leave the set-up user namespace: %s" % why)
+        if self.config.get("own_userns"):
+            why = system.limit_user_counters()
+            if why:
+                self.notes.append("per-user counters not lowered for the code: %s" % why)
+        proc_sys = self.config.get("proc_sys")
+        if proc_sys:
+            why = system.read_only_proc_sys() if proc_sys == "remount" else ""
+            if why or system.proc_sys_writable():
+                self.fail("/proc/sys could not be made read-only for the code (%s)" % why)
+        self.clean = clean_config(self.config)
         if self.config.get("memory_cgroup") and oom_kills(self.config) is None:
             self.notes.append("no memory cgroup could be made: the memory cap is per process")
         self.take_user()
         if not system.set_dumpable(False):
             self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
         system.set_no_new_privs()
+        program = self.config.get("seccomp")
+        if program:
+            # Last: the set-up above needed mount and unshare, which the filter refuses. Every
+            # process forked from here on, the code's included, runs under it.
+            why = system.load_seccomp(bytes.fromhex(str(program)))
+            if why or system.seccomp_mode() != 2:
+                self.fail("the seccomp filter could not be loaded (%s)" % why)
         for name in IGNORED_SIGNALS:
             if hasattr(signal, name):
                 signal.signal(getattr(signal, name), signal.SIG_IGN)
@@ -182,8 +229,6 @@ class Supervisor:
             pass
         self.selector.register(self.host_in, selectors.EVENT_READ, self.on_host)
         self.selector.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
-        for module in ("resource", "getpass", "faulthandler"):
-            __import__(module)  # once here, not in every code process
         if self.once:
             self.spare = self.spawn()
         else:
@@ -207,6 +252,11 @@ class Supervisor:
             }
         )
 
+    def fail(self, why: str) -> None:
+        """A protection this sandbox was promised cannot be had: it does not start."""
+        write_all(self.diag, ("rewyn: %s\n" % why).encode("utf-8", "replace"))
+        os._exit(70)
+
     def mount_files(self, files: Dict[str, Any], namespaced: bool) -> None:
         """Show the code ``files["source"]`` (a notebook's directory) as its working directory:
         through an overlay where this is root of a mount namespace, so the person's files stay
@@ -214,6 +264,17 @@ class Supervisor:
         work directories, host-named) that no other sandbox holds; else as it is, and say so."""
         source = str(files["source"])
         self.config["cwd"] = source
+        if files.get("note"):
+            self.notes.append(str(files["note"]))
+        if files.get("taken"):
+            # A root host mounted the view itself (host/views.py): bubblewrap bound it here
+            # already; elsewhere it is bound now, from where the host mounted it.
+            self.files = str(files["taken"])
+            if files.get("bind"):
+                why = system.bind(str(files["bind"]), source)
+                if why:
+                    self.fail("the notebook's directory could not be shown to the code: %s" % why)
+            return
         if not namespaced:
             self.notes.append(
                 "the notebook's directory is not protected: no mount namespace here, so the "
@@ -878,3 +939,35 @@ def hold_lock(path: str) -> int:
         os.close(fd)
         return -1
     return fd
+
+
+def clean_config(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What each one-shot execution's process empties before it takes code (``child.py``):
+    the folders the host names (``/tmp``, ``/dev/shm``, ``/dev/mqueue``), but the mount points
+    in them (the scratch directory may be one) and the folders on the way; and SysV IPC."""
+    asked = config.get("clean")
+    if not asked or not config.get("fork_per_exec"):
+        return None
+    dirs = [str(path) for path in asked.get("dirs") or () if os.path.isdir(str(path))]
+    keep = []
+    for point in mount_points():
+        if any(point.startswith(path.rstrip("/") + "/") for path in dirs):
+            keep.append(point)
+    cleaned = {"dirs": dirs, "keep": keep, "ipc": bool(asked.get("ipc"))}
+    config["clean"] = cleaned
+    return cleaned
+
+
+def mount_points() -> List[str]:
+    """Every mount point of this mount namespace (from /proc/self/mountinfo)."""
+    found = []
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 4:
+                    # (octal escapes for spaces and the like: \040)
+                    found.append(fields[4].encode().decode("unicode_escape"))
+    except (OSError, UnicodeDecodeError):
+        pass
+    return found

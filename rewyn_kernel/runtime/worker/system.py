@@ -66,19 +66,165 @@ def set_death_signal(signum: int) -> bool:
     return prctl(PR_SET_PDEATHSIG, signum)
 
 
-def forbid_user_namespaces() -> str:
-    """Let no process of this user namespace create another (as its root: the limit is the
-    namespace's own). Refused in the host's first user namespace, where the limit would be the
-    machine's. Return "" on success, else why not."""
+USER_COUNTERS = (
+    ("max_user_namespaces", 0),
+    ("max_inotify_instances", 16),
+    ("max_inotify_watches", 8192),
+    ("max_fanotify_groups", 0),
+    ("max_fanotify_marks", 0),
+    ("max_cgroup_namespaces", 0),
+    ("max_ipc_namespaces", 0),
+    ("max_mnt_namespaces", 0),
+    ("max_net_namespaces", 0),
+    ("max_pid_namespaces", 0),
+    ("max_time_namespaces", 0),
+    ("max_uts_namespaces", 0),
+)
+"""The per-user counters of ``/proc/sys/user`` a sandbox's user namespace lowers for its code.
+Each is counted for the code's user in every namespace up to the host's, against the host
+user's limits too: without these, code could take all 128 of the host user's inotify
+instances while its sandbox is open (and the person's editors and JupyterLab lose file
+watching). No namespace of any kind may be made inside."""
+
+
+def in_host_user_namespace() -> bool:
+    """Whether this is the host's first user namespace (where a limit would be the machine's)."""
     try:
         with open("/proc/self/uid_map") as handle:
-            if handle.read().split() == ["0", "0", "4294967295"]:
-                return "this is the host's user namespace"
-        with open("/proc/sys/user/max_user_namespaces", "w") as handle:
-            handle.write("0\n")
-    except OSError as exc:
-        return str(exc)
+            return handle.read().split() == ["0", "0", "4294967295"]
+    except OSError:
+        return True
+
+
+def limit_user_counters() -> str:
+    """Lower this user namespace's per-user counters (``USER_COUNTERS``), as its root; refused
+    in the host's first user namespace. Return "" when all took effect, else what did not."""
+    if in_host_user_namespace():
+        return "this is the host's user namespace"
+    failed = []
+    for name, value in USER_COUNTERS:
+        path = "/proc/sys/user/" + name
+        if not os.path.exists(path):
+            continue  # (an older kernel: it has no such counter, and nothing to exhaust)
+        try:
+            with open(path, "w") as handle:
+                handle.write("%d\n" % value)
+        except OSError as exc:
+            failed.append("%s (%s)" % (name, exc.strerror or exc))
+    return ", ".join(failed)
+
+
+def become_namespace_root() -> bool:
+    """Take uid and gid 0 of this user namespace, with no supplementary groups (a root host
+    starts its sandboxes as the host's root mapped to uid 1, which keeps its group 0). The
+    capabilities held here are kept. True when it worked."""
+    try:
+        os.setgroups([])
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+    except (OSError, AttributeError):
+        return False
+    return os.getuid() == 0
+
+
+def enter_user_namespace(mapping: str) -> str:
+    """Move this process into a new user namespace, child of this one, and a new mount
+    namespace that one owns; ``mapping`` (``"0 0 1"``: this namespace's root only) becomes its
+    uid and gid map. A helper forked first, which stays here with this namespace's
+    capabilities, writes the maps (a process may map only itself without them). Nothing but
+    what ``mapping`` names is then mapped for this process and everything it forks; it holds
+    every capability of the new namespaces. Return "" on success, else why not."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    go_r, go_w = os.pipe()
+    done_r, done_w = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the helper: it never returns
+        status = b"?"
+        try:
+            os.close(go_w)
+            os.close(done_r)
+            if os.read(go_r, 1) == b"1":
+                for name in ("uid_map", "gid_map"):
+                    with open("/proc/%d/%s" % (parent, name), "w") as handle:
+                        handle.write(mapping + "\n")
+                status = b"1"
+        except BaseException as exc:
+            status = ("!" + str(exc)).encode("utf-8", "replace")[:200]
+        finally:
+            try:
+                os.write(done_w, status)
+            finally:
+                os._exit(0)
+    os.close(go_r)
+    os.close(done_w)
+    clone_newns, clone_newuser = 0x00020000, 0x10000000
+    why = ""
+    try:
+        if int(c.unshare(clone_newuser | clone_newns)) != 0:
+            why = "unshare: " + os.strerror(ctypes.get_errno())
+        os.write(go_w, b"0" if why else b"1")
+        answer = os.read(done_r, 256)
+        if not why and answer != b"1":
+            why = "the helper could not write the map: " + answer[1:].decode("utf-8", "replace")
+    finally:
+        os.close(go_w)
+        os.close(done_r)
+        while True:
+            try:
+                os.waitpid(pid, 0)
+                break
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                break
+    if why:
+        return why
+    try:
+        os.setgroups([])
+    except OSError:
+        pass
     return ""
+
+
+def read_only_proc_sys() -> str:
+    """Make ``/proc/sys`` read-only in this mount namespace (as its root). The code runs as the
+    root of the namespaces it was given (IPC, network: the sysctls of those check the writer's
+    uid against their owner's root, not capabilities), so only the mount stops it. Return ""
+    on success, else why not."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    ms_rdonly, ms_nosuid, ms_nodev, ms_noexec, ms_remount, ms_bind, ms_rec = (
+        1,
+        2,
+        4,
+        8,
+        32,
+        4096,
+        16384,
+    )
+    path = b"/proc/sys"
+    if int(c.mount(path, path, None, ms_bind | ms_rec, None)) != 0:
+        return "bind /proc/sys: " + os.strerror(ctypes.get_errno())
+    flags = ms_remount | ms_bind | ms_rdonly | ms_nosuid | ms_nodev | ms_noexec
+    if int(c.mount(None, path, None, flags, None)) != 0:
+        return "remount /proc/sys read-only: " + os.strerror(ctypes.get_errno())
+    return ""
+
+
+def proc_sys_writable() -> bool:
+    """Whether anything under /proc/sys may still be written here (its mount is not read-only)."""
+    try:
+        return not os.statvfs("/proc/sys").f_flag & 1  # ST_RDONLY
+    except OSError:
+        return True
 
 
 def set_no_new_privs() -> bool:
@@ -319,3 +465,240 @@ def one_malloc_arena() -> None:
             c.mallopt(M_ARENA_MAX, 1)
         except Exception:
             pass
+
+
+def cover(directory: str, keep: List[str], mode: int, limit_bytes: Optional[int]) -> str:
+    """Mount a fresh tmpfs (``mode``, at most ``limit_bytes``) over ``directory`` in this mount
+    namespace (as its root), then put each path of ``keep`` under it back where it was, bound
+    from a descriptor opened first: a private ``/tmp`` that still holds the scratch directory,
+    or a ``/root`` the code cannot enter, opened down to the interpreter. The folders made on
+    the way are 0755. Return "" on success, else why not (nothing is covered then)."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    ms_nosuid, ms_nodev, ms_bind, ms_rec = 2, 4, 4096, 16384
+    inside = directory.rstrip("/") + "/"
+    opened = []
+    try:
+        for path in sorted(set(keep)):
+            if path.startswith(inside):
+                opened.append((os.open(path, os.O_PATH | os.O_CLOEXEC), path))
+    except OSError as exc:
+        for fd, _ in opened:
+            os.close(fd)
+        return "%s: %s" % (exc.filename, exc.strerror)
+    try:
+        size = ",size=%d" % limit_bytes if limit_bytes else ""
+        options = ("mode=%o%s" % (mode, size)).encode()
+        flags = ms_nosuid | ms_nodev
+        if int(c.mount(b"tmpfs", directory.encode(), b"tmpfs", flags, options)) != 0:
+            return "mount a tmpfs on %s: %s" % (directory, os.strerror(ctypes.get_errno()))
+        for fd, path in opened:
+            parent = os.path.dirname(path)
+            os.makedirs(parent, 0o755, exist_ok=True)
+            if os.path.isdir("/proc/self/fd/%d" % fd):
+                os.makedirs(path, 0o755, exist_ok=True)
+            elif not os.path.exists(path):
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+            source = ("/proc/self/fd/%d" % fd).encode()
+            if int(c.mount(source, path.encode(), None, ms_bind | ms_rec, None)) != 0:
+                return "bind %s back: %s" % (path, os.strerror(ctypes.get_errno()))
+    except OSError as exc:
+        return "%s: %s" % (exc.filename or directory, exc.strerror)
+    finally:
+        for fd, _ in opened:
+            os.close(fd)
+    return ""
+
+
+def unreachable_ancestor(path: str, uid: int, gid: int) -> Optional[str]:
+    """The outermost directory on the way to ``path`` that ``uid``:``gid`` (with no other
+    group, and no capability) may not enter, or None when it may enter them all."""
+    import stat as stat_module
+
+    parts = [part for part in os.path.abspath(path).split("/") if part]
+    current = ""
+    for part in parts[:-1]:
+        current += "/" + part
+        try:
+            info = os.stat(current)
+        except OSError:
+            return None  # (gone: nothing to open up)
+        if not stat_module.S_ISDIR(info.st_mode):
+            return None
+        if info.st_uid == uid:
+            bit = stat_module.S_IXUSR
+        elif info.st_gid == gid:
+            bit = stat_module.S_IXGRP
+        else:
+            bit = stat_module.S_IXOTH
+        if not info.st_mode & bit:
+            return current
+    return None
+
+
+def mount_mqueue(path: str) -> bool:
+    """Mount this IPC namespace's POSIX message queue filesystem on ``path`` (an existing
+    directory), so the queues left by one execution can be listed and removed."""
+    c = libc()
+    if c is None:
+        return False
+    if path.startswith("/tmp/"):  # (the sandbox's own /tmp: a folder may be made there)
+        try:
+            os.makedirs(path, 0o755, exist_ok=True)
+        except OSError:
+            return False
+    if not os.path.isdir(path):
+        return False
+    ms_nosuid, ms_nodev, ms_noexec = 2, 4, 8
+    flags = ms_nosuid | ms_nodev | ms_noexec
+    try:
+        return int(c.mount(b"mqueue", path.encode(), b"mqueue", flags, None)) == 0
+    except Exception:
+        return False
+
+
+def load_seccomp(program: bytes) -> str:
+    """Load ``program``, a compiled seccomp filter (an array of ``struct sock_filter``, as
+    libseccomp exports it), into this process and every process it forks after. It needs
+    no-new-privileges (set first). Return "" on success, else why not."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    if not program or len(program) % 8:
+        return "the filter is not a whole number of BPF instructions"
+    pr_set_seccomp, seccomp_mode_filter = 22, 2
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = Program(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    set_no_new_privs()
+    if int(c.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog), 0, 0)) != 0:
+        return "prctl(PR_SET_SECCOMP): " + os.strerror(ctypes.get_errno())
+    return ""
+
+
+def seccomp_mode() -> int:
+    """This process's seccomp mode (0 none, 1 strict, 2 filter), from /proc."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Seccomp:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def remove_sysv_ipc() -> int:
+    """Remove every SysV shared memory segment, message queue and semaphore set this process
+    may remove (this IPC namespace's, made by the same user); return how many."""
+    c = libc()
+    if c is None:
+        return 0
+    removed = 0
+    ipc_rmid = 0
+    for table, call, extra in (
+        ("shm", "shmctl", ()),
+        ("msg", "msgctl", ()),
+        ("sem", "semctl", (0,)),
+    ):
+        try:
+            with open("/proc/sysvipc/" + table) as handle:
+                next(handle, None)
+                ids = [int(line.split()[1]) for line in handle if line.strip()]
+        except (OSError, ValueError, IndexError):
+            continue
+        function = getattr(c, call)
+        for ident in ids:
+            try:
+                if int(function(ident, *extra, ipc_rmid, None)) == 0:
+                    removed += 1
+            except Exception:
+                pass
+    return removed
+
+
+def empty_directory(path: str, keep: List[str]) -> List[str]:
+    """Remove everything in the directory ``path`` (links are removed, never followed), but the
+    paths of ``keep`` and the folders on the way to them. Return what could not be removed."""
+    import stat as stat_module
+
+    failed: List[str] = []
+    keep_set = set(p.rstrip("/") for p in keep)
+    ancestors = set()
+    for kept in keep_set:
+        parent = os.path.dirname(kept)
+        while parent and parent != "/" and parent not in ancestors:
+            ancestors.add(parent)
+            parent = os.path.dirname(parent)
+
+    def empty(dir_fd: int, where: str) -> None:
+        try:
+            names = os.listdir(dir_fd)
+        except OSError:
+            failed.append(where)
+            return
+        for name in names:
+            full = where.rstrip("/") + "/" + name
+            if full in keep_set:
+                continue
+            try:
+                info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                if not stat_module.S_ISDIR(info.st_mode):
+                    os.unlink(name, dir_fd=dir_fd)
+                    continue
+                flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                try:
+                    inner = os.open(name, flags, dir_fd=dir_fd)
+                except PermissionError:
+                    # (a folder the code made unreadable; nothing else runs now to swap it
+                    # for a link, and it was not one a moment ago)
+                    os.chmod(name, 0o700, dir_fd=dir_fd)
+                    inner = os.open(name, flags, dir_fd=dir_fd)
+                try:
+                    if os.fstat(inner).st_dev != os.fstat(dir_fd).st_dev:
+                        continue  # a mount point: not ours to empty
+                    try:
+                        os.fchmod(inner, 0o700)
+                    except OSError:
+                        pass
+                    empty(inner, full)
+                finally:
+                    os.close(inner)
+                if full not in ancestors:
+                    os.rmdir(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                continue
+            except OSError:
+                failed.append(full)
+
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        empty(top, path)
+    finally:
+        os.close(top)
+    return failed
+
+
+def bind(source: str, target: str) -> str:
+    """Bind ``source`` (and the mounts under it) on ``target`` in this mount namespace (as its
+    root). Return "" on success, else why not."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    ms_bind, ms_rec = 4096, 16384
+    if int(c.mount(source.encode(), target.encode(), None, ms_bind | ms_rec, None)) != 0:
+        return "bind %s on %s: %s" % (source, target, os.strerror(ctypes.get_errno()))
+    return ""

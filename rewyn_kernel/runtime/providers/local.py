@@ -1,0 +1,143 @@
+"""What the two local providers (bubblewrap and subprocess) apply alike, beyond their views.
+
+- As root, the code runs as a uid of its own, in a user namespace that maps nothing else
+  (``host/identity.py``); otherwise as the host's user.
+- ``/proc/sys`` is read-only to the code: the supervisor remounts it so, and a sandbox where it
+  is still writable does not start.
+- A seccomp filter (``host/seccomp.py``) is in force before any code runs.
+- Each one-shot execution starts with empty ``/tmp``, ``/dev/shm``, POSIX message queues and
+  SysV IPC (the process that takes the code empties them first).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.host import cgroup, seccomp, views
+from rewyn_kernel.runtime.host.files import files_config, plan_view
+from rewyn_kernel.runtime.host.identity import identity, idmap_namespace
+
+NESTED_MAPPING = "0 0 1"
+"""The map of the user namespace a root host's supervisor moves into: its own uid only."""
+
+
+def local_config(spec: SandboxSpec, caps: bool) -> dict[str, Any]:
+    """The worker settings every local sandbox in user namespaces gets; ``caps``: its
+    supervisor starts with capabilities in them (it can mount)."""
+    config: dict[str, Any] = {"proc_sys": "remount" if caps else "check"}
+    config.update(seccomp.build().config())
+    if spec.pids_limit is not None and not cgroup.pids_capped(spec.pids_limit):
+        # No pids cgroup here: RLIMIT_NPROC, which counts the code's uid in its own user
+        # namespace (and is not enforced for the host's root, which the code never is).
+        config["nproc"] = spec.pids_limit
+    if identity().dedicated:
+        config.update(ns_root=True, nested_userns=NESTED_MAPPING)
+    return config
+
+
+def root_view(spec: SandboxSpec) -> tuple[views.HostView | None, dict[str, Any]]:
+    """For a root host whose sandbox works in ``spec.files_dir``: the view of it the host
+    mounts (host/views.py) and the worker's ``files`` setting for it. Where it cannot be
+    mounted, the supervisor's own overlay, in which the person's files stay read-only to the
+    code, and a note that says so. Nothing for any other host."""
+    if spec.files_dir is None or not identity().dedicated:
+        return None, {}
+    owner = identity().owner()
+    assert owner is not None
+    try:
+        host = views.make(plan_view(spec.files_dir, spec.files_name), owner, idmap_namespace())
+    except OSError as exc:
+        config = files_config(spec, owner)
+        config["files"]["note"] = (
+            f"the files beside the notebook are read-only to the code, which runs as uid "
+            f"{owner[0]} (no idmapped view of them could be mounted: {exc}); its new files "
+            "are kept as on every provider"
+        )
+        return None, config
+    setting = {
+        "source": str(spec.files_dir),
+        "bind": str(host.merged),
+        "taken": str(host.view.upper),
+    }
+    return host, {"files": setting}
+
+
+def root_workdir(spec: SandboxSpec) -> views.HostMount | None:
+    """For a root host given a ``workdir`` of the person's: an idmapped view of it, in which
+    the code (the dedicated uid) writes as the person (host/views.py). None for a scratch
+    directory of the sandbox's own (it is given to the code's uid) and on any other host."""
+    if spec.workdir is None or not identity().dedicated:
+        return None
+    try:
+        return views.idmapped_bind(spec.workdir, idmap_namespace())
+    except OSError as exc:
+        from rewyn_kernel.errors import ProviderUnavailableError
+
+        raise ProviderUnavailableError(
+            f"the workdir {spec.workdir} cannot be shown to the code, which runs as uid "
+            f"{identity().uid} (no idmapped view of it could be mounted: {exc}); let the "
+            "sandbox make its own scratch directory (workdir=None)"
+        ) from exc
+
+
+def user_text() -> str:
+    """Who the code runs as on the host, for ``Isolation.user``."""
+    who = identity()
+    if who.dedicated:
+        return (
+            f"uid {who.uid}, a uid of its own (the host runs as root), in a user namespace "
+            "that maps no other id of the host's"
+        )
+    return f"uid {who.uid}, the host's user (root only of its own user namespace)"
+
+
+def common_notes() -> list[str]:
+    """What a local sandbox does not get here, in words."""
+    found = seccomp.build()
+    if found.program is None:
+        return [
+            f"no seccomp filter ({found.detail}): the code reaches every system call of the "
+            "host's kernel, the host user's keyrings included"
+        ]
+    return []
+
+
+@functools.cache
+def python_prefixes(python: str) -> tuple[str, ...]:
+    """The directories ``python`` runs from: its prefixes (a venv's and the installation's
+    under it) and the directory of the file its path resolves to, outermost first."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
+        # This package, where it is not inside them (an editable install): code in the
+        # sandbox may use the runtime too (the quickstart does).
+        found.append(str(Path(__file__).resolve().parents[2]))
+    else:
+        code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, "
+        code += "sys.exec_prefix, sys.base_exec_prefix]))"
+        try:  # (with site: it is site that makes a venv's sys.prefix the venv)
+            done = subprocess.run(
+                [python, "-I", "-c", code], capture_output=True, text=True, timeout=30, check=True
+            )
+            found = [str(path) for path in json.loads(done.stdout)]
+        except (OSError, ValueError, subprocess.SubprocessError):
+            found = []  # (the worker will not start either, and say why)
+    found += [str(Path(python).parent), os.path.dirname(os.path.realpath(python))]
+    return outermost(os.path.realpath(p) for p in found if p)
+
+
+def outermost(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` without those inside another of them, or inside /usr (bound already)."""
+    kept: list[str] = []
+    for path in sorted(set(paths), key=len):
+        inside = (path + "/").startswith
+        if path not in ("/", "") and not inside("/usr/") and not any(inside(k + "/") for k in kept):
+            kept.append(path)
+    return tuple(kept)

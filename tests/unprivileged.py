@@ -1,0 +1,154 @@
+"""A host that is not root, for the tests: sandboxes made by a process of an ordinary uid.
+
+CI runs as root, and a root host's sandboxes run their code as a uid of their own (see
+``host/identity.py``); most people run the host as themselves. So the paths of an ordinary host
+are tested through ``UnprivilegedHost``: a Python process running as ``UID`` that makes sandboxes
+and runs code in them on request (one JSON line each way), while the test, as root, watches the
+processes and files from outside.
+
+It runs Debian's ``/usr/bin/python3`` (the venv's interpreter lives under ``/root``, which an
+ordinary uid cannot enter) with the venv's packages on its path: the two must be the same
+Python minor version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+UID = 65000
+"""The ordinary uid the host runs as (no account owns it)."""
+PYTHON = "/usr/bin/python3"
+ROOT = Path(__file__).resolve().parents[1]
+
+SERVER = r"""
+import json, sys
+from rewyn_kernel.runtime import create
+from rewyn_kernel.runtime.sandbox import BubblewrapProvider, SubprocessProvider
+
+PROVIDERS = {
+    "bubblewrap": BubblewrapProvider,
+    "subprocess": SubprocessProvider,
+    "subprocess-no-namespaces": lambda: SubprocessProvider(namespaces=False),
+}
+box = session = None
+for line in sys.stdin:
+    request = json.loads(line)
+    op = request["op"]
+    try:
+        if op == "create":
+            box = create(provider=PROVIDERS[request["provider"]](), **request["kwargs"])
+            reply = box.isolation.model_dump(mode="json")
+        elif op == "execute":
+            reply = box.execute(request["code"]).model_dump(mode="json")
+        elif op == "session":
+            session = session or box.session()
+            reply = session.execute(request["code"]).model_dump(mode="json")
+        elif op == "close":
+            box.close()
+            reply = {}
+        else:
+            raise ValueError(op)
+    except Exception as exc:
+        reply = {"exception": repr(exc)}
+    print(json.dumps(reply), flush=True)
+"""
+
+
+def unprivileged_problem() -> str | None:
+    """Why the tests cannot run a host as an ordinary uid here, or None when they can."""
+    if os.geteuid() != 0:
+        return None  # (this process is one already: UnprivilegedHost runs its own Python)
+    if not os.path.exists(PYTHON):
+        return f"{PYTHON} is missing (apt-get install python3)"
+    version = subprocess.run(
+        [PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    ours = "{}.{}".format(*sys.version_info[:2])
+    if version != ours:
+        return f"{PYTHON} is Python {version}, the venv's is {ours}"
+    return None
+
+
+class UnprivilegedHost:
+    """A sandbox made by a host process running as ``UID`` (see the module's docstring)."""
+
+    def __init__(self, provider: str, **kwargs: Any) -> None:
+        problem = unprivileged_problem()
+        if problem is not None:
+            if os.environ.get("CI"):
+                pytest.fail(f"cannot run an unprivileged host: {problem}")
+            pytest.skip(f"cannot run an unprivileged host: {problem}")
+        if os.geteuid() == 0:
+            prefix = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups"]
+            python = PYTHON
+        else:
+            prefix, python = [], sys.executable
+        site = sysconfig.get_paths()["purelib"]
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp",
+            "PYTHONPATH": f"{ROOT}:{site}",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        self.process = subprocess.Popen(
+            [*prefix, python, "-c", SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd="/",
+            text=True,
+        )
+        self.isolation = self._ask({"op": "create", "provider": provider, "kwargs": kwargs})
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, f"the unprivileged host ended (exit {self.process.wait()})"
+        reply: dict[str, Any] = json.loads(line)
+        assert "exception" not in reply, reply["exception"]
+        return reply
+
+    def execute(self, code: str) -> dict[str, Any]:
+        """``box.execute(code)``, as a result's JSON."""
+        return self._ask({"op": "execute", "code": code})
+
+    def session_execute(self, code: str) -> dict[str, Any]:
+        """``session.execute(code)`` in the box's one session (opened on first use)."""
+        return self._ask({"op": "session", "code": code})
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            try:
+                self._ask({"op": "close"})
+            finally:
+                assert self.process.stdin is not None
+                self.process.stdin.close()
+                self.process.wait(30)
+
+    def __enter__(self) -> UnprivilegedHost:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.close()
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            for stream in (self.process.stdin, self.process.stdout):
+                if stream is not None:
+                    stream.close()
