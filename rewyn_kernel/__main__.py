@@ -1,4 +1,5 @@
-"""``python -m rewyn_kernel``: start the sandboxed kernel (what kernel.json runs)."""
+"""``python -c "<BOOT>"`` (what kernel.json runs; see kernel/kernelspec.py): start the sandboxed
+kernel. ``python -m rewyn_kernel`` works too, from a directory you trust."""
 
 import os
 import sys
@@ -7,7 +8,9 @@ import sys
 # pydevd's start-up warning about frozen modules (it would land in every server log).
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 
-if __name__ == "__main__":
+
+def main() -> None:
+    """Start the kernel with the settings in ``sys.argv``."""
     from rewyn_kernel.kernel import prestart
 
     # The sandbox's worker starts now and comes up while Jupyter's stack is imported below.
@@ -23,3 +26,7 @@ if __name__ == "__main__":
         IPKernelApp.launch_instance(kernel_class=SandboxKernel, outstream_class=None)
     finally:
         prestart.discard()  # (the kernel never took it: it did not start)
+
+
+if __name__ == "__main__":
+    main()

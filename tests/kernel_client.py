@@ -18,6 +18,8 @@ from typing import Any
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager, start_new_kernel
 
+from rewyn_kernel.kernel.kernelspec import LAUNCH
+
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -30,7 +32,7 @@ def write_spec(root: Path, name: str, flags: Sequence[str] = (), **extra: Any) -
     """Write kernels/NAME/kernel.json under ``root`` (put ``root`` on JUPYTER_PATH)."""
     spec_dir = root / "kernels" / name
     spec_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}", *flags]
+    argv = [sys.executable, *LAUNCH, "-f", "{connection_file}", *flags]
     spec = {"argv": argv, "display_name": name, "language": "python", **extra}
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
 

@@ -25,10 +25,11 @@ from rewyn_kernel.kernel.kernelspec import (
     build_kernel_dict,
     install,
 )
+from rewyn_kernel.kernel.kernelspec import LAUNCH as BOOT_ARGV
 from rewyn_kernel.runtime.sandbox import SandboxSpec
 
 PACKAGED = Path(__file__).resolve().parents[1] / "kernelspec"
-LAUNCH = ["-m", "rewyn_kernel", "-f", "{connection_file}"]
+LAUNCH = [*BOOT_ARGV, "-f", "{connection_file}"]
 GVISOR = [
     "--name",
     "rewyn-gvisor",

@@ -38,6 +38,18 @@ __all__ = [
     "write_kernel_spec",
 ]
 
+BOOT = (
+    "import sys;sys.path[:]=[p for p in sys.path if p.startswith('/')];"
+    "from rewyn_kernel.__main__ import main;main()"
+)
+"""What the kernel's interpreter runs. Jupyter starts a kernel in its notebook's directory, and
+``python -m`` (or ``-c``) puts that directory first on the import path: a ``pydantic.py`` the
+code left beside the notebook would then run here, on the host, outside every sandbox. So the
+path keeps only absolute entries before the first import (the user's site-packages stay, unlike
+under ``-I``, for a ``pip install --user``)."""
+LAUNCH = ["-c", BOOT]
+"""The kernel's argv after the interpreter (then ``-f {connection_file}`` and the flags)."""
+
 KERNEL_NAME = "rewyn-sandbox"
 DISPLAY_NAME = "Python (sandboxed)"
 LOGOS = ("logo-32x32.png", "logo-64x64.png", "logo-svg.svg")
@@ -74,7 +86,7 @@ def build_kernel_dict(
     jupyter_client replaces with the Jupyter server's own interpreter.
     """
     settings = KernelSettings() if settings is None else settings
-    argv = [python or sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}"]
+    argv = [python or sys.executable, *LAUNCH, "-f", "{connection_file}"]
     return {
         "argv": [*argv, *settings.flags()],
         "display_name": display_name,

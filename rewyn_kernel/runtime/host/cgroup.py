@@ -313,3 +313,33 @@ def pids_text(pids: int | None) -> str | None:
         f"{pids} tasks (threads included) for all of a worker's processes (a cgroup "
         f"v{support.version} pids cgroup)"
     )
+
+
+def container_tcp_promised() -> bool:
+    """Whether a container's TCP buffers can be bounded here: cgroup v1 (v2 counts them with
+    the rest, nothing to do) with its memory hierarchy writable by this process (root)."""
+    memory = ROOT / "memory"
+    return (memory / "memory.kmem.tcp.limit_in_bytes").is_file() and os.access(memory, os.W_OK)
+
+
+def bound_container_tcp(container_id: str, limit_bytes: int) -> None:
+    """Write the TCP buffer limit (``tcp_share`` of ``limit_bytes``) into the cgroup v1 memory
+    cgroup of the container ``container_id`` (docker's or podman's, cgroupfs or systemd
+    driver), before any code runs in it. Raise OSError when it cannot be found or written."""
+    memory = ROOT / "memory"
+    names = (
+        f"docker/{container_id}",
+        f"system.slice/docker-{container_id}.scope",
+        f"libpod_parent/libpod-{container_id}",
+        f"machine.slice/libpod-{container_id}.scope",
+    )
+    found = next((memory / name for name in names if (memory / name).is_dir()), None)
+    if found is None:
+        for parent in (memory, *[path for path in memory.iterdir() if path.is_dir()]):
+            matches = [path for path in parent.iterdir() if container_id in path.name]
+            if matches:
+                found = matches[0]
+                break
+    if found is None:
+        raise OSError(f"no memory cgroup of container {container_id[:12]} under {memory}")
+    (found / "memory.kmem.tcp.limit_in_bytes").write_text(str(tcp_share(limit_bytes)))

@@ -431,6 +431,14 @@ class LiveWorker:
                 return ChannelEnded(exc)
             if not isinstance(ready, ReadyFrame):
                 return ChannelEnded(ProtocolError(f"the sandbox sent {ready.t!r} before 'ready'"))
+            # What the provider applies once the sandbox exists and before any code runs in it
+            # (a container's TCP buffer limit, in its cgroup): optional in the contract.
+            on_ready = getattr(self.process, "on_ready", None)
+            if callable(on_ready):
+                try:
+                    on_ready()
+                except OSError as exc:
+                    return ChannelEnded(ProtocolError(f"the sandbox could not be bounded: {exc}"))
             self.ready = ready
             self._ready_event.set()
             return None

@@ -22,6 +22,7 @@ import resource
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from rewyn_kernel.errors import ProviderUnavailableError
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.host import cgroup
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.files import hold_view, plan_view, prepare
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
@@ -75,8 +77,12 @@ class ContainerWorker(PopenWorker):
         memory_capped: bool,
         files_lock: int = -1,
         volume: str | None = None,
+        tcp_limit: tuple[Path, int] | None = None,
     ) -> None:
         super().__init__(argv, env, cwd)
+        self._tcp_limit = tcp_limit
+        """Where the engine writes the container's id, and the memory cap whose share bounds
+        its TCP buffers (cgroup v1: see on_ready)."""
         self._files_lock = files_lock
         """Held while this container writes to its files view (see host/files.py)."""
         self._volume = volume
@@ -119,9 +125,27 @@ class ContainerWorker(PopenWorker):
                 os.close(self._files_lock)
             self._files_lock = -1
 
+    def on_ready(self) -> None:
+        """Called by the channel when the container's supervisor is up, before any code runs:
+        bound its TCP buffers, which cgroup v1 counts apart from its memory, and only once a
+        limit is written (host/cgroup.py)."""
+        if self._tcp_limit is None:
+            return
+        cidfile, limit = self._tcp_limit
+        try:
+            container_id = cidfile.read_text().strip()
+        except OSError as exc:
+            raise OSError(f"the engine wrote no container id ({exc})") from exc
+        if not re.fullmatch(r"[0-9a-f]{64}", container_id):
+            raise OSError(f"the engine wrote an unexpected container id {container_id[:80]!r}")
+        cgroup.bound_container_tcp(container_id, limit)
+
     def close(self) -> None:
         super().close()
         self._let_go()
+        if self._tcp_limit is not None:
+            with contextlib.suppress(OSError):
+                self._tcp_limit[0].unlink()
 
     def _remove(self) -> None:
         # podman's rm -f waits 10 s for a graceful stop unless told not to.
@@ -171,7 +195,7 @@ class ContainerProvider:
         oci_runtime: str | None = None,
         python: str = "python3",
         user: str | None = None,
-        pids_limit: int = 256,
+        pids_limit: int | None = None,
         tmpfs_mb: int = 64,
         nofile: int = 1024,
         cpus: float | None = None,
@@ -182,8 +206,9 @@ class ContainerProvider:
         registered with the engine (for podman: a path). ``user``: the code's ``uid:gid``,
         default the host's when that is not root, else nobody (65534); the sandbox's supervisor
         runs as another (65533). ``pull``: whether ``run`` may pull the image (a pull counts
-        against ``startup_timeout``)."""
-        if pids_limit < 8 or tmpfs_mb < 1 or nofile < 64:
+        against ``startup_timeout``). ``pids_limit``: tasks per container, overriding the
+        sandbox spec's ``pids_limit`` (None: the spec's)."""
+        if (pids_limit is not None and pids_limit < 8) or tmpfs_mb < 1 or nofile < 64:
             raise ValueError("pids_limit >= 8, tmpfs_mb >= 1 and nofile >= 64 are required")
         if cpus is not None and cpus <= 0:
             raise ValueError("cpus must be positive (or None for no limit)")
@@ -226,9 +251,10 @@ class ContainerProvider:
         notes = []
         if self.oci_runtime:
             notes.append(f"OCI runtime {self.oci_runtime}: the code does not reach the host kernel")
-        if self.oci_runtime and Path(self.oci_runtime).name == "runsc":
+        pids = self._pids(spec)
+        if self.oci_runtime and Path(self.oci_runtime).name == "runsc" and pids is not None:
             notes.append(
-                f"gVisor counts its own threads against the pids limit ({self.pids_limit}): "
+                f"gVisor counts its own threads against the pids limit ({pids}): "
                 "reaching it ends the whole sandbox (exit code 2)"
             )
         else:
@@ -249,6 +275,14 @@ class ContainerProvider:
         memory = None
         if spec.memory_limit_mb:
             memory = f"cgroup {spec.memory_limit_mb} MiB, swap included"
+            if self._tcp_apart(spec):
+                tcp = cgroup.tcp_share(spec.memory_limit_mb << 20) >> 20
+                memory += f", {tcp} MiB of it for TCP buffers (cgroup v1 counts them apart)"
+            elif cgroup.cgroup_support("memory").version == 1 and not self._gvisor():
+                notes.append(
+                    "TCP socket buffers are not counted in the memory cap (cgroup v1 counts "
+                    "them only once the host, as root, writes a limit for them)"
+                )
         return Isolation(
             provider=self.name,
             files="isolated",
@@ -256,9 +290,21 @@ class ContainerProvider:
             pid_namespace=True,
             user_namespace=False,
             memory=memory,
+            pids=f"{pids} tasks (the engine's --pids-limit)" if pids is not None else None,
             filesystem=f"read-only image root, tmpfs /tmp and the scratch dir at {SCRATCH} only",
             notes=tuple(notes),
         )
+
+    def _pids(self, spec: SandboxSpec) -> int | None:
+        return self.pids_limit if self.pids_limit is not None else spec.pids_limit
+
+    def _gvisor(self) -> bool:
+        return bool(self.oci_runtime) and Path(str(self.oci_runtime)).name == "runsc"
+
+    def _tcp_apart(self, spec: SandboxSpec) -> bool:
+        """Whether this sandbox's TCP buffers get a limit of their own within its memory cap
+        (cgroup v1, written as root; gVisor's network stack is inside its memory already)."""
+        return bool(spec.memory_limit_mb) and not self._gvisor() and cgroup.container_tcp_promised()
 
     def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
         users = {"supervisor": list(self._supervisor_ids), "code": list(self._code_ids)}
@@ -266,7 +312,9 @@ class ContainerProvider:
         config = {"memory_limit_bytes": None, "cwd": FILES if files else SCRATCH}
         # (podman gives a volume's root to the container's root as it mounts it: see launch.)
         own_cwd = files and Path(self.runtime).name in DAEMONLESS
-        return {**config, "oom_counter": True, "users": users, "own_cwd": own_cwd}
+        # (each one-shot execution starts with these empty, as on every provider)
+        clean = {"dirs": ["/tmp", "/dev/shm", "/dev/mqueue"], "ipc": True}
+        return {**config, "oom_counter": True, "users": users, "own_cwd": own_cwd, "clean": clean}
 
     def _overlay_files(self, spec: SandboxSpec) -> bool:
         """Whether ``spec.files_dir`` is mounted (the local volume driver of docker and podman
@@ -347,7 +395,10 @@ class ContainerProvider:
         argv += ["--cap-add", "KILL", "--cap-add", "SETGID", "--cap-add", "SETUID"]
         if self._overlay_files(spec) and Path(self.runtime).name in DAEMONLESS:
             argv += ["--cap-add", "CHOWN"]  # to give /files back to the code (then dropped)
-        argv += ["--user", "0:0", "--pids-limit", str(self.pids_limit)]
+        argv += ["--user", "0:0"]
+        pids = self._pids(spec)
+        if pids is not None:
+            argv += ["--pids-limit", str(pids)]
         argv += ["--ulimit", f"nofile={self.nofile}:{self.nofile}"]
         # No engine log of the channel: json-file would write every byte printed to disk.
         argv += ["--log-driver", "none"]
@@ -360,13 +411,19 @@ class ContainerProvider:
         files, lock, volume = self._files_mount(spec, name)
         argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *files]
         argv += ["--workdir", FILES if files else SCRATCH]
+        tcp_limit = None
         if spec.memory_limit_mb:
-            argv += [
-                "--memory",
-                f"{spec.memory_limit_mb}m",
-                "--memory-swap",
-                f"{spec.memory_limit_mb}m",
-            ]
+            cap = spec.memory_limit_mb << 20
+            if self._tcp_apart(spec):
+                # cgroup v1: the TCP buffers' limit is an eighth of the cap, the rest the memory
+                # limit (see host/cgroup.py); written into its cgroup when it is up (on_ready).
+                cidfile = Path(tempfile.gettempdir(), f".{name}.cid")
+                with contextlib.suppress(FileNotFoundError):
+                    cidfile.unlink()  # (the engine refuses to overwrite one)
+                argv += ["--cidfile", str(cidfile)]
+                tcp_limit = (cidfile, cap)
+                cap -= cgroup.tcp_share(cap)
+            argv += ["--memory", f"{cap}b", "--memory-swap", f"{cap}b"]
         if self.cpus:
             argv += ["--cpus", str(self.cpus)]
         argv += [
@@ -379,7 +436,7 @@ class ContainerProvider:
         ]
         for variable in sorted(inside):
             argv += ["--env", variable]
-        argv += [self.image, spec.python or self.python, "-c", BOOTSTRAP]
+        argv += [self.image, spec.python or self.python, "-I", "-c", BOOTSTRAP]
         try:
             return ContainerWorker(
                 argv,
@@ -390,6 +447,7 @@ class ContainerProvider:
                 memory_capped=spec.memory_limit_mb is not None,
                 files_lock=lock,
                 volume=volume,
+                tcp_limit=tcp_limit,
             )
         except BaseException:
             if volume is not None:
