@@ -66,16 +66,29 @@ HOSTILE_HTML = (
 HOSTILE_JS = attack("javascript")
 # No script at all: TeX that MathJax turns into a style whose background the browser fetches.
 HOSTILE_MATH = "$\\style{background-image:url(/api/contents?rewyn-pwned=style)}{x}$"
+# What a deny-list of TeX commands missed (issue 22): MathJax's \mmlToken sets any attribute,
+# and its safe mode lets a cursor through, whose image the browser fetches as the pointer
+# passes over the math (no click).
+HOSTILE_TOKEN = '$\\mmlToken{{mi}}[style="cursor:url(/api/contents?rewyn-pwned={name}),auto"]{{x}}$'
+TEX_VECTORS = ("latex_token", "markdown_token", "html_token")
 SANDBOX_HOSTILE_CELL = (
     f"display({{'text/html': {HOSTILE_HTML!r}, 'text/plain': 'html'}}, raw=True)\n"
     f"display({{'application/javascript': {HOSTILE_JS!r}, 'text/plain': 'js'}}, raw=True)\n"
     f"display({{'text/markdown': {HOSTILE_MATH!r}, 'text/plain': 'math'}}, raw=True)\n"
+    + "".join(
+        f"display({{'text/{kind}': {HOSTILE_TOKEN.format(name=f'{kind}_token')!r}, "
+        f"'text/plain': 'token'}}, raw=True)\n"
+        for kind in ("latex", "markdown", "html")
+    )
 )
 OTHER_HOSTILE_CELL = (
-    "from IPython.display import HTML, Javascript, Markdown, display\n"
+    "from IPython.display import HTML, Javascript, Latex, Markdown, display\n"
     f"display(HTML({HOSTILE_HTML!r}))\n"
     f"display(Javascript({HOSTILE_JS!r}))\n"
     f"display(Markdown({HOSTILE_MATH!r}))\n"
+    f"display(Latex({HOSTILE_TOKEN.format(name='latex_token')!r}))\n"
+    f"display(Markdown({HOSTILE_TOKEN.format(name='markdown_token')!r}))\n"
+    f"display(HTML({HOSTILE_TOKEN.format(name='html_token')!r}))\n"
 )
 
 SANDBOX_CELLS = [
@@ -132,6 +145,14 @@ def browser() -> Iterator[Browser]:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
+
+
+def hover_outputs(page: Page) -> None:
+    """Pass the pointer over every output of the notebook (a cursor image loads then)."""
+    outputs = current_notebook(page).locator(".jp-OutputArea-output")
+    for index in range(outputs.count()):
+        outputs.nth(index).hover()
+        page.wait_for_timeout(100)
 
 
 class Watched:
@@ -284,6 +305,8 @@ def test_hostile_output_stays_inert_in_the_live_page_and_after_reopening(
     run_cells(page.page, [HOSTILE])
     wait_for_records(page.page, [0, 0, 0, 0, 1, 0, 0])
     page.page.wait_for_timeout(1000)  # time for a handler or an image load to fire
+    hover_outputs(page.page)
+    page.page.wait_for_timeout(500)
 
     assert page.pwned() is None
     assert page.hostile_requests() == set()
@@ -292,16 +315,20 @@ def test_hostile_output_stays_inert_in_the_live_page_and_after_reopening(
     save(page.page)  # saving signs the notebook as trusted: reopening must not replay anything
     open_notebook(page.page, server, frontend, name)
     page.page.wait_for_timeout(1000)
+    hover_outputs(page.page)
+    page.page.wait_for_timeout(500)
     assert page.pwned() is None
     assert page.hostile_requests() == set()
     outputs = saved_cells(server, name)[HOSTILE]["outputs"]
     assert all("application/javascript" not in output.get("data", {}) for output in outputs)
     for part in ("<script", "onerror", "window.pwned", "\\\\style", "rewyn-pwned=style"):
         assert part not in json.dumps(outputs)
+    assert "mmlToken" not in json.dumps(outputs)
     # The math that styled itself was dropped by the kernel, its text/plain kept. (JupyterLab
     # 4.6's MathJax also strips \\style here, on any kernel: the control below shows no request.)
     plain = ["".join(output.get("data", {}).get("text/plain", "")) for output in outputs]
     assert "math" in plain
+    assert plain.count("token") == 3  # (each kept its text/plain)
 
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
@@ -317,8 +344,9 @@ def test_on_another_kernel_the_same_output_runs_and_nothing_is_recorded(
     run_cells(page.page, [0, 1])
     every_vector = f"() => (window.pwned || []).length >= {len(VECTORS)}"
     page.page.wait_for_function(every_vector, timeout=15_000)
+    hover_outputs(page.page)
     wait_until(
-        lambda: page.hostile_requests() == set(VECTORS),
+        lambda: page.hostile_requests() == {*VECTORS, *TEX_VECTORS},
         5.0,
         lambda: f"requests from the attack vectors: {page.hostile_requests()}",
     )
@@ -333,8 +361,9 @@ def test_on_another_kernel_the_same_output_runs_and_nothing_is_recorded(
     page.requests.clear()
     open_notebook(page.page, server, frontend, name)
     page.page.wait_for_function(every_vector, timeout=15_000)
+    hover_outputs(page.page)
     wait_until(
-        lambda: page.hostile_requests() == set(VECTORS),
+        lambda: page.hostile_requests() == {*VECTORS, *TEX_VECTORS},
         5.0,
         lambda: f"requests from the attack vectors: {page.hostile_requests()}",
     )

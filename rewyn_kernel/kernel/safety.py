@@ -5,8 +5,8 @@ Jupyter trusts every output produced in a live session: JupyterLab 4 and Noteboo
 there holds the user's Jupyter credentials, so it can start an unsandboxed kernel through the
 server's REST API, open a terminal or write files, and saving signs the notebook so it replays on
 reopen. The code in the sandbox is hostile, so this kernel is the only place to stop it:
-``filter_bundle`` passes the MIME types that cannot carry script (TeX only without the commands
-that make MathJax style or load anything), sanitises HTML and Markdown with
+``filter_bundle`` passes the MIME types that cannot carry script (TeX only where every control
+sequence is on ``tex.py``'s allow-list, and no CSS ``url(``), sanitises HTML and Markdown with
 nh3 (bindings to ammonia, a maintained allow-list sanitiser), shows SVG only through ``<img>``
 (where browsers never run its scripts) and drops everything else, which ``drop_note`` names.
 """
@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import nh3
+
+from rewyn_kernel.kernel import tex
 
 __all__ = ["FilteredOutput", "MAX_SVG_BYTES", "MAX_VALUE_BYTES", "drop_note", "filter_bundle"]
 
@@ -44,10 +46,6 @@ _URL_NOISE = re.compile(r"[\x00-\x20\\]+")
 _SCRIPT_URL = re.compile(r"(?:java|vb)script:")
 # A link destination that is a data: URL (inline, autolink, reference), after _URL_NOISE went.
 _DATA_LINK = re.compile(r"(?:\]\(|<|\]:)data:")
-# TeX that MathJax turns into styles, classes, ids or loads: \style{background:url(...)}{x}
-# fetches a URL on sight, whatever the HTML sanitiser let through (MathJax typesets the math in
-# Markdown and HTML outputs alike).
-_TEX_DANGER = re.compile(r"\\(?:style|class|cssid|require|unicode|data|attributes)(?![a-z])")
 _DROP: Any = object()  # not None: JSON null is a value
 
 # ammonia's defaults (no script, style, iframe, object, embed, form, svg, math, meta, base, link;
@@ -147,12 +145,13 @@ def _filter_value(mime: str, value: object) -> Any:
         if not isinstance(value, str) or _utf8_size(value) > MAX_VALUE_BYTES:
             return _DROP
         if mime in ("text/html", "text/markdown", "text/latex"):
-            if _styles_math(value):
-                return _DROP
             if mime == "text/latex":
-                return value  # (typeset by MathJax, as plain text otherwise: no markup)
+                # (typeset by MathJax, as plain text otherwise: no markup)
+                return value if tex.refusal(value) is None else _DROP
             clean = _clean_html(value) if mime == "text/html" else _clean_markdown(value)
-            if clean is not _DROP and value.strip() and not clean.strip():
+            if clean is _DROP or tex.refusal(clean) is not None:
+                return _DROP  # (the math in what is left would style itself or load)
+            if value.strip() and not clean.strip():
                 return _DROP  # it was nothing but script: show the note, not a blank output
             return clean
         if mime == "image/svg+xml" and _utf8_size(value) > MAX_SVG_BYTES:
@@ -232,16 +231,6 @@ def _clean_markdown(source: str) -> Any:
     if _SCRIPT_URL.search(bare) or _DATA_LINK.search(bare):
         return _DROP
     return cleaned
-
-
-def _styles_math(source: str) -> bool:
-    """Whether TeX in ``source`` asks MathJax for styles, classes, ids or extensions."""
-    if "\\" not in source and "&" not in source:
-        return False
-    decoded = source
-    for _ in range(3):  # entities decode in Markdown and again in the HTML it makes
-        decoded = html.unescape(decoded)
-    return _TEX_DANGER.search(decoded.lower()) is not None
 
 
 def _svg_as_img(svg: str, metadata: object) -> str:
