@@ -407,6 +407,52 @@ def test_approval_goes_through_the_client_or_the_call_is_denied(tmp_path: Path) 
     run(body)
 
 
+def test_the_person_sees_all_the_code_they_approve(tmp_path: Path) -> None:
+    """Issue 22: code padded past the first 2,000 characters hid its payload from the person.
+    Now the whole code is shown, in a fence nothing in it can close, with bidirectional
+    overrides and control characters made visible; code too long to read is refused, saying
+    how to do it instead."""
+    asked: list[str] = []
+
+    async def approve(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"approve": True})
+
+    padding = "# " + "x" * 78 + "\n"
+    hidden = "print('payload')"
+    padded = padding * 30 + hidden  # 2,430 characters: the payload past 2,000
+    trojan = (
+        "ok = 'user\u202e \u2066# admin\u2069 \u2066'\r print('shown')\n```\nprint('after fence')"
+    )
+    extra = ("--provider", "subprocess", "--approve-above", "low")
+
+    async def body() -> None:
+        log = tmp_path / "run.jsonl"
+        async with stdio_server(log, *extra, elicit=approve) as client:
+            ran = await client.call_tool("run_python", {"code": padded})
+            assert not ran.is_error, text_of(ran)
+            assert (await client.call_tool("run_python", {"code": trojan})).structured_content
+            too_long = await client.call_tool("run_python", {"code": "x = 1\n" * 500})
+            assert too_long.is_error
+            assert "split it into smaller calls" in text_of(too_long)
+        assert len(asked) == 2  # (the long one was never put to the person)
+        assert hidden in asked[0]
+        assert asked[0].count("x" * 78) == 30
+        shown = asked[1]
+        for mark in ("⟨U+202E⟩", "⟨U+2066⟩", "⟨U+2069⟩", "⟨U+000D⟩"):
+            assert mark in shown, shown
+        assert "\u202e" not in shown
+        assert "\r" not in shown
+        fence = shown.splitlines()[-1]
+        assert set(fence) == {"`"}
+        assert len(fence) > 3  # (longer than the code's own ```)
+        assert "print('after fence')" in shown
+
+    run(body)
+
+
 HELLO = {
     "jsonrpc": "2.0",
     "id": 1,

@@ -166,30 +166,30 @@ def test_the_kernel_process_imports_nothing_from_the_notebooks_directory(
     assert sorted(path.name for path in log.iterdir()) == []
 
 
-def test_the_next_kernel_of_a_notebook_reports_what_its_code_did(tmp_path: Path) -> None:
-    """The attack of issue 22, end to end: a kernel's code writes a getpass.py beside its
-    notebook (kept, as every write there is); later ``rewyn-kernel run`` on the person's
-    notebook must still see its ``1/0`` fail."""
+def test_the_next_kernel_of_a_notebook_reports_what_its_code_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack of issue 22, end to end: a kernel's code writes a getpass.py (and the rest)
+    beside its notebook, kept there as every write is; later ``rewyn-kernel run`` on the
+    person's notebook starts a kernel of the same notebook. Its supervisor imports none of
+    them (they would record it beside the notebook), and the ``1/0`` fails."""
     folder = tmp_path / "analysis"
     folder.mkdir()
-    write_spec(tmp_path / "spec", "sandbox")
-    with running_kernel(tmp_path / "spec", "sandbox", cwd=folder) as (_, kc):
-        cell = run_cell(kc, plant_code())
-        assert cell.status == "ok", cell.messages
     path = folder / "analysis.ipynb"
     nb = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
     nb.cells = [nbformat.v4.new_code_cell("1 / 0")]  # type: ignore[no-untyped-call]
     nbformat.write(nb, path)  # type: ignore[no-untyped-call]
+    beside = PLANTED.replace('os.environ.get("PLANTED_LOG")', "os.getcwd()")
+    write_spec(tmp_path / "spec", "sandbox")
+    monkeypatch.setenv("JPY_SESSION_NAME", str(path))  # (the kernel of that notebook)
+    with running_kernel(tmp_path / "spec", "sandbox", cwd=folder) as (_, kc):
+        cell = run_cell(kc, ATTACK.format(names=NAMES, body=beside))
+        assert cell.status == "ok", cell.messages
+    planted = sorted(p.name for p in folder.rglob("getpass.py"))
+    assert planted == ["getpass.py"]  # (kept beside the notebook, in its sandbox's writes)
+    monkeypatch.delenv("JPY_SESSION_NAME")
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rewyn_kernel.cli",
-            "run",
-            str(path),
-            "-o",
-            str(tmp_path / "o.ipynb"),
-        ],
+        [sys.executable, "-m", "rewyn_kernel.cli", "run", path, "-o", tmp_path / "o.ipynb"],
         capture_output=True,
         text=True,
         timeout=180,
@@ -198,6 +198,8 @@ def test_the_next_kernel_of_a_notebook_reports_what_its_code_did(tmp_path: Path)
     assert done.returncode == 1, done.stdout + done.stderr
     out = nbformat.read(tmp_path / "o.ipynb", as_version=4)  # type: ignore[no-untyped-call]
     assert out.cells[0].outputs[0]["ename"] == "ZeroDivisionError"
+    records = sorted(p.name for p in folder.rglob("imported-*-by-1"))
+    assert records == [], records
 
 
 def test_the_control_a_plain_python_in_the_folder_does_import_them(tmp_path: Path) -> None:

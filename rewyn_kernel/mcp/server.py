@@ -31,6 +31,8 @@ from pydantic import BaseModel, Field
 
 from rewyn_kernel import __version__
 from rewyn_kernel.mcp import results
+from rewyn_kernel.mcp.approval import message as approval_message
+from rewyn_kernel.mcp.approval import too_long
 from rewyn_kernel.mcp.options import ServerOptions, default_run_log
 from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionError, SessionTable
 from rewyn_kernel.runtime._tool import assess, result_payload
@@ -181,6 +183,9 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             return "deny", f"denied: {decision.reason}"
         if not decision.requires_approval:
             return "run", decision.reason
+        unreadable = too_long(code)
+        if unreadable is not None:
+            return "deny", f"not approved: {unreadable} ({decision.reason})"
         capabilities = ctx.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
             return "deny", (
@@ -195,8 +200,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         verdict, reason = judge(code, ctx)
         if verdict != "ask":
             return Approval(approve=verdict == "run")
-        shown = code if len(code) <= 2_000 else code[:2_000] + f"\n[... {len(code):,} characters]"
-        return Elicit(f"Run this code in the sandbox? {reason}\n\n{shown}", Approval)
+        return Elicit(approval_message(code, reason), Approval)
 
     @server.tool(
         title=f"Run Python ({level} risk)",
