@@ -35,8 +35,8 @@ def local_config(spec: SandboxSpec, caps: bool) -> dict[str, Any]:
     config: dict[str, Any] = {"proc_sys": "remount" if caps else "check"}
     config.update(seccomp.build().config())
     if spec.pids_limit is not None and not cgroup.pids_capped(spec.pids_limit):
-        # No pids cgroup here: RLIMIT_NPROC, which counts the code's uid in its own user
-        # namespace (and is not enforced for the host's root, which the code never is).
+        # RLIMIT_NPROC, which counts the code's uid in its own user namespace (not enforced
+        # for the host's root, which the code never is): see cgroup.nproc_counts_per_namespace.
         config["nproc"] = spec.pids_limit
     if identity().dedicated:
         config.update(ns_root=True, nested_userns=NESTED_MAPPING)
