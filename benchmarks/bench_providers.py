@@ -2,12 +2,13 @@
 
 Never asserts on timings. Measures, for each provider, alternating so that drift hits both:
 
-1. create + first one-shot ``print(1)`` (p50 over fresh sandboxes);
+1. create + first one-shot ``print(1)`` (p50 over fresh sandboxes), with the default bounds and
+   with none;
 2. one-shot ``print(1)`` on a warm sandbox, back to back and 50 ms apart (p50, p99), the
    bubblewrap one as a ratio of the subprocess one (target <= 1.2x);
 3. a session round trip for ``x = 1`` (p50/p99; target p50 < 1 ms);
-4. what a memory cgroup (``memory_limit_mb``) and a scratch quota (``disk_limit_mb``) add to
-   create + first execute, against the same without.
+4. what each default bound (the memory cgroup, the pids limit, the scratch quota) adds to
+   create + first execute, against the same with none.
 
     python -m benchmarks.bench_providers            # 20 runs each
     python -m benchmarks.bench_providers --quick    # 5 runs each
@@ -40,7 +41,19 @@ def checked(result: SandboxResult) -> SandboxResult:
     return result
 
 
-def create_and_run(provider: SandboxProvider, **limits: int) -> float:
+NO_BOUNDS: dict[str, int | None] = {
+    "memory_limit_mb": None,
+    "pids_limit": None,
+    "disk_limit_mb": None,
+}
+"""The limits lifted: what every sandbox ran with before the default bounds."""
+
+
+def _p50(samples: dict[str, list[float]]) -> dict[str, float]:
+    return {name: percentile(values, 0.5) for name, values in samples.items()}
+
+
+def create_and_run(provider: SandboxProvider, **limits: int | None) -> float:
     """Milliseconds from create() to the end of a first print(1), then close (not counted)."""
     start = time.perf_counter()
     box = create(SandboxSpec.model_validate({"timeout": 60, **limits}), provider=provider)
@@ -73,10 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'metric':<56} {'subprocess':>13} {'bubblewrap':>13} {'ratio':>7}  target")
 
     firsts: dict[str, list[float]] = {name: [] for name in providers}
+    unbounded: dict[str, list[float]] = {name: [] for name in providers}
     for _ in range(runs):
         for name, provider in providers.items():
             firsts[name].append(create_and_run(provider))
-    row("create + first print(1), p50", {k: percentile(v, 0.5) for k, v in firsts.items()})
+            unbounded[name].append(create_and_run(provider, **NO_BOUNDS))
+    row("create + first print(1), default bounds, p50", _p50(firsts))
+    row("create + first print(1), no bounds, p50", _p50(unbounded))
 
     boxes = {name: create(provider=p, timeout=60) for name, p in providers.items()}
     try:
@@ -114,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         for box in boxes.values():
             box.close()
 
-    extras: list[tuple[str, dict[str, int], Callable[[], str | None]]] = [
-        ("memory_limit_mb=256 (a memory cgroup)", {"memory_limit_mb": 256}, _no_cgroup),
-        ("disk_limit_mb=1024 (a loop filesystem)", {"disk_limit_mb": 1024}, quota.unsupported),
+    extras: list[tuple[str, dict[str, int | None], Callable[[], str | None]]] = [
+        ("memory_limit_mb=4096 (a memory cgroup)", {"memory_limit_mb": 4096}, _no_cgroup),
+        ("pids_limit=1024", {"pids_limit": 1024}, lambda: None),
+        ("disk_limit_mb=4096 (a loop filesystem)", {"disk_limit_mb": 4096}, quota.unsupported),
     ]
     for label, limits, missing in extras:
         why = missing()
@@ -127,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         more: dict[str, list[float]] = {name: [] for name in providers}
         for _ in range(max(3, runs // 2)):
             for name, provider in providers.items():
-                base[name].append(create_and_run(provider))
-                more[name].append(create_and_run(provider, **limits))
+                base[name].append(create_and_run(provider, **NO_BOUNDS))
+                more[name].append(create_and_run(provider, **{**NO_BOUNDS, **limits}))
         added = {
             name: percentile(more[name], 0.5) - percentile(base[name], 0.5) for name in providers
         }

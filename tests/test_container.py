@@ -79,7 +79,7 @@ def test_not_root_and_no_capabilities(make_box: Callable[..., Sandbox]) -> None:
 def test_a_fork_bomb_meets_the_pids_limit_and_the_host_stays_responsive(
     make_box: Callable[..., Sandbox],
 ) -> None:
-    box = make_box(timeout=5.0)
+    box = make_box(timeout=5.0, pids_limit=256)
     bomb = (
         "import os, time\n"
         "children = 0\n"

@@ -227,6 +227,20 @@ def test_the_risk_table(maker: Any, limits: dict[str, Any], level: RiskLevel) ->
     assert risk_of(isolation, spec) is level
 
 
+def test_a_local_sandbox_without_its_seccomp_filter_is_not_low_risk() -> None:
+    """Where libseccomp cannot be loaded, bubblewrap has no filter of its own (a container's
+    engine has its own profile): the host user's keyrings are in reach, so not LOW."""
+    spec = SandboxSpec(inherit_env=())
+    isolation = BubblewrapProvider().isolation(spec)
+    assert isolation.seccomp is not None  # (this machine has libseccomp: the control)
+    assert risk_of(isolation, spec) is RiskLevel.LOW
+    unfiltered = isolation.model_copy(update={"seccomp": None})
+    assert risk_of(unfiltered, spec) is RiskLevel.MEDIUM
+    container = ContainerProvider(image=TEST_IMAGE).isolation(spec)
+    assert container.seccomp is None  # (its engine's profile, not this one)
+    assert risk_of(container, spec) is RiskLevel.LOW
+
+
 def test_a_model_shaped_tool_call_is_parsed_checked_run_and_answered(box: Sandbox) -> None:
     require_namespaces(box)
     tools = {tool.name: tool for tool in [sandbox_tool(box)]}

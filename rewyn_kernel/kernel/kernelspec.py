@@ -34,6 +34,7 @@ __all__ = [
     "build_kernel_dict",
     "default_display_name",
     "install",
+    "launches_sandbox_kernel",
     "normalize_kernel_name",
     "write_kernel_spec",
 ]
@@ -49,6 +50,13 @@ path keeps only absolute entries before the first import (the user's site-packag
 under ``-I``, for a ``pip install --user``)."""
 LAUNCH = ["-c", BOOT]
 """The kernel's argv after the interpreter (then ``-f {connection_file}`` and the flags)."""
+
+
+def launches_sandbox_kernel(argv: list[str]) -> bool:
+    """Whether a kernelspec's ``argv`` starts this package's kernel (``LAUNCH``, or the
+    ``-m rewyn_kernel`` of specs written before it)."""
+    return argv[1:3] == LAUNCH or argv[1:3] == ["-m", "rewyn_kernel"]
+
 
 KERNEL_NAME = "rewyn-sandbox"
 DISPLAY_NAME = "Python (sandboxed)"

@@ -217,7 +217,7 @@ def _kernel_mismatches(name: str, limits: dict[str, Any] | None) -> list[str]:
         raise ValueError(
             f"kernel {name} is not installed: create it with {command} (nothing was written)"
         ) from None
-    if "rewyn_kernel" not in argv:
+    if not kernelspec.launches_sandbox_kernel(list(argv)):
         raise ValueError(
             f"kernel {name} is not the rewyn-kernel sandbox kernel: the agent's code is only "
             "re-run in a sandbox"

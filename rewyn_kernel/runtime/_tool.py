@@ -6,8 +6,10 @@ what was merely asked for) and from the names of the variables passed in (``box.
 ========  ==========================================================================
 risk      sandbox
 ========  ==========================================================================
-LOW       container (any OCI runtime), network isolated, no secret-named variable
-MEDIUM    subprocess, network isolated (namespaces applied), no secret-named variable
+LOW       container (any OCI runtime), or bubblewrap with its seccomp filter: network
+          isolated, no secret-named variable
+MEDIUM    subprocess, network isolated (namespaces applied), no secret-named variable; or
+          bubblewrap where libseccomp could not be loaded (no filter)
 HIGH      network isolated, but a secret-named variable is passed in
 HIGH      container with the network reachable, no secret-named variable
 CRITICAL  network reachable, and a secret-named variable or the host's files (subprocess)
@@ -125,6 +127,10 @@ def sandbox_tool(
     )
 
 
+UNFILTERED_WITHOUT_SECCOMP = ("bubblewrap", "subprocess")
+"""Providers whose only system-call filter is their own seccomp filter (host/seccomp.py)."""
+
+
 def risk_of(isolation: Isolation, spec: SandboxSpec) -> RiskLevel:
     """The risk level of code execution in a sandbox with ``isolation`` and ``spec`` (the
     table above); ``provider.isolation(spec)`` gives it without starting anything."""
@@ -169,6 +175,10 @@ def assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str
         return RiskLevel.HIGH, reasons
     if not confined:
         return RiskLevel.MEDIUM, [*reasons, "no network, no secret-named variables"]
+    if isolation.provider in UNFILTERED_WITHOUT_SECCOMP and isolation.seccomp is None:
+        # (a container's engine applies its own profile; a local sandbox only its own filter)
+        why = "no seccomp filter: the host user's keyrings and every system call are in reach"
+        return RiskLevel.MEDIUM, [f"{isolation.provider}: {why}", "no network, no secrets"]
     return RiskLevel.LOW, [f"{isolation.provider}: no network, no secret-named variables"]
 
 
