@@ -167,7 +167,7 @@ def _jupyter_checks() -> list[CheckItem]:
             argv = manager.get_kernel_spec(name).argv
         except (OSError, ValueError):
             continue
-        if "rewyn_kernel" in argv:
+        if kernelspec.launches_sandbox_kernel(list(argv)):
             ours.append(f"{name} ({folder})")
     items = [
         CheckItem(
