@@ -91,8 +91,8 @@ def start(name: str, log: IO[str], timeout: float = 60) -> Kernel:
     """Do what ``start_new_kernel(kernel_name=name)`` does, timing when the kernel is ready."""
     began = time.perf_counter()
     km = KernelManager(kernel_name=name)
-    # In a notebook directory of its own, as Jupyter starts a kernel (the sandbox kernel keeps
-    # the code's writes in sandbox-files/ there).
+    # In a notebook directory of its own, as Jupyter starts a kernel (the sandbox kernel's
+    # workspace).
     km.start_kernel(stderr=log, cwd=tempfile.mkdtemp(prefix="notebook-", dir=NOTEBOOKS))
     kc = km.client()
     kc.start_channels()

@@ -162,8 +162,8 @@ def run_notebook(path: Path, kernel: str, workdir: Path, log: IO[str]) -> Notebo
         on_cell_executed=on_cell_executed,
     )
     began = time.perf_counter()
-    # JupyterLab tells a kernel its notebook in JPY_SESSION_NAME (the sandbox kernel keeps the
-    # notebook's writes in sandbox-files/<its name>); the kernels inherit this environment.
+    # JupyterLab tells a kernel its notebook in JPY_SESSION_NAME (the sandbox kernel names its
+    # staging folders and kept versions after it); the kernels inherit this environment.
     with patch.dict(os.environ, {"JPY_SESSION_NAME": str(copy)}):
         try:
             client.execute(stderr=log)

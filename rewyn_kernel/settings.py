@@ -32,6 +32,7 @@ from rewyn_kernel.runtime import (
     create,
     local_provider,
 )
+from rewyn_kernel.runtime._spec import SYSTEM_TREES
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
@@ -96,11 +97,12 @@ class KernelSettings(SandboxSpec):
         description="Run the cells through IPython, as ipykernel does (magics, !commands, rich "
         "display, inline plots), where the sandbox's Python has it; else plain Python.",
     )
-    notebook_files: bool = Field(
+    notebook_workspace: bool = Field(
         default=True,
-        description="Where files_dir is not given, the code works in the kernel's own working "
-        "directory (the notebook's: Jupyter starts each kernel there), read-only where the "
-        "provider can, its writes kept in sandbox-files/<notebook name> beside the notebook.",
+        description="Where workspace is not given, the kernel's own working directory (the "
+        "notebook's: Jupyter starts each kernel there) is the workspace: the code works there "
+        "as on ipykernel, what it writes published when each cell ends, the versions it "
+        "replaces kept in .rewyn/versions, protected paths read-only.",
     )
     provider: Literal["auto", "bubblewrap", "subprocess", "container"] = Field(
         default="auto",
@@ -197,10 +199,12 @@ class KernelSettings(SandboxSpec):
     def spec(self) -> SandboxSpec:
         """The sandbox's limits alone (with the notebook's directory, for a kernel)."""
         values = {name: getattr(self, name) for name in SandboxSpec.model_fields}
-        if self.files_dir is None and self.notebook_files:
-            values["files_dir"] = Path.cwd()
-            if "files_name" not in self.model_fields_set:
-                values["files_name"] = notebook_name()
+        here = Path.cwd().resolve()
+        system = here == Path("/") or here.parts[1] in SYSTEM_TREES  # (no person's folder)
+        if self.workspace is None and self.notebook_workspace and not system:
+            values["workspace"] = here
+            if "workspace_name" not in self.model_fields_set:
+                values["workspace_name"] = notebook_name()
         return SandboxSpec.model_validate(values)
 
     def make_provider(self) -> SandboxProvider:
@@ -258,7 +262,7 @@ class KernelSettings(SandboxSpec):
 def notebook_name() -> str:
     """The name of the notebook a kernel runs for, as a folder name: JupyterLab, Notebook 7
     and ``rewyn-kernel run`` tell the kernel its notebook's path in ``JPY_SESSION_NAME``."""
-    from rewyn_kernel.runtime.host.files import safe_name
+    from rewyn_kernel.runtime.host.workspace import safe_name
 
     session = os.environ.get("JPY_SESSION_NAME", "")
     return safe_name(Path(session).stem) if session else "kernel"
@@ -315,7 +319,10 @@ OPTIONS: dict[str, Option] = {
     "keep_run_log": Option("--no-run-log", const=False),
     "event_output": Option("--event-output", const=True),
     "ipython": Option("--no-ipython", const=False),
-    "notebook_files": Option("--no-notebook-files", const=False),
+    "notebook_workspace": Option("--no-notebook-workspace", const=False),
+    "workspace": Option("--workspace", "DIR"),
+    "protected": Option("--protect", "PATTERN,..."),
+    "read_dirs": Option("--read", "DIR,..."),
     "trust_output": Option("--trust-output", const=True),
 }
 """The flag of every setting a command line may give, by setting name."""
@@ -375,7 +382,7 @@ def option_arguments(
             kwargs["choices"] = typing.get_args(kind)
         elif kind in (float, int):
             kwargs["type"] = _number_or_none(kind) if nullable else kind
-        elif name == "inherit_env":
+        elif name in ("inherit_env", "protected", "read_dirs"):
             kwargs["type"] = _names
         elif name == "env":
             kwargs.update(action="append", type=_pair)

@@ -297,6 +297,7 @@ PUBLIC: dict[str, list[str]] = {
         "build_kernel_dict",
         "default_display_name",
         "install",
+        "launches_sandbox_kernel",
         "normalize_kernel_name",
         "write_kernel_spec",
     ],

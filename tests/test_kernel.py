@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -342,7 +344,6 @@ def test_shutdown_and_restart_leave_no_sandbox_behind(kernel_root: Path, tmp_pat
 
 
 def test_nbclient_runs_a_notebook_on_the_kernel(kernel_root: Path) -> None:
-    import os
 
     import nbformat
     from nbclient import NotebookClient
@@ -353,8 +354,10 @@ def test_nbclient_runs_a_notebook_on_the_kernel(kernel_root: Path) -> None:
         nbformat.v4.new_code_cell("print(x * 21)"),  # type: ignore[no-untyped-call]
     ]
     os.environ["JUPYTER_PATH"] = str(kernel_root)
+    folder = Path(tempfile.mkdtemp(prefix="notebook-", dir=kernel_root.parent))  # (never here)
     try:
-        NotebookClient(nb, kernel_name="rewyn-test", timeout=60).execute()
+        resources = {"metadata": {"path": str(folder)}}
+        NotebookClient(nb, kernel_name="rewyn-test", timeout=60, resources=resources).execute()
     finally:
         os.environ.pop("JUPYTER_PATH")
     outputs = nb.cells[1].outputs
@@ -375,13 +378,15 @@ def test_a_container_kernel_runs_cells_in_the_container(
         flags.append(f"--SandboxKernel.oci_runtime={provider.oci_runtime}")
     name = "rewyn-test-" + provider.name.replace("/", "-").replace("+", "-")
     write_spec(kernel_root, name, flags)
-    with running_kernel(kernel_root, name) as (km, kc):
+    folder = Path(tempfile.mkdtemp(prefix="notebook-", dir=kernel_root.parent))
+    os.chown(folder, 1000, 1000)  # (a person's: gVisor runs the code as its owner)
+    with running_kernel(kernel_root, name, cwd=folder) as (km, kc):
         kernel_pid = km.provisioner.process.pid  # type: ignore[union-attr]
         first = run_cell(kc, "import os\nuid = os.getuid()")
         assert first.status == "ok", [m["content"] for m in first.of_type("error", "stream")]
         cell = run_cell(kc, "print(uid != 0, os.getcwd())")
-        # The notebook's directory, mounted through an overlay volume.
-        assert cell.stream() == "True /files\n", [m["content"] for m in cell.messages]
+        # The notebook's folder, at its own path: the workspace.
+        assert cell.stream() == f"True {folder}\n", [m["content"] for m in cell.messages]
         event = cell.reply["metadata"][METADATA_KEY]["event"]
         assert event["provider"] == provider.name
         assert provider.containers(host_pid=kernel_pid)  # the check below can fail

@@ -71,9 +71,15 @@ class SandboxKernelConformance(jupyter_kernel_test.KernelTests):  # type: ignore
         write_spec(Path(cls._root.name), cls.kernel_name, cls.flags)
         previous = os.environ.get("JUPYTER_PATH")
         os.environ["JUPYTER_PATH"] = cls._root.name
+        here = os.getcwd()
+        notebook = Path(cls._root.name) / "notebook"  # (its workspace: never the repository)
+        notebook.mkdir()
+        os.chown(notebook, 1000, 1000)  # (a person's: gVisor runs the code as its owner)
+        os.chdir(notebook)
         try:
             super().setUpClass()
         finally:
+            os.chdir(here)
             if previous is None:
                 os.environ.pop("JUPYTER_PATH")
             else:

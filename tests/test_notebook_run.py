@@ -82,21 +82,24 @@ def test_allow_errors_runs_everything_and_exits_zero(tmp_path: Path) -> None:
 
 
 def test_ctrl_c_keeps_what_ran(tmp_path: Path) -> None:
-    # The code writes beside its notebook, which it sees read-only: the file lands in the
-    # notebook's writes directory (where the host looks for it).
+    # The code writes in its notebook's folder: the file is published when the cell ends, and
+    # while it runs it is in the cell's staging folder (where the test looks for it).
     second = "import time\nopen('second-cell-started', 'w').close()\ntime.sleep(60)"
     source = notebook(tmp_path / "long.ipynb", "print('first')", second)
-    started = tmp_path / "sandbox-files" / "long" / "second-cell-started"
+
+    def staged() -> bool:
+        return any((tmp_path / ".rewyn" / "staging").glob("long-*/cell-*/upper/second-cell-*"))
+
     out = tmp_path / "long.out.ipynb"
     command = [sys.executable, "-m", "rewyn_kernel.cli", "run", str(source), "-o", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not started.exists() and time.monotonic() < deadline:  # (the host's own files)
+    while not staged() and time.monotonic() < deadline:  # (the host's own files)
         time.sleep(0.05)
-    if not started.exists():
+    if not staged():
         process.kill()
         process.communicate()
-    assert started.exists()
+    assert staged()
     process.send_signal(signal.SIGINT)
     stdout, _ = process.communicate(timeout=60)
     assert process.returncode == 130
@@ -104,6 +107,7 @@ def test_ctrl_c_keeps_what_ran(tmp_path: Path) -> None:
     nb = read(out)
     assert nb.cells[0].outputs[0]["text"] == "first\n"
     assert nb.metadata[METADATA_KEY]["run"]["interrupted"]
+    assert (tmp_path / "second-cell-started").exists()  # (what the cell wrote is kept)
 
 
 def test_bad_settings_and_missing_files_fail_clearly(tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ def test_modules_beside_a_notebook_are_not_imported_by_its_sandboxes(
     notebook.mkdir()
     for name in NAMES:
         (notebook / f"{name}.py").write_text(PLANTED)
-    spec = SandboxSpec(files_dir=notebook, ipython=True)
+    spec = SandboxSpec(workspace=notebook, ipython=True)
     with create(spec, provider=provider) as box, box.session() as session:
         assert session.execute("raise SystemExit(3)").exit_code == 3
         assert box.execute("raise SystemExit(4)").exit_code == 4

@@ -165,10 +165,20 @@ def compact_record(event: SandboxEvent) -> dict[str, Any]:
         if len(message) > RECORD_MESSAGE_CHARS:
             message = message[: RECORD_MESSAGE_CHARS - 1] + "…"
         record["message"] = message
+    files = event.files
+    if files is not None and any(files.counts.get(kind) for kind in FILE_KINDS):
+        record["files"] = {
+            kind: list(getattr(files, kind)) for kind in FILE_KINDS if files.counts.get(kind)
+        }
+        record["files"]["counts"] = {k: files.counts[k] for k in FILE_KINDS if files.counts.get(k)}
     return _fit(record)
 
 
+FILE_KINDS = ("created", "changed", "deleted")
 MAX_RECORD_BYTES = 400
+MAX_FILES_BYTES = 320
+"""A record may be this much longer where its cell changed files in its workspace: the paths
+it created, changed and deleted (as many as fit; the counts are always whole)."""
 
 
 def _size(record: dict[str, Any]) -> int:
@@ -176,12 +186,23 @@ def _size(record: dict[str, Any]) -> int:
 
 
 def _fit(record: dict[str, Any]) -> dict[str, Any]:
-    """Within MAX_RECORD_BYTES: the message shortened first, then the byte counts dropped."""
+    """Within MAX_RECORD_BYTES (and MAX_FILES_BYTES for the files' paths): the paths cut
+    first, then the message shortened, then the byte counts dropped."""
+    files = record.get("files")
+    if files is not None:
+        while _size({"files": files}) > MAX_FILES_BYTES:
+            longest = max(FILE_KINDS, key=lambda kind: len(files.get(kind, [])))
+            if not files.get(longest):
+                break
+            files[longest].pop()
+        record.pop("files")
     while _size(record) > MAX_RECORD_BYTES and len(record.get("message", "")) > 24:
         record["message"] = record["message"][: len(record["message"]) - 17] + "…"
     for name in ("stdout_bytes", "stderr_bytes", "message"):
         if _size(record) > MAX_RECORD_BYTES:
             record.pop(name, None)
+    if files is not None:
+        record["files"] = files
     return record
 
 

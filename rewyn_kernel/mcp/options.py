@@ -17,6 +17,9 @@ MCP_TIMEOUT = 120.0
 (the kernel's 600 s suits a notebook cell that trains a model, not a tool call)."""
 SANDBOX_OPTIONS = (
     *SANDBOX_SETTINGS,
+    "workspace",
+    "protected",
+    "read_dirs",
     "env",
     "output_limit_bytes",
     "ipython",
@@ -37,7 +40,8 @@ def default_run_log() -> Path:
 @dataclass(frozen=True)
 class ServerOptions:
     settings: KernelSettings = field(default_factory=KernelSettings)
-    """The sandbox of every session (the code works in its scratch directory)."""
+    """The sandbox of every session (the code works in the workspace, when one is given, else
+    in its scratch directory)."""
     max_sessions: int = 8
     idle_ttl: float | None = 1800.0
     """Seconds a session may go without a call before it is closed; None: never."""
@@ -59,10 +63,10 @@ class ServerOptions:
 
     def sandbox_settings(self) -> KernelSettings:
         """The sandbox settings as the server runs them: its own timeout unless one was given;
-        no notebook directory (each session works in a scratch directory of its own)."""
+        the workspace it was given (``--workspace``), else none (each session then works in a
+        scratch directory of its own)."""
         values = self.settings.model_dump(exclude_unset=True)
         values.setdefault("timeout", MCP_TIMEOUT)
-        values["notebook_files"] = False
-        values.pop("files_dir", None)
+        values["notebook_workspace"] = False
         values.pop("run_log", None)
         return KernelSettings.model_validate(values)

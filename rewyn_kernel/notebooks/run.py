@@ -56,8 +56,8 @@ class RunSummary:
 @contextlib.contextmanager
 def _kernel_on_path(settings: KernelSettings, notebook: Path) -> Iterator[str]:
     """Write a kernelspec with ``settings`` to a temporary Jupyter path for the run, and name
-    ``notebook`` to the kernel as JupyterLab does (``JPY_SESSION_NAME``: its writes go to
-    sandbox-files/<notebook name>)."""
+    ``notebook`` to the kernel as JupyterLab does (``JPY_SESSION_NAME``: the notebook's folder is
+    its workspace, its kept versions named after it)."""
     with tempfile.TemporaryDirectory(prefix="rewyn-run-") as root:
         spec_dir = Path(root) / "kernels" / RUN_KERNEL
         spec_dir.mkdir(parents=True)

@@ -90,6 +90,12 @@ class Isolation(_Model):
         default=None,
         description="How the scratch quota is enforced, or why it is not; None: none asked.",
     )
+    workspace: Literal["versioned", "direct"] | None = Field(
+        default=None,
+        description="versioned: the code works in a view of the workspace whose writes are "
+        "published after each execution, the versions they replace kept; direct: it changes "
+        "the workspace's files itself, and nothing it replaces is kept; None: no workspace.",
+    )
     pids: str | None = Field(
         default=None, description="How the number of processes is bounded; None: not at all."
     )
@@ -100,9 +106,9 @@ class Isolation(_Model):
         default=None, description="The system-call filter in force for the code; None: none."
     )
     files: Literal["isolated", "open"] = Field(
-        description="isolated: the code sees none of the host's files but what runs it and what "
-        "it was given (its scratch directory, files_dir); open: it reads and writes the host's "
-        "files with the rights of the user running the host."
+        description="isolated: the code sees none of the host's files but what runs it and "
+        "what it was given (its scratch directory, its workspace, read_dirs); open: it reads "
+        "and writes the host's files with the rights of the user running the host."
     )
     filesystem: str = Field(description="What of the host's filesystem the code can reach.")
     environment: str = "allow-list"
@@ -112,6 +118,34 @@ class Isolation(_Model):
         "Python (asked for, or IPython is not installed in the sandbox).",
     )
     notes: tuple[str, ...] = Field(default=(), description="Protections that were not applied.")
+
+
+class WorkspaceFiles(_Model):
+    """What one execution changed in its workspace, as published when it ended."""
+
+    created: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    deleted: tuple[str, ...] = ()
+    refused: tuple[str, ...] = Field(
+        default=(),
+        description="What the code wrote that was not published, each 'path: why' (a protected "
+        "path, a link out of the workspace, over the disk quota...).",
+    )
+    counts: dict[str, int] = Field(
+        default_factory=dict,
+        description="How many of each kind (the lists stop at 200 paths).",
+    )
+    versions: tuple[str, ...] = Field(
+        default=(),
+        description="The ids of the versions of the person's files this execution replaced or "
+        "deleted, kept in <workspace>/.rewyn/versions (rewyn-kernel files restores them).",
+    )
+    notes: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """Whether the execution changed nothing in its workspace and nothing was said."""
+        return not any(self.counts.values()) and not self.notes
 
 
 class SandboxResult(_Model):
@@ -151,6 +185,11 @@ class SandboxResult(_Model):
         "fresh one and its state is lost.",
     )
     memory_exceeded: bool = False
+    files: WorkspaceFiles | None = Field(
+        default=None,
+        description="The files this execution created, changed and deleted in its workspace "
+        "(None without one).",
+    )
     disk_full: bool = Field(
         default=False,
         description="The scratch quota (disk_limit_mb) was used up when the execution ended: "

@@ -9,7 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 DEFAULT_INHERIT_ENV: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 """Parent variables a sandbox inherits unless told otherwise: locale, time zone and PATH only.
@@ -30,6 +37,15 @@ DEFAULT_DISK_MB = 4096
 lifts it; it is not applied to a ``workdir`` you give): a loop that writes stops there."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+
+SYSTEM_TREES = frozenset(
+    {
+        *("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin"),
+        *("sys", "usr"),
+    }
+)
+"""Folders of the root that are never a workspace (the sandbox shows them read-only)."""
 
 
 class SandboxSpec(BaseModel):
@@ -89,18 +105,30 @@ class SandboxSpec(BaseModel):
         description="Interpreter inside the sandbox; none: the provider's default "
         "(sys.executable for subprocess, python3 in a container).",
     )
-    files_dir: Path | None = Field(
+    workspace: Path | None = Field(
         default=None,
-        description="A directory the code works in (a notebook's): it sees the files there, "
-        "read-only where the provider can (an overlay), its writes kept in "
-        "files_dir/sandbox-files/<files_name>; none: it works in its scratch directory.",
+        description="A folder of the person's the code works in, at its own path (a notebook's: "
+        "the kernel's default): what the code writes there is published into it when each "
+        "execution ends, the earlier versions it replaces kept in <workspace>/.rewyn/versions; "
+        "protected paths stay read-only; none: the code works in its scratch directory.",
     )
-    files_name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")] = (
-        Field(
-            default="default",
-            description="The folder of files_dir/sandbox-files/ that the code's writes go to "
-            "(a kernel names it after its notebook).",
-        )
+    workspace_name: Annotated[
+        str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")
+    ] = Field(
+        default="default",
+        description="Names this sandbox's writes in the workspace's kept versions and staging "
+        "folders (a kernel names it after its notebook).",
+    )
+    protected: tuple[str, ...] = Field(
+        default=(),
+        description="More paths of the workspace the code may read but not change, added to "
+        "the defaults (VCS folders, *.ipynb, editor and shell configuration): a name or a "
+        "pattern ('*.csv') matches any part of a path; with a '/', a path from the workspace.",
+    )
+    read_dirs: tuple[Path, ...] = Field(
+        default=(),
+        description="More folders of the host shown to the code read-only, at their own paths "
+        "(data beside the workspace: '../data', '~/datasets').",
     )
     ipython: bool = Field(
         default=False,
@@ -139,14 +167,41 @@ class SandboxSpec(BaseModel):
                 )
         return value
 
-    @field_validator("workdir", "files_dir")
+    @field_validator("workdir", "workspace")
     @classmethod
     def _check_workdir(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is None:
             return None
         if not value.is_dir():
             raise ValueError(f"{info.field_name} {str(value)!r} is not an existing directory")
-        return value.resolve()
+        folder = value.resolve()
+        if info.field_name == "workspace" and (
+            folder == Path("/") or folder.parts[1] in SYSTEM_TREES
+        ):
+            raise ValueError(
+                f"workspace {str(folder)!r} is the system's, not a person's folder: give the "
+                "project's folder (the kernel's is its notebook's)"
+            )
+        return folder
+
+    @field_validator("read_dirs")
+    @classmethod
+    def _check_read_dirs(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
+        folders = []
+        for path in value:
+            folder = path.expanduser()
+            if not folder.is_dir():
+                raise ValueError(f"read_dirs entry {str(path)!r} is not an existing folder")
+            folders.append(folder.resolve())
+        return tuple(folders)
+
+    @field_validator("protected")
+    @classmethod
+    def _check_protected(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            if not pattern.strip("/") or ".." in pattern.split("/") or "\0" in pattern:
+                raise ValueError(f"protected entry {pattern!r} is not a path or a pattern")
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -192,6 +247,8 @@ class SandboxSpec(BaseModel):
             "inherit_env": list(self.inherit_env),
             "workdir": str(self.workdir) if self.workdir else None,
             "output_limit_bytes": self.output_limit_bytes,
-            "files_dir": str(self.files_dir) if self.files_dir else None,
+            "workspace": str(self.workspace) if self.workspace else None,
+            "protected": list(self.protected),
+            "read_dirs": [str(path) for path in self.read_dirs],
             "ipython": self.ipython,
         }

@@ -161,6 +161,13 @@ def assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str
     reasons = []
     if spec.workdir is not None and isolation.files == "isolated":
         reasons.append(f"the code can read and write the directory mounted: {spec.workdir}")
+    if isolation.workspace == "direct":
+        # (a versioned workspace keeps every version the code replaces: nothing is lost)
+        confined = False
+        reasons.append(
+            f"the code changes the files of {spec.workspace} directly, and no earlier version "
+            "is kept"
+        )
     if isolation.network == "allowed":
         reasons.append("network='allow': the code can reach the network")
     elif network:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rewyn_kernel.runtime._result import Ending, ErrorInfo, Isolation
+from rewyn_kernel.runtime._result import Ending, ErrorInfo, Isolation, WorkspaceFiles
 
 __all__ = [
     "EVENT_TYPE",
@@ -76,6 +76,7 @@ class SandboxEvent(BaseModel):
     interrupted: bool
     memory_exceeded: bool
     disk_full: bool = False
+    files: WorkspaceFiles | None = None
     state_lost: bool
     sandbox_restarted: bool
     message: str

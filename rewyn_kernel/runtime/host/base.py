@@ -26,6 +26,7 @@ from rewyn_kernel.runtime.host.scratch import (
 )
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.host.sync import Closeable
+from rewyn_kernel.runtime.host.workspace import Budget
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.events import EventListener
@@ -89,6 +90,7 @@ class BaseSandbox(Closeable):
             isolation=isolation,
             listeners=tuple(listeners),
             quota=scratch_quota,
+            budget=Budget(spec.disk_limit_mb * 1024 * 1024 if spec.disk_limit_mb else None),
         )
         self._lock = threading.Lock()
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()

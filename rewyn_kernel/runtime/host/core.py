@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from rewyn_kernel.runtime._result import ErrorInfo, Isolation, Payload, RichOutput, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener, OutputSummary, SandboxEvent, ToolResult
+from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.channel import LiveWorker
-from rewyn_kernel.runtime.host.files import plan_view, tidy
 from rewyn_kernel.runtime.host.protocol import (
     MAX_HEADER_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -26,6 +26,7 @@ from rewyn_kernel.runtime.host.protocol import (
 )
 from rewyn_kernel.runtime.host.quota import Quota
 from rewyn_kernel.runtime.host.scratch import remove_tree
+from rewyn_kernel.runtime.host.workspace import Budget
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.providers.base import SandboxProvider
@@ -58,6 +59,8 @@ class SandboxCore:
     listeners: tuple[EventListener, ...]
     quota: Quota | None = None
     """The scratch directory's own filesystem (disk_limit_mb), removed at cleanup."""
+    budget: Budget = field(default_factory=lambda: Budget(None))
+    """What the code may still write in its workspace (disk_limit_mb: host/workspace.py)."""
     _live: set[LiveWorker] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -74,6 +77,10 @@ class SandboxCore:
                 raise RuntimeError("the sandbox is closed")
             name = f"rewyn-{self.id}-{next(self._names)}"
         process = self.provider.launch(self.spec, self.workdir, name)
+        cells = getattr(process, "workspace", None)
+        if isinstance(cells, WorkspaceCells):  # (the sandbox's, for all of its workers)
+            cells.budget = self.budget
+            cells.scratch = self.workdir if self.quota is not None else None
         config: dict[str, Any] = {
             **self.provider.worker_config(self.spec, self.workdir),
             # (what only the launch knows: a view it mounted for this worker, say)
@@ -97,6 +104,8 @@ class SandboxCore:
             process.kill()
             process.close()
             raise
+        if isinstance(cells, WorkspaceCells):
+            cells.watch(worker.kill)  # (the quota, while the code writes in its workspace)
         with self._lock:
             closed = self.closed()  # again: cleanup may have run while the worker started
             if not closed:
@@ -127,5 +136,3 @@ class SandboxCore:
             remove_tree(self.workdir)
         else:
             remove_tree(self.workdir / ".tmp")
-        if self.spec.files_dir is not None:  # (what the code wrote there stays, always)
-            tidy(plan_view(self.spec.files_dir, self.spec.files_name))

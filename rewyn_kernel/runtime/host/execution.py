@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
+import re
 import signal as signals
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rewyn_kernel.runtime._result import (
@@ -18,6 +22,7 @@ from rewyn_kernel.runtime._result import (
     Payload,
     RichOutput,
     SandboxResult,
+    WorkspaceFiles,
     plain_traceback,
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -36,6 +41,8 @@ from rewyn_kernel.runtime.host.protocol import (
 )
 
 logger = logging.getLogger(__name__)
+
+_MISSING_PATH = re.compile(r"No such file or directory: '([^']{1,4096})'")
 
 StreamCallback = Callable[[str, str], None]
 """Called with (stream name, text) as output arrives: "stdout" or "stderr"."""
@@ -211,9 +218,11 @@ class Execution:
         *,
         sandbox_restarted: bool,
         disk_full: bool = False,
+        files: WorkspaceFiles | None = None,
     ) -> SandboxResult:
         """Make the result from what arrived and how it ended (``outcome``); ``disk_full``:
-        the scratch quota was used up when it ended."""
+        the scratch quota was used up when it ended; ``files``: what it changed in its
+        workspace."""
         for name, capture in self.streams.items():
             text = capture.finish()
             if text and self.callbacks.on_stream:
@@ -260,6 +269,17 @@ class Execution:
                 "writes past it fail (No space left on device)"
             )
             message = f"{message}; {full}" if message else full
+        hidden = self.hidden_path(error)
+        if hidden:
+            self.streams["stderr"].append(f"[rewyn: {hidden}]\n")
+            if self.callbacks.on_stream:
+                _call(self.callbacks.on_stream, "stderr", f"[rewyn: {hidden}]\n")
+            message = f"{message}; {hidden}" if message else hidden
+        if files is not None and files.notes:
+            for note in files.notes:
+                self.streams["stderr"].append(f"[rewyn: {note}]\n")
+                if self.callbacks.on_stream:
+                    _call(self.callbacks.on_stream, "stderr", f"[rewyn: {note}]\n")
         if self.state_lost:
             lost = "the previous sandbox was lost, so this ran in a fresh one without earlier state"
             message = f"{lost}; {message}" if message else lost
@@ -285,10 +305,34 @@ class Execution:
             sandbox_restarted=sandbox_restarted,
             memory_exceeded=memory_exceeded,
             disk_full=disk_full,
+            files=files,
             execution_id=self.id,
             provider=provider,
             isolation=isolation,
         )
+
+    def hidden_path(self, error: ErrorInfo | None) -> str:
+        """A note for a FileNotFoundError whose path the host has but the sandbox does not
+        show (``../data/other.csv`` beside the workspace), saying how to show it; or ''."""
+        if error is None or error.ename != "FileNotFoundError":
+            return ""
+        found = _MISSING_PATH.search(error.evalue)
+        if found is None:
+            return ""
+        name = found.group(1)
+        base = self.spec.workspace or self.spec.workdir
+        path = Path(name) if os.path.isabs(name) else (base / name if base else None)
+        if path is None:
+            return ""
+        with contextlib.suppress(OSError, ValueError):
+            real = Path(os.path.normpath(path))
+            if real.exists():
+                folder = real if real.is_dir() else real.parent
+                return (
+                    f"{real} is on the host, but the sandbox does not show it: show its folder "
+                    f"with read_dirs (--read {folder}; c.SandboxKernel.read_dirs)"
+                )
+        return ""
 
     def event(self, result: SandboxResult, sandbox_id: str, session_id: str) -> SandboxEvent:
         code_bytes = len(self.code.encode("utf-8", "surrogatepass"))
@@ -323,6 +367,7 @@ class Execution:
             interrupted=result.interrupted,
             memory_exceeded=result.memory_exceeded,
             disk_full=result.disk_full,
+            files=result.files,
             state_lost=result.state_lost,
             sandbox_restarted=result.sandbox_restarted,
             message=result.message,

@@ -91,17 +91,20 @@ def setup_namespace() -> int:
     """A user namespace whose root is the dedicated uid and where the host's root is uid 1:
     a descriptor of it, for ``bwrap --userns`` and ``nsenter --user`` (made once per process;
     each sandbox's supervisor leaves it for one of its own). Raise OSError saying why not."""
-    return _namespace(f"0 {sandbox_uid()} 1\n{HOST_ROOT_INSIDE} 0 1\n")
+    mapping = f"0 {sandbox_uid()} 1\n{HOST_ROOT_INSIDE} 0 1\n"
+    return _namespace(mapping, mapping)
 
 
-def idmap_namespace() -> int:
-    """A user namespace that maps the host's root to the dedicated uid and nothing else: the
-    mapping of an idmapped mount that shows root's files as the code's (host/views.py)."""
-    return _namespace(f"0 {sandbox_uid()} 1\n")
+def idmap_namespace(code: tuple[int, int] | None = None, owner: tuple[int, int] = (0, 0)) -> int:
+    """A user namespace that maps ``owner``'s uid and gid (the person's whose folder is shown;
+    default root) to the code's (default: the dedicated uid) and nothing else: the mapping of
+    an idmapped mount that shows the owner's files as the code's (host/views.py)."""
+    uid, gid = code if code is not None else (sandbox_uid(), sandbox_uid())
+    return _namespace(f"{owner[0]} {uid} 1\n", f"{owner[1]} {gid} 1\n")
 
 
 @functools.cache
-def _namespace(mapping: str) -> int:
+def _namespace(uid_map: str, gid_map: str) -> int:
     if not host_root():
         raise OSError("only a root host makes the sandboxes' user namespaces")
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
@@ -124,7 +127,7 @@ def _namespace(mapping: str) -> int:
         if holder.stdout.readline() != b"ready\n":
             why = holder.stderr.read().decode("utf-8", "replace").strip() if holder.stderr else ""
             raise OSError(f"unshare --user failed: {why or 'no namespace'}")
-        for name in ("uid_map", "gid_map"):
+        for name, mapping in (("uid_map", uid_map), ("gid_map", gid_map)):
             with open(f"/proc/{holder.pid}/{name}", "w") as handle:
                 handle.write(mapping)
         return os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)

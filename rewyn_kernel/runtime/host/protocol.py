@@ -67,8 +67,6 @@ class ReadyFrame(_Frame):
     executable: Text
     platform: Annotated[str, Field(max_length=64)]
     shell: Literal["stdlib", "ipython"] = "stdlib"
-    files: Text | None = None
-    """Where the code's writes in its files directory go (an overlay took them), if anywhere."""
     notes: Annotated[list[Text], Field(max_length=16)] = []
 
 
@@ -154,6 +152,16 @@ class CompleteReplyFrame(_Frame):
     cursor_end: int
 
 
+class ViewDoneFrame(_Frame):
+    """The supervisor's answer to ``view``: the next execution's view of the workspace is up
+    (or why not). Only the supervisor sends it."""
+
+    t: Literal["view_done"]
+    id: str
+    ok: bool
+    detail: Text = ""
+
+
 class InspectReplyFrame(_Frame):
     t: Literal["inspect_reply"]
     id: str | None
@@ -172,7 +180,8 @@ WorkerFrame = Annotated[
     | DoneFrame
     | InputRequestFrame
     | CompleteReplyFrame
-    | InspectReplyFrame,
+    | InspectReplyFrame
+    | ViewDoneFrame,
     Field(discriminator="t"),
 ]
 
@@ -249,6 +258,7 @@ WORKER_MODULES = (
     "executor",
     "ipython",
     "child",
+    "mounter",
     "supervisor",
     "main",
 )

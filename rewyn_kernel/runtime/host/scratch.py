@@ -66,6 +66,11 @@ def remove_tree(path: Path) -> None:
         os.close(parent)
 
 
+def remove_at(dir_fd: int, name: str) -> None:
+    """Remove ``name`` of the folder ``dir_fd`` and all under it, as ``remove_tree``."""
+    _remove(dir_fd, name)
+
+
 def _remove(dir_fd: int, name: str) -> None:
     try:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

@@ -24,9 +24,11 @@ from rewyn_kernel.runtime._result import (
     EXIT_KILLED,
     Isolation,
     SandboxResult,
+    WorkspaceFiles,
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener, emit
+from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive
 from rewyn_kernel.runtime.host.execution import (
@@ -188,6 +190,7 @@ class Session(Closeable):
             execution.cancel = _cancel or threading.Event()
             raised: BaseException | None = None
             restarted = False
+            files: WorkspaceFiles | None = None
             taken = self._cancelled() if execution.cancel.is_set() else self._take(execution)
             if isinstance(taken, Outcome):
                 outcome = taken
@@ -217,6 +220,7 @@ class Session(Closeable):
                     with self._lock:
                         self._current = None
                 restarted = self._after(worker, outcome)
+                files = published(worker, execution.id[:8])
             result = execution.result(
                 outcome,
                 (time.monotonic() - started) * 1000,
@@ -224,6 +228,7 @@ class Session(Closeable):
                 self._core.isolation,
                 sandbox_restarted=restarted,
                 disk_full=self._core.quota is not None and self._core.quota.full(),
+                files=files if not isinstance(taken, Outcome) else None,
             )
         emit(execution.event(result, self._core.id, self.id), self._core.listeners)
         if raised is not None:
@@ -455,3 +460,24 @@ class Session(Closeable):
             )
         finally:
             self._exec_lock.release()
+
+
+def published(worker: LiveWorker, label: str) -> WorkspaceFiles | None:
+    """After an execution on ``worker``: publish what it wrote in its workspace (and renew the
+    view for the next one), whatever its ending; None without a workspace."""
+    cells = getattr(worker.process, "workspace", None)
+    if not isinstance(cells, WorkspaceCells):
+        return None
+    try:
+        changes = cells.end(None if worker.ended else worker, label)
+    except OSError as exc:  # (what was not published stays in staging: the next end tries)
+        return WorkspaceFiles(notes=(f"the workspace could not be published: {exc}",))
+    return WorkspaceFiles(
+        created=tuple(changes.created),
+        changed=tuple(changes.changed),
+        deleted=tuple(changes.deleted),
+        refused=tuple(changes.refused),
+        counts=dict(changes.counts),
+        versions=tuple(changes.versions),
+        notes=tuple(changes.notes),
+    )

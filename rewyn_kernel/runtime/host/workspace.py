@@ -30,7 +30,9 @@ import fcntl
 import fnmatch
 import json
 import os
+import re
 import stat
+import sys
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -63,15 +65,24 @@ PROTECTED = (
     ".zshenv",
     ".zlogin",
     "*.ipynb",
+    ".venv",
+    "jupyter_*_config.py",
+    "jupyter_*_config.json",
+    "ipython_config.py",
+    "ipython_kernel_config.py",
 )
 """Paths the code may read but never change, by name (any component of a relative path) or, with
 a ``/``, by relative path: Codex's workspace-write mode keeps ``.git`` read-only, and
 sandbox-runtime has a mandatory write-deny list; code that rewrote the open notebook could plant
-cells in it."""
+cells in it; a project's ``.venv`` and Jupyter's and IPython's configuration files run on the
+host. ``host_paths`` adds what the host's own Python runs from inside the workspace."""
 MAX_LISTED = 200
 """Paths listed per kind in one execution's ``FileChanges`` (the counts are always whole)."""
 VERSIONS_LIMIT_BYTES = 1 << 30
 VERSIONS_MAX_AGE_SECONDS = 30 * 24 * 3600
+BLOCK = 4096
+"""What the budget counts at least for each file or folder the code writes: an inode is disk
+too, and a flood of empty files must reach the quota."""
 WHITEOUT = 0  # (an overlay whiteout is a character device 0:0)
 OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 
@@ -115,6 +126,41 @@ class FileChanges:
         }
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(name: str) -> str:
+    """A name for the store's folders from a notebook's or sandbox's name: letters, digits and
+    ``._-``."""
+    clean = _UNSAFE.sub("-", name).strip(".-")[:64]
+    return clean or "default"
+
+
+def hide_store(upper: Path) -> None:
+    """Put a whiteout of the store in a fresh view's upper folder: the code's view of the
+    workspace has no ``.rewyn`` (``os.listdir`` shows what ipykernel shows). What the code
+    writes under that name is never published. (Anyone may make a whiteout, Linux 5.8+.)"""
+    os.mknod(upper / STORE, stat.S_IFCHR, os.makedev(0, WHITEOUT))
+
+
+def host_paths(root: Path) -> list[str]:
+    """What this host process runs from inside ``root``, as protected paths (``/relative``):
+    its interpreter's prefixes and import path there (a project's virtual environment, whatever
+    its name) and each top-level folder or file of a module it imported from there (an
+    editable install). The code may read them; a change would run on the host."""
+    base = os.path.realpath(root)
+    inside = base + os.sep
+    found: set[str] = set()
+    for path in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, *sys.path):
+        if path and (real := os.path.realpath(path)).startswith(inside):
+            found.add(real[len(inside) :])
+    for module in list(sys.modules.values()):
+        where = getattr(module, "__file__", None)
+        if isinstance(where, str) and (real := os.path.abspath(where)).startswith(inside):
+            found.add(real[len(inside) :].split(os.sep, 1)[0])
+    return sorted(f"/{path}" for path in found)
+
+
 def protected(relative: str, patterns: Sequence[str]) -> bool:
     """Whether the workspace path ``relative`` is one the code may not change."""
     parts = PurePosixPath(relative).parts
@@ -156,8 +202,8 @@ def existing_protected(root: Path, patterns: Sequence[str], limit: int = 256) ->
 
 class Budget:
     """What the code may still write in the workspace: ``disk_limit_mb`` less what it has
-    published (the current size of each file it created or replaced, so rewriting one file
-    counts once) and what its scratch directory holds. None: no limit."""
+    published (the current size of each file it created or replaced, at least a ``BLOCK``, so
+    rewriting one file counts once) and what its scratch directory holds. None: no limit."""
 
     def __init__(self, limit_bytes: int | None) -> None:
         self.limit = limit_bytes
@@ -188,7 +234,7 @@ class Workspace:
         """``owner``: who published files belong to, where the code runs as another uid (a
         root host's); None: whoever the code is (the host's own user)."""
         self.root = root
-        self.patterns = (*PROTECTED, *extra_protected)
+        self.patterns = (*PROTECTED, *extra_protected, *host_paths(root))
         self.owner = owner
         self.store = root / STORE
 
@@ -219,7 +265,9 @@ class Workspace:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the workspace's publication lock (one publication at a time)."""
-        fd = os.open(self.store / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = os.open(
+            self.store / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+        )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -238,18 +286,32 @@ class Workspace:
     ) -> FileChanges:
         """Move what the code wrote in the overlay's ``upper`` folder into the workspace, the
         versions it replaces or deletes kept first; ``label`` names this execution in the
-        versions' ids. What is refused is removed from ``upper`` with the rest."""
+        versions' ids. What is refused is removed from ``upper``; what could not be moved (an
+        error, or the code changing it meanwhile) stays there for the next publication.
+
+        The walk holds a descriptor of each folder and renames by name in it, never through a
+        path: a process of the code that still writes in ``upper`` (through an old view it
+        holds open) cannot swap a folder for a link and lead the host elsewhere; a file is
+        published only when the inode that arrived is the one that was checked."""
         changes = FileChanges()
-        if not upper.is_dir():
+        try:
+            source = os.open(upper, _DIRECTORY)
+        except OSError:
             return changes
-        with self.locked():
-            version = _Version(self, label, changes)
-            left = budget.remaining(scratch_used) if budget is not None else None
-            state = _Publishing(self, version, changes, budget, left)
-            state.directory(upper, "")
-            if version.made:
-                self.prune(keep=version.id, changes=changes)
-        _clear(upper)
+        try:
+            with self.locked():
+                target = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    version = _Version(self, label, changes)
+                    left = budget.remaining(scratch_used) if budget is not None else None
+                    state = _Publishing(self, version, changes, budget, left)
+                    state.directory(source, target, "")
+                finally:
+                    os.close(target)
+                if version.made:
+                    self.prune(keep=version.id, changes=changes)
+        finally:
+            os.close(source)
         return changes
 
     # -- versions ----------------------------------------------------------------------------
@@ -282,16 +344,28 @@ class Workspace:
                 if item["id"] != version_id or (path is not None and item["path"] != path):
                     continue
                 relative = item["path"]
+                _safe_relative(relative)
                 source = self.store / "versions" / version_id / relative
                 target = self.root / relative
-                _safe_relative(relative)
-                if target.exists() or target.is_symlink():
-                    current.keep(relative, "replaced by a restore")
                 target.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(source, target)
+                self._inside(target.parent)
+                folder = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    if _lstat(folder, target.name) is not None:
+                        current.keep(folder, target.name, relative, "replaced by a restore")
+                    os.rename(source, target.name, dst_dir_fd=folder)
+                finally:
+                    os.close(folder)
                 restored.append(relative)
             self._drop_index_entries({(version_id, p) for p in restored})
         return restored
+
+    def _inside(self, folder: Path) -> None:
+        """Raise OSError unless ``folder`` resolves inside the workspace (a link of the
+        person's may lead out: a restore never follows one there)."""
+        real, base = os.path.realpath(folder), os.path.realpath(self.root)
+        if real != base and not real.startswith(base + os.sep):
+            raise OSError(errno.EXDEV, f"{folder} leads out of the workspace")
 
     def prune(self, *, keep: str, changes: FileChanges) -> None:
         """Drop the oldest versions past the store's bounds (size, age), never ``keep``."""
@@ -342,18 +416,18 @@ class _Version:
     def __init__(self, workspace: Workspace, label: str, changes: FileChanges) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         self.workspace = workspace
-        self.id = f"{stamp}-{label}-{uuid.uuid4().hex[:6]}"
+        self.id = f"{stamp}-{safe_name(label)}-{uuid.uuid4().hex[:6]}"
         self.changes = changes
         self.made = False
 
-    def keep(self, relative: str, why: str) -> None:
-        """Move the workspace's ``relative`` into this version (a rename: same filesystem)."""
-        source = self.workspace.root / relative
+    def keep(self, folder: int, name: str, relative: str, why: str) -> None:
+        """Move ``name`` of the workspace's ``folder`` (a descriptor; ``relative`` is its path)
+        into this version: a rename, the store being on the workspace's filesystem."""
         target = self.workspace.store / "versions" / self.id / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        info = os.lstat(source)
-        size = _tree_size(source) if stat.S_ISDIR(info.st_mode) else info.st_size
-        os.rename(source, target)
+        os.rename(name, target, src_dir_fd=folder)
+        info = os.lstat(target)
+        size = _tree_size(target) if stat.S_ISDIR(info.st_mode) else info.st_size
         if not self.made:
             self.made = True
             self.changes.versions.append(self.id)
@@ -363,7 +437,8 @@ class _Version:
 
 
 class _Publishing:
-    """One publication's walk of an upper folder (see Workspace.publish)."""
+    """One publication's walk of an upper folder (see Workspace.publish): ``source`` and
+    ``target`` are descriptors of the same folder in the upper and in the workspace."""
 
     def __init__(
         self,
@@ -378,103 +453,184 @@ class _Publishing:
         self.changes = changes
         self.budget = budget
         self.left = left
+        self.over_quota = False
 
-    def directory(self, upper: Path, relative: str) -> None:
+    def directory(self, source: int, target: int, relative: str) -> None:
         try:
-            with os.scandir(upper) as entries:
-                items = sorted(entries, key=lambda entry: entry.name)
+            with os.scandir(source) as entries:
+                names = sorted(entry.name for entry in entries)
         except OSError:
             return
-        for entry in items:
-            path = f"{relative}/{entry.name}" if relative else entry.name
+        for name in names:
+            path = f"{relative}/{name}" if relative else name
             try:
-                self.entry(Path(entry.path), path, entry.stat(follow_symlinks=False))
+                self.entry(source, target, name, path)
             except OSError as exc:
+                # (left in the upper folder: published, or refused, next time)
                 self.changes.add("refused", f"{path}: {exc.strerror or exc}")
 
-    def entry(self, source: Path, relative: str, info: os.stat_result) -> None:
-        root = self.workspace.root
-        target = root / relative
-        there = target.exists() or target.is_symlink()
-        if relative == STORE or relative.startswith(STORE + "/"):
-            return  # (the store is hidden from the code; nothing of it is published)
+    def entry(self, source: int, target: int, name: str, relative: str) -> None:
+        info = os.stat(name, dir_fd=source, follow_symlinks=False)
+        there = _lstat(target, name)
+        if relative == STORE:
+            _remove_at(source, name)  # (the store is hidden from the code: never published)
+            return
         if stat.S_ISCHR(info.st_mode) and info.st_rdev == WHITEOUT:
-            if there and not protected(relative, self.workspace.patterns):
-                self.version.keep(relative, "deleted by the code")
+            if there is not None and not protected(relative, self.workspace.patterns):
+                self.version.keep(target, name, relative, "deleted by the code")
                 self.changes.add("deleted", relative)
                 if self.budget is not None:
                     self.budget.record(relative, None)
+            _remove_at(source, name)
             return
         if protected(relative, self.workspace.patterns):
-            self.changes.add("refused", f"{relative}: a protected path (setting protected)")
+            if stat.S_ISDIR(info.st_mode):  # (a folder copied up on the way: what is in it)
+                self.refuse_all(source, name, relative)
+            else:
+                self.changes.add("refused", f"{relative}: a protected path (setting protected)")
+            _remove_at(source, name)
             return
         if stat.S_ISDIR(info.st_mode):
-            if _opaque(source) and there:
-                self.version.keep(relative, "replaced by the code")
-                there = False
-            if there and not target.is_dir():
-                self.version.keep(relative, "replaced by a folder")
-                there = False
-            if not there:
-                target.mkdir(mode=stat.S_IMODE(info.st_mode) or 0o755)
-                self.own(target, None)
-            self.directory(source, relative)
+            self.folder(source, target, name, relative, (info, there))
             return
-        if stat.S_ISLNK(info.st_mode):
-            destination = os.readlink(source)
-            if not _link_stays_inside(root, relative, destination):
-                self.changes.add("refused", f"{relative}: a link that leads out of the workspace")
-                return
-        elif not stat.S_ISREG(info.st_mode):
-            self.changes.add("refused", f"{relative}: not a regular file, folder or link")
-            return
-        size = info.st_size if stat.S_ISREG(info.st_mode) else 0
-        if self.left is not None:
-            before = self.budget.own.get(relative, 0) if self.budget is not None else 0
-            if size - before > self.left:
-                self.changes.add("refused", f"{relative}: over the disk quota (disk_limit_mb)")
-                self.changes.notes.append(
-                    f"{relative} ({size:,} bytes) was not kept: the sandbox's disk quota "
-                    "(disk_limit_mb) is used up"
+        self.file(source, target, name, relative, there)
+
+    def folder(
+        self,
+        source: int,
+        target: int,
+        name: str,
+        relative: str,
+        stats: tuple[os.stat_result, os.stat_result | None],
+    ) -> None:
+        info, there = stats
+        inner = os.open(name, _DIRECTORY, dir_fd=source)
+        try:
+            if there is not None and (_opaque(inner) or not stat.S_ISDIR(there.st_mode)):
+                why = (
+                    "replaced by the code"
+                    if stat.S_ISDIR(there.st_mode)
+                    else "replaced by a folder"
                 )
+                self.version.keep(target, name, relative, why)
+                there = None
+            if there is None:
+                os.mkdir(name, stat.S_IMODE(info.st_mode) & 0o777 or 0o755, dir_fd=target)
+                self.own(target, name)
+            into = os.open(name, _DIRECTORY, dir_fd=target)
+            try:
+                self.directory(inner, into, relative)
+            finally:
+                os.close(into)
+        finally:
+            os.close(inner)
+        with contextlib.suppress(OSError):  # (emptied: gone; else kept for the next time)
+            os.rmdir(name, dir_fd=source)
+
+    def file(
+        self, source: int, target: int, name: str, relative: str, there: os.stat_result | None
+    ) -> None:
+        pin = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=source)
+        try:
+            info = os.fstat(pin)
+            if stat.S_ISLNK(info.st_mode):
+                destination = os.readlink("", dir_fd=pin)
+                if not _link_stays_inside(self.workspace.root, relative, destination):
+                    self.refuse(source, name, f"{relative}: a link that leads out of the workspace")
+                    return
+            elif not stat.S_ISREG(info.st_mode):
+                self.refuse(source, name, f"{relative}: not a regular file, folder or link")
                 return
-            self.left -= max(0, size - before)
-        if there:
-            self.version.keep(relative, "changed by the code")
+            size = info.st_size if stat.S_ISREG(info.st_mode) else 0
+            cost = max(size, BLOCK)
+            before = self.budget.own.get(relative, 0) if self.budget is not None else 0
+            if self.left is not None and cost - before > self.left:
+                self.refuse(source, name, f"{relative}: over the disk quota (disk_limit_mb)")
+                if not self.over_quota:
+                    self.over_quota = True
+                    self.changes.notes.append(
+                        "the sandbox's disk quota (disk_limit_mb) is used up: what the code "
+                        f"wrote past it was not kept, from {relative} ({size:,} bytes) on"
+                    )
+                return
+            # Into the target folder under a name of the host's first, and on only if the
+            # inode that arrived is the one checked (the code may swap it meanwhile).
+            arriving = f".rewyn-publish-{uuid.uuid4().hex}"
+            os.rename(name, arriving, src_dir_fd=source, dst_dir_fd=target)
+            arrived = os.stat(arriving, dir_fd=target, follow_symlinks=False)
+            if (arrived.st_dev, arrived.st_ino) != (info.st_dev, info.st_ino):
+                os.rename(arriving, name, src_dir_fd=target, dst_dir_fd=source)
+                raise OSError(errno.EAGAIN, "it changed while it was published")
+        finally:
+            os.close(pin)
+        if self.left is not None:
+            self.left -= max(0, cost - before)
+        if there is not None:
+            self.version.keep(target, name, relative, "changed by the code")
             self.changes.add("changed", relative)
         else:
             self.changes.add("created", relative)
-        owner = self.owner_for(target.parent)
-        os.rename(source, target)
-        if owner is not None:
-            with contextlib.suppress(OSError):
-                os.lchown(target, *owner)
+        os.rename(arriving, name, src_dir_fd=target, dst_dir_fd=target)
+        if stat.S_ISREG(info.st_mode) and info.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            os.chmod(name, stat.S_IMODE(info.st_mode) & 0o1777, dir_fd=target)
+        self.own(target, name)
         self.changes.bytes_written += size
         if self.budget is not None:
-            self.budget.record(relative, size)
+            self.budget.record(relative, cost)
 
-    def own(self, path: Path, owner: tuple[int, int] | None) -> None:
-        owner = owner or self.owner_for(path.parent)
-        if owner is not None:
-            with contextlib.suppress(OSError):
-                os.lchown(path, *owner)
+    def refuse(self, source: int, name: str, why: str) -> None:
+        self.changes.add("refused", why)
+        _remove_at(source, name)
 
-    def owner_for(self, folder: Path) -> tuple[int, int] | None:
-        """Who a published file belongs to: the workspace's owner where the code runs as a
-        uid of its own (the folder's owner), else as it is."""
-        if self.workspace.owner is None:
-            return None
+    def refuse_all(self, source: int, name: str, relative: str) -> None:
+        """Report what the code wrote in a protected folder (nothing of it is published)."""
         try:
-            info = os.stat(folder)
+            inner = os.open(name, _DIRECTORY, dir_fd=source)
         except OSError:
-            return self.workspace.owner
-        return info.st_uid, info.st_gid
+            return
+        try:
+            for folder, _, names, _ in os.fwalk(dir_fd=inner):
+                for item in names:
+                    path = os.path.normpath(os.path.join(relative, folder, item))
+                    self.changes.add("refused", f"{path}: a protected path (setting protected)")
+        finally:
+            os.close(inner)
+
+    def own(self, folder: int, name: str) -> None:
+        """Give a published file or folder to the owner of the folder it is in, where the code
+        runs as a uid of its own (a root host's); else it stays the code's, the host user's."""
+        if self.workspace.owner is None:
+            return
+        try:
+            info = os.fstat(folder)
+            owner = info.st_uid, info.st_gid
+        except OSError:
+            owner = self.workspace.owner
+        with contextlib.suppress(OSError):
+            os.chown(name, *owner, dir_fd=folder, follow_symlinks=False)
 
 
-def _opaque(path: Path) -> bool:
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _lstat(folder: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _remove_at(folder: int, name: str) -> None:
+    """Remove ``name`` of ``folder`` (a descriptor) and all under it; links never followed."""
+    from rewyn_kernel.runtime.host.scratch import remove_at
+
+    remove_at(folder, name)
+
+
+def _opaque(folder: int) -> bool:
     for name in OPAQUE_XATTRS:
         try:
-            if os.getxattr(path, name, follow_symlinks=False) == b"y":
+            if os.getxattr(folder, name) == b"y":
                 return True
         except OSError:
             continue
@@ -507,16 +663,6 @@ def _tree_size(path: Path) -> int:
             with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(folder, name)).st_size
     return total
-
-
-def _clear(folder: Path) -> None:
-    """Empty ``folder`` (what was refused, and the empty folders left): links unlinked, never
-    followed."""
-    from rewyn_kernel.runtime.host.scratch import remove_tree
-
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
-            remove_tree(Path(entry.path))
 
 
 def _remove(path: Path) -> None:

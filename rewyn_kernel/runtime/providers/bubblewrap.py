@@ -5,7 +5,8 @@ provider shells out to docker. The code sees, read-only, only what runs it: ``/u
 ``/bin``, ``/lib``... that point there), the prefixes of the worker's Python (its venv and the
 installation under it), and a few files of ``/etc`` that programs read and hold no secret. It
 gets a fresh ``/proc`` and ``/dev``, a bounded ``/tmp``, its scratch directory (read-write, at
-the host's path) and, with ``files_dir``, the notebook's directory through an overlay. The
+the host's path) and, with ``workspace``, the workspace through a view renewed after each
+execution (host/workspace.py), and the ``read_dirs`` read-only. The
 host's ``/home``, ``/root``, ``/run``, ``/var`` and every daemon socket are simply not there.
 
 Every namespace is new (user, PID, network, IPC, UTS, cgroup, mount). The supervisor is the
@@ -33,18 +34,18 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import files_config, plan_view, prepare
 from rewyn_kernel.runtime.host.identity import identity, setup_namespace
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
-from rewyn_kernel.runtime.host.views import HostMount, HostView
+from rewyn_kernel.runtime.host.views import HostMount, WorkspaceView
 from rewyn_kernel.runtime.providers.base import CheckItem
 from rewyn_kernel.runtime.providers.local import (
     common_notes,
     local_config,
     python_prefixes,
-    root_view,
     root_workdir,
     user_text,
+    workspace_cells,
+    workspace_note,
 )
 from rewyn_kernel.runtime.providers.popen import PopenWorker
 
@@ -212,14 +213,13 @@ class BubblewrapProvider:
                 "bwrap is setuid here: no private /dev/shm, no overlay of the notebook's "
                 "directory, and the code may create user namespaces of its own"
             )
-        if spec.files_dir is not None:
-            if found.caps:
+        if spec.workspace is not None:
+            notes.append(workspace_note(spec, in_sandbox=not identity().dedicated))
+            if not found.caps:
                 notes.append(
-                    f"{spec.files_dir} is seen read-only through an overlay; the code's writes "
-                    f"go to {plan_view(spec.files_dir, spec.files_name).upper}"
+                    f"{spec.workspace} is read-write for the code (setuid bwrap: no view of it "
+                    "of its own, so no earlier version is kept)"
                 )
-            else:
-                notes.append(f"{spec.files_dir} is read-write for the code (no overlay)")
         network: Literal["isolated", "allowed"] = "isolated"
         if spec.network != "none":
             network = "allowed"
@@ -236,6 +236,7 @@ class BubblewrapProvider:
             memory=cgroup.memory_text(spec.memory_limit_mb),
             pids=cgroup.pids_text(spec.pids_limit),
             filesystem=_FILESYSTEM,
+            workspace=(None if spec.workspace is None else "versioned" if found.caps else "direct"),
             user=user_text(),
             seccomp=(seccomp.build().program and seccomp.build().detail) or None,
             notes=tuple(notes),
@@ -258,11 +259,8 @@ class BubblewrapProvider:
             ),
             "same_python": self._python(spec) == sys.executable,
         }
-        if spec.files_dir is not None and not identity().dedicated:  # (else: see launch)
-            config.update(files_config(spec))
-            if not caps:  # (without the overlay the code works in the directory itself)
-                config["cwd"] = str(spec.files_dir)
-                config.pop("files")
+        if spec.workspace is not None and not caps:  # (else: the launch's workspace setting)
+            config["cwd"] = str(spec.workspace)
         return config
 
     def bwrap_argv(
@@ -270,12 +268,15 @@ class BubblewrapProvider:
         spec: SandboxSpec,
         workdir: Path,
         name: str,
-        view: HostView | None = None,
+        view: WorkspaceView | None = None,
         given: HostMount | None = None,
+        *,
+        keep: Sequence[str] = (),
     ) -> list[str]:
         """The ``bwrap`` command line of one worker (the program comes on its stdin);
-        ``view`` and ``given``: a root host's own views of ``spec.files_dir`` and of the
-        ``workdir`` it was given (host/views.py)."""
+        ``view`` and ``given``: a root host's own views of ``spec.workspace`` and of the
+        ``workdir`` it was given (host/views.py); ``keep``: what to bind again over the view's
+        anchor (host/cells.py)."""
         found = self.probe()
         if not found.works or found.path is None:
             from rewyn_kernel.errors import ProviderUnavailableError
@@ -297,9 +298,9 @@ class BubblewrapProvider:
         # /proc, /dev and /tmp first: what is bound below may live under /tmp (a venv, say).
         argv += ["--proc", "/proc", "--dev", "/dev", "--mqueue", "/dev/mqueue"]
         argv += ["--perms", "1777", "--size", str(TMP_MB * 1024 * 1024), "--tmpfs", "/tmp"]
-        destinations = [*python_prefixes(python), str(workdir)]
-        if spec.files_dir is not None:
-            destinations.append(str(spec.files_dir))
+        destinations = [*python_prefixes(python), str(workdir), *map(str, spec.read_dirs)]
+        if spec.workspace is not None:
+            destinations.append(str(spec.workspace))
         for folder in ancestors(destinations, MADE):
             argv += ["--perms", "0755", "--dir", folder]
         for prefix in python_prefixes(python):
@@ -307,39 +308,53 @@ class BubblewrapProvider:
         if spec.network != "none" and os.path.exists("/etc/resolv.conf"):
             # (often a link into /run, which the code does not see: the file it names)
             argv += ["--ro-bind", os.path.realpath("/etc/resolv.conf"), "/etc/resolv.conf"]
+        for shown in spec.read_dirs:  # (more of the host's folders, read-only by choice)
+            argv += ["--ro-bind", str(shown), str(shown)]
         argv += ["--bind", str(given.path if given else workdir), str(workdir)]
-        if spec.files_dir is not None:
-            files = str(spec.files_dir)
-            if view is not None:  # (mounted by the host: bound as it is)
-                argv += ["--bind", str(view.merged), files]
-            elif found.caps:  # the person's files read-only; the supervisor's overlay on top
-                planned = plan_view(spec.files_dir, spec.files_name)
-                # (bwrap binds the writes directory: it must exist already, the code's)
-                prepare(planned, identity().owner())
-                writes = str(planned.upper.parent)
-                argv += ["--ro-bind", files, files, "--bind", writes, writes]
-            else:
-                argv += ["--bind", files, files]
+        if spec.workspace is not None:
+            folder = str(spec.workspace)
+            # A root host's view is bound from its anchor (each execution's view then reaches
+            # the sandbox: bwrap's binds are the host's mounts' slaves); elsewhere the folder
+            # itself, under the view the supervisor's mounter mounts before any code runs.
+            argv += ["--bind", str(view.anchor) if view is not None else folder, folder]
+            for relative in keep:  # (until the first view covers the anchor: see cells.keep)
+                inner = os.path.join(folder, relative)
+                argv += ["--ro-bind", inner, inner]
         return argv
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR="/tmp", REWYN_SANDBOX=name)
         env.update(spec.env)
-        view, settings = root_view(spec)
-        mounts: list[HostView | HostMount] = [view] if view is not None else []
+        settings: dict[str, Any] = {}
+        cells = None
+        mounts: list[HostMount] = []
         group = None
         try:
+            caps = self.probe().caps
+            if caps:
+                cells = workspace_cells(
+                    spec,
+                    identity().owner(),
+                    host_root=identity().dedicated,
+                    python=self._python(spec),
+                )
+            if cells is not None:
+                settings["workspace"] = cells.first()
+                if cells.view is not None:
+                    settings["workspace"].update(bind=None, bound=True)  # (bwrap binds it)
             given = root_workdir(spec)
             mounts += [given] if given is not None else []
-            argv = self.bwrap_argv(spec, workdir, name, view, given)
-            if view is not None:
-                settings["files"]["bind"] = None  # (bwrap binds it)
+            view = cells.view if cells is not None else None
+            keep = cells.keep if cells is not None else []
+            argv = self.bwrap_argv(spec, workdir, name, view, given, keep=keep)
             group = cgroup.for_worker(name, spec.memory_limit_mb, spec.pids_limit)
             if group is not None and group.events is not None:
                 argv += ["--ro-bind", str(group.events), MEMORY_EVENTS]  # (for the supervisor)
             users = _etc_users(str(workdir))
         except BaseException:
+            if cells is not None:
+                cells.close()
             for mount in mounts:
                 mount.remove()
             if group is not None:
@@ -364,6 +379,7 @@ class BubblewrapProvider:
                 pass_fds=(*users, *userns),
                 cgroup=group,
                 settings=settings,
+                workspace=cells,
                 on_close=[mount.remove for mount in mounts],
             )
         finally:

@@ -33,11 +33,15 @@ from rewyn_kernel.errors import ProviderUnavailableError
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.host import cgroup
+from rewyn_kernel.runtime.host import cgroup, views
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import hold_view, plan_view, prepare
+from rewyn_kernel.runtime.host.cells import WorkspaceCells
+from rewyn_kernel.runtime.host.identity import identity, idmap_namespace
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
+from rewyn_kernel.runtime.host.views import HostMount
+from rewyn_kernel.runtime.host.workspace import PROTECTED, STORE, existing_protected
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
+from rewyn_kernel.runtime.providers.local import workspace_cells, workspace_note
 from rewyn_kernel.runtime.providers.popen import PopenWorker
 
 __all__ = ["ContainerProvider", "ContainerSandbox", "ContainerWorker", "DEFAULT_IMAGE", "LABEL"]
@@ -54,8 +58,6 @@ PIDNS_LABEL = "io.rewyn-kernel.host-pidns"
 """The PID namespace the host pid is a pid of (a host in a container has its own)."""
 CLI_WAIT_SECONDS = 15.0
 SCRATCH = "/scratch"
-FILES = "/files"
-"""Where a files view (a notebook's directory) is mounted, and the code then works."""
 NOBODY = "65534:65534"
 SUPERVISOR_IDS = ((65533, 65533), (65532, 65532))
 """The supervisor's uid:gid inside a container: the first that is not the code's."""
@@ -75,18 +77,22 @@ class ContainerWorker(PopenWorker):
         cli: Sequence[str],
         name: str,
         memory_capped: bool,
-        files_lock: int = -1,
-        volume: str | None = None,
         tcp_limit: tuple[Path, int] | None = None,
+        workspace: WorkspaceCells | None = None,
+        mounts: Sequence[HostMount] = (),
+        settings: Mapping[str, object] | None = None,
     ) -> None:
-        super().__init__(argv, env, cwd)
+        super().__init__(
+            argv,
+            env,
+            cwd,
+            settings=settings,
+            workspace=workspace,
+            on_close=[mount.remove for mount in mounts],
+        )
         self._tcp_limit = tcp_limit
         """Where the engine writes the container's id, and the memory cap whose share bounds
         its TCP buffers (cgroup v1: see on_ready)."""
-        self._files_lock = files_lock
-        """Held while this container writes to its files view (see host/files.py)."""
-        self._volume = volume
-        """The named volume of the files view (podman's), removed with the container."""
         self._cli = list(cli)
         self._name = name
         self._memory_capped = memory_capped
@@ -117,18 +123,14 @@ class ContainerWorker(PopenWorker):
         self._let_go()
 
     def _let_go(self) -> None:
-        if self._volume is not None:  # (its container is gone: kill() waited for that)
-            volume, self._volume = self._volume, None
-            _remove_volumes(self._cli, [volume])
-        if self._files_lock >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._files_lock)
-            self._files_lock = -1
+        """(Nothing but the container was the engine's: the workspace and its mounts are this
+        worker's, released at close.)"""
 
     def on_ready(self) -> None:
         """Called by the channel when the container's supervisor is up, before any code runs:
         bound its TCP buffers, which cgroup v1 counts apart from its memory, and only once a
-        limit is written (host/cgroup.py)."""
+        limit is written (host/cgroup.py); mount the workspace's first view."""
+        super().on_ready()
         if self._tcp_limit is None:
             return
         cidfile, limit = self._tcp_limit
@@ -221,7 +223,7 @@ class ContainerProvider:
             raise ValueError(f"user must be numeric UID:GID, not {self.user!r}")
         uid, gid = (int(part) for part in self.user.split(":"))
         self._code_ids = (uid, gid)
-        self._supervisor_ids = next(ids for ids in SUPERVISOR_IDS if ids[0] != uid)
+        self._user_given = user is not None
         self.pids_limit = pids_limit
         self.tmpfs_mb = tmpfs_mb
         self.nofile = nofile
@@ -261,17 +263,11 @@ class ContainerProvider:
             notes.append("the code shares the host's kernel (use oci_runtime='runsc' for gVisor)")
         if spec.network == "allow":
             notes.append("network='allow': the container uses the engine's default network")
-        if spec.files_dir is not None and self._overlay_files(spec):
-            notes.append(
-                f"{spec.files_dir} is mounted read-only at {FILES} through an overlay, the "
-                f"code's working directory; its writes go to "
-                f"{plan_view(spec.files_dir, spec.files_name).upper} (or a -N beside it)"
-            )
-        elif spec.files_dir is not None:
-            notes.append(
-                f"{spec.files_dir} is not mounted here (docker and podman mount it, through "
-                f"an overlay volume): the code works in {SCRATCH}, without those files"
-            )
+        if spec.workspace is not None:
+            if self._workspace_view(spec):
+                notes.append(workspace_note(spec, in_sandbox=False))
+            else:
+                notes.append(self._direct_note(spec))
         memory = None
         if spec.memory_limit_mb:
             memory = f"cgroup {spec.memory_limit_mb} MiB, swap included"
@@ -291,6 +287,13 @@ class ContainerProvider:
             user_namespace=False,
             memory=memory,
             pids=f"{pids} tasks (the engine's --pids-limit)" if pids is not None else None,
+            workspace=(
+                None
+                if spec.workspace is None
+                else "versioned"
+                if self._workspace_view(spec)
+                else "direct"
+            ),
             filesystem=f"read-only image root, tmpfs /tmp and the scratch dir at {SCRATCH} only",
             notes=tuple(notes),
         )
@@ -306,57 +309,108 @@ class ContainerProvider:
         (cgroup v1, written as root; gVisor's network stack is inside its memory already)."""
         return bool(spec.memory_limit_mb) and not self._gvisor() and cgroup.container_tcp_promised()
 
+    def _code(self, spec: SandboxSpec) -> tuple[int, int]:
+        """The code's uid and gid for ``spec``: the provider's, except where gVisor binds a
+        person's workspace as it is (no view, no idmapped mount): there the code is the
+        workspace's owner, so that it can change the person's files, as on the host (never
+        root: a workspace of root's stays the provider's user's, who may only read it)."""
+        if self._user_given or not self._gvisor() or spec.workspace is None:
+            return self._code_ids
+        with contextlib.suppress(OSError):
+            info = spec.workspace.stat()
+            if info.st_uid != 0:
+                return info.st_uid, info.st_gid
+        return self._code_ids
+
     def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
-        users = {"supervisor": list(self._supervisor_ids), "code": list(self._code_ids)}
-        files = self._overlay_files(spec)
-        config = {"memory_limit_bytes": None, "cwd": FILES if files else SCRATCH}
-        # (podman gives a volume's root to the container's root as it mounts it: see launch.)
-        own_cwd = files and Path(self.runtime).name in DAEMONLESS
+        code = self._code(spec)
+        supervisor = next(ids for ids in SUPERVISOR_IDS if ids[0] != code[0])
+        users = {"supervisor": list(supervisor), "code": list(code)}
+        cwd = str(spec.workspace) if spec.workspace is not None else SCRATCH
+        config = {"memory_limit_bytes": None, "cwd": cwd}
         # (each one-shot execution starts with these empty, as on every provider)
         clean = {"dirs": ["/tmp", "/dev/shm", "/dev/mqueue"], "ipc": True}
-        return {**config, "oom_counter": True, "users": users, "own_cwd": own_cwd, "clean": clean}
+        return {**config, "oom_counter": True, "users": users, "clean": clean}
 
-    def _overlay_files(self, spec: SandboxSpec) -> bool:
-        """Whether ``spec.files_dir`` is mounted (the local volume driver of docker and podman
-        mounts an overlay; its options are one CSV field, so no path may hold a comma or a
-        quote)."""
-        if spec.files_dir is None or Path(self.runtime).name not in ("docker", "podman"):
-            return False
-        view = plan_view(spec.files_dir, spec.files_name)
-        paths = (str(view.source), str(view.upper.parent))
-        return not any(char in path for path in paths for char in ',"=:')
-
-    def _files_mount(self, spec: SandboxSpec, name: str) -> tuple[list[str], int, str | None]:
-        """The run options that mount the files view, the fd holding its lock, and the named
-        volume made for it (podman's, else None)."""
-        if spec.files_dir is None or not self._overlay_files(spec):
-            return [], -1, None
-        view, lock = hold_view(plan_view(spec.files_dir, spec.files_name))
-        try:
-            prepare(view, self._code_ids)
-            options = f"lowerdir={view.source},upperdir={view.upper},workdir={view.work}"
-            if Path(self.runtime).name in DAEMONLESS:
-                # podman's run has no volume options (and its ':O' mounts re-own the upper
-                # directory to the container's root), so a named volume, labelled for the sweep.
-                volume = f"{name}-files"
-                self._make_volume(volume, name, options)
-                return ["--volume", f"{volume}:{FILES}"], lock, volume
-        except BaseException:
-            os.close(lock)
-            raise
-        mount = (
-            f"type=volume,dst={FILES},volume-driver=local,volume-opt=type=overlay,"
-            f'volume-opt=device=overlay,"volume-opt=o={options}"'
+    def _workspace_view(self, spec: SandboxSpec) -> bool:
+        """Whether the workspace is shown through the host's view, renewed after each
+        execution: as root, on docker or podman with runc (a view mounted after the start
+        reaches the container through an rslave bind; gVisor's gofer does not take it)."""
+        return (
+            spec.workspace is not None
+            and identity().dedicated
+            and Path(self.runtime).name in ("docker", "podman")
+            and not self._gvisor()
         )
-        return ["--mount", mount], lock, None
 
-    def _make_volume(self, volume: str, name: str, options: str) -> None:
-        argv = [*self._cli(), "volume", "create", *self._labels(name)]
-        argv += ["--opt", "type=overlay", "--opt", "device=overlay", "--opt", f"o={options}"]
-        done = self._run([*argv, volume])
-        if done.returncode != 0:
-            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-            raise ProviderUnavailableError(f"{self.runtime} could not make the files volume: {why}")
+    def _direct_note(self, spec: SandboxSpec) -> str:
+        if self._gvisor():
+            return (
+                f"the workspace {spec.workspace} is bound as it is (gVisor takes no mount made "
+                f"after its start, nor an idmapped one): the code runs as uid "
+                f"{self._code(spec)[0]} (the workspace's owner unless that is root), changes "
+                "files directly where that uid may, and no earlier version is kept (protected "
+                "paths are read-only)"
+            )
+        return (
+            f"the workspace {spec.workspace} is bound as it is (the host is not root: it cannot "
+            "mount the code's view of it): the code changes the files directly, and no earlier "
+            "version is kept (protected paths are read-only)"
+        )
+
+    def _workspace_mounts(
+        self, spec: SandboxSpec
+    ) -> tuple[list[str], WorkspaceCells | None, list[HostMount], dict[str, Any]]:
+        """The run options that show the workspace at its own path, its cells (the host's view,
+        renewed after each execution) or the host's idmapped clone of it (bound as it is), and
+        the worker's ``workspace`` setting."""
+        if spec.workspace is None:
+            return [], None, [], {}
+        folder = str(spec.workspace)
+        if any(char in folder for char in ",:"):
+            raise ProviderUnavailableError(
+                f"{folder}: the workspace's path cannot hold ',' or ':' (the engine's syntax)"
+            )
+        if self._workspace_view(spec):
+            cells = workspace_cells(spec, self._code_ids, host_root=True)
+            assert cells is not None
+            try:
+                setting = {**cells.first(), "bind": None, "bound": True}
+                if cells.view is None:  # (no idmapped view here: bound as it is)
+                    raise OSError(cells.note)
+            except BaseException:
+                cells.close()
+                raise
+            return (
+                ["--volume", f"{cells.view.anchor}:{folder}:rslave"],
+                cells,
+                [],
+                {"workspace": setting},
+            )
+        source, mounts = folder, []
+        code, info = self._code(spec), spec.workspace.stat()
+        if self._gvisor() and code[0] != info.st_uid and not info.st_mode & 0o001:
+            raise ProviderUnavailableError(
+                f"the workspace {folder} is uid {info.st_uid}'s and closed to others: under "
+                f"gVisor the code (uid {code[0]}) sees it as it is and could not enter it; give "
+                "the folder to its person's user (the code then runs as that user), or pass "
+                "user='UID:GID' to the provider"
+            )
+        if identity().dedicated and not self._gvisor():  # (gVisor's gofer, root, cannot
+            # create files through an idmapped mount that maps no root: EOVERFLOW)
+            with contextlib.suppress(OSError):
+                owner = (info.st_uid, info.st_gid)
+                mounted = views.idmapped_bind(spec.workspace, idmap_namespace(code, owner))
+                source, mounts = str(mounted.path), [mounted]
+        argv = ["--volume", f"{source}:{folder}"]
+        for relative in existing_protected(spec.workspace, (*PROTECTED, *spec.protected)):
+            path = f"{folder}/{relative}"
+            if "," not in path and ":" not in path and not os.path.islink(path):
+                argv += ["--volume", f"{path}:{path}:ro"]
+        argv += (
+            ["--tmpfs", f"{folder}/{STORE}:ro,size=4k"] if (spec.workspace / STORE).is_dir() else []
+        )
+        return argv, None, mounts, {"workspace": {"path": folder, "bound": True}}
 
     @staticmethod
     def _labels(name: str) -> list[str]:
@@ -368,7 +422,7 @@ class ContainerProvider:
 
     def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
         owned = spec.workdir is None  # never re-own a directory the caller chose
-        uid, gid = self._code_ids
+        uid, gid = self._code(spec)
         if owned and os.getuid() == 0 and workdir.stat().st_uid != uid:
             try:
                 os.chown(workdir, uid, gid)  # the code's user must write there
@@ -393,8 +447,6 @@ class ContainerProvider:
         # The supervisor starts as root with these three only, takes a user of its own and
         # makes each code process the code's user, with none (see worker/supervisor.py).
         argv += ["--cap-add", "KILL", "--cap-add", "SETGID", "--cap-add", "SETUID"]
-        if self._overlay_files(spec) and Path(self.runtime).name in DAEMONLESS:
-            argv += ["--cap-add", "CHOWN"]  # to give /files back to the code (then dropped)
         argv += ["--user", "0:0"]
         pids = self._pids(spec)
         if pids is not None:
@@ -408,9 +460,11 @@ class ContainerProvider:
             # pids limit bounds each container on its own. As high as the host allows, then.
             argv += ["--ulimit", f"nproc={_nproc_ceiling()}:{_nproc_ceiling()}"]
         argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"]
-        files, lock, volume = self._files_mount(spec, name)
+        files, cells, mounts, settings = self._workspace_mounts(spec)
         argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *files]
-        argv += ["--workdir", FILES if files else SCRATCH]
+        for folder in spec.read_dirs:  # (more of the host's folders, read-only by choice)
+            argv += ["--volume", f"{folder}:{folder}:ro"]
+        argv += ["--workdir", str(spec.workspace) if spec.workspace is not None else SCRATCH]
         tcp_limit = None
         if spec.memory_limit_mb:
             cap = spec.memory_limit_mb << 20
@@ -445,15 +499,17 @@ class ContainerProvider:
                 cli=self._cli(),
                 name=name,
                 memory_capped=spec.memory_limit_mb is not None,
-                files_lock=lock,
-                volume=volume,
                 tcp_limit=tcp_limit,
+                workspace=cells,
+                mounts=mounts,
+                settings=settings,
             )
         except BaseException:
-            if volume is not None:
-                _remove_volumes(self._cli(), [volume])
-            if lock >= 0:
-                os.close(lock)
+            # (the worker released what it was given if it got that far; twice is harmless)
+            if cells is not None:
+                cells.close()
+            for mount in mounts:
+                mount.remove()
             raise
 
     def containers(self, *, host_pid: int | None = None, everyone: bool = False) -> list[str]:

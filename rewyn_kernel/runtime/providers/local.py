@@ -22,8 +22,9 @@ from typing import Any
 
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host import cgroup, seccomp, views
-from rewyn_kernel.runtime.host.files import files_config, plan_view
+from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.identity import identity, idmap_namespace
+from rewyn_kernel.runtime.host.workspace import STORE, Budget, Workspace
 
 NESTED_MAPPING = "0 0 1"
 """The map of the user namespace a root host's supervisor moves into: its own uid only."""
@@ -43,31 +44,48 @@ def local_config(spec: SandboxSpec, caps: bool) -> dict[str, Any]:
     return config
 
 
-def root_view(spec: SandboxSpec) -> tuple[views.HostView | None, dict[str, Any]]:
-    """For a root host whose sandbox works in ``spec.files_dir``: the view of it the host
-    mounts (host/views.py) and the worker's ``files`` setting for it. Where it cannot be
-    mounted, the supervisor's own overlay, in which the person's files stay read-only to the
-    code, and a note that says so. Nothing for any other host."""
-    if spec.files_dir is None or not identity().dedicated:
-        return None, {}
-    owner = identity().owner()
-    assert owner is not None
-    try:
-        host = views.make(plan_view(spec.files_dir, spec.files_name), owner, idmap_namespace())
-    except OSError as exc:
-        config = files_config(spec, owner)
-        config["files"]["note"] = (
-            f"the files beside the notebook are read-only to the code, which runs as uid "
-            f"{owner[0]} (no idmapped view of them could be mounted: {exc}); its new files "
-            "are kept as on every provider"
-        )
-        return None, config
-    setting = {
-        "source": str(spec.files_dir),
-        "bind": str(host.merged),
-        "taken": str(host.view.upper),
-    }
-    return host, {"files": setting}
+def workspace_cells(
+    spec: SandboxSpec,
+    code_ids: tuple[int, int] | None,
+    *,
+    host_root: bool,
+    python: str | None = None,
+) -> WorkspaceCells | None:
+    """The workspace of a sandbox's worker (host/cells.py): where the host is root
+    (``host_root``), a view it mounts itself (an idmapped lower layer where the code runs as
+    another uid, ``code_ids``), with what ``python`` (the sandbox's, a local one) runs from
+    inside the workspace kept until then (``WorkspaceCells.keep``); elsewhere, one the
+    sandbox's mounter mounts. None without a workspace."""
+    if spec.workspace is None:
+        return None
+    root = spec.workspace
+    info = root.stat()
+    owner = (info.st_uid, info.st_gid) if code_ids is not None else None
+    workspace = Workspace(root, extra_protected=spec.protected, owner=owner)
+    staging = workspace.staging(spec.workspace_name, None)
+    view = None
+    note = ""
+    if host_root:
+        try:
+            # (the owner's files appear as the code's: it changes the person's files as they
+            # would; files of other owners keep their rights)
+            userns = idmap_namespace(code_ids, owner) if code_ids and owner else None
+            view = views.make(root, staging, userns, code_ids)
+        except OSError as exc:
+            note = (
+                f"the workspace's files are read-only to the code, which runs as uid "
+                f"{code_ids[0] if code_ids else '?'} (no idmapped view of them could be "
+                f"mounted: {exc}); what it writes is published as on every provider"
+            )
+    if view is None and code_ids is not None:
+        # (the sandbox's mounter mounts the view: the code's uid writes the upper folders)
+        os.chown(staging, *code_ids)
+    cells = WorkspaceCells(workspace, staging, Budget(None), view=view)
+    cells.note = note
+    if view is not None and python is not None:
+        cells.keep = kept_in_workspace(root, python)
+        view.mountpoints(cells.keep)
+    return cells
 
 
 def root_workdir(spec: SandboxSpec) -> views.HostMount | None:
@@ -77,7 +95,8 @@ def root_workdir(spec: SandboxSpec) -> views.HostMount | None:
     if spec.workdir is None or not identity().dedicated:
         return None
     try:
-        return views.idmapped_bind(spec.workdir, idmap_namespace())
+        info = spec.workdir.stat()
+        return views.idmapped_bind(spec.workdir, idmap_namespace(owner=(info.st_uid, info.st_gid)))
     except OSError as exc:
         from rewyn_kernel.errors import ProviderUnavailableError
 
@@ -86,6 +105,16 @@ def root_workdir(spec: SandboxSpec) -> views.HostMount | None:
             f"{identity().uid} (no idmapped view of it could be mounted: {exc}); let the "
             "sandbox make its own scratch directory (workdir=None)"
         ) from exc
+
+
+def workspace_note(spec: SandboxSpec, *, in_sandbox: bool) -> str:
+    """What a local sandbox's isolation says of its workspace."""
+    return (
+        f"the workspace {spec.workspace} is shown at its own path: what the code writes there "
+        "is published into it when each execution ends, the versions it replaces kept in "
+        f"{STORE}/versions (rewyn-kernel files); protected paths read-only"
+        + (" (the view is renewed by a helper of the sandbox's)" if in_sandbox else "")
+    )
 
 
 def user_text() -> str:
@@ -114,6 +143,21 @@ def common_notes() -> list[str]:
 def python_prefixes(python: str) -> tuple[str, ...]:
     """The directories ``python`` runs from: its prefixes (a venv's and the installation's
     under it) and the directory of the file its path resolves to, outermost first."""
+    return outermost(_python_paths(python))
+
+
+def kept_in_workspace(workspace: Path, python: str) -> list[str]:
+    """The directories ``python`` runs from that lie inside ``workspace`` (a project's
+    ``.venv``), relative, outermost first: the sandbox binds them again over the workspace's
+    anchor, which is empty until the host mounts the first view on it, once the sandbox is up
+    (host/cells.py); the view then covers them with the same files."""
+    base = os.path.realpath(workspace)
+    inside = [path for path in _python_paths(python) if path.startswith(base + "/")]
+    return [os.path.relpath(path, base) for path in outermost(inside)]
+
+
+@functools.cache
+def _python_paths(python: str) -> tuple[str, ...]:
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
         # This package, where it is not inside them (an editable install): code in the
@@ -130,7 +174,7 @@ def python_prefixes(python: str) -> tuple[str, ...]:
         except (OSError, ValueError, subprocess.SubprocessError):
             found = []  # (the worker will not start either, and say why)
     found += [str(Path(python).parent), os.path.dirname(os.path.realpath(python))]
-    return outermost(os.path.realpath(p) for p in found if p)
+    return tuple(sorted({os.path.realpath(p) for p in found if p}))
 
 
 def outermost(paths: Iterable[str]) -> tuple[str, ...]:

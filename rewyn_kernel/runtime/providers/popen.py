@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.cgroup import WorkerCgroup, joining
 from rewyn_kernel.runtime.providers.base import ExitInfo
 
@@ -30,6 +31,7 @@ class PopenWorker:
         pass_fds: Sequence[int] = (),
         cgroup: WorkerCgroup | None = None,
         settings: Mapping[str, object] | None = None,
+        workspace: WorkspaceCells | None = None,
         on_close: Sequence[Callable[[], None]] = (),
     ) -> None:
         """``farewell``: seconds ``kill`` first gives the worker, its input closed, to end by
@@ -38,10 +40,13 @@ class PopenWorker:
         ``cgroup``: the cgroups everything the launch starts runs in; this worker owns them
         from here on and removes them once its processes are gone. ``settings``: worker
         settings only this launch knows (added to the provider's ``worker_config``).
+        ``workspace``: the worker's workspace (host/cells.py): this worker owns it, and closes it
+        (what is left published) once its processes are gone.
         ``on_close``: what to release once the worker is dead (a view mounted for it)."""
         self.argv = joining(cgroup, list(argv)) if cgroup is not None else list(argv)
         self.settings = dict(settings or {})
-        self._on_close = list(on_close)
+        self.workspace = workspace
+        self._on_close = ([workspace.close] if workspace is not None else []) + list(on_close)
         self._cgroup = cgroup
         self._oom_kills = 0
         """The cgroup's OOM kills, as last read (it is removed at close)."""
@@ -75,6 +80,11 @@ class PopenWorker:
             pass_fds=tuple(pass_fds),
             bufsize=0,
         )
+
+    def on_ready(self) -> None:
+        """Called by the channel once the sandbox is up, before any code runs in it."""
+        if self.workspace is not None:
+            self.workspace.ready()
 
     @property
     def pid(self) -> int:

@@ -25,20 +25,20 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import files_config, plan_view
 from rewyn_kernel.runtime.host.identity import give, identity, setup_namespace
 from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.host.scratch import ensure_dir
-from rewyn_kernel.runtime.host.views import HostMount, HostView
+from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.providers.base import CheckItem
 from rewyn_kernel.runtime.providers.local import (
     common_notes,
     local_config,
     outermost,
     python_prefixes,
-    root_view,
     root_workdir,
     user_text,
+    workspace_cells,
+    workspace_note,
 )
 from rewyn_kernel.runtime.providers.popen import PopenWorker
 from rewyn_kernel.runtime.worker.system import unreachable_ancestor
@@ -146,6 +146,8 @@ def dedicated_prefix() -> list[str]:
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
     fd = setup_namespace()
     common = ["--mount", "--net", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
+    # (slave: the workspace's view, which the host mounts after each execution, reaches it)
+    common.append("--propagation=slave")
     return [nsenter, f"--user=/proc/self/fd/{fd}", "--", unshare, *common]
 
 
@@ -233,7 +235,8 @@ class SubprocessProvider:
         python = self._python(spec)
         needed: list[Path | str] = [workdir, python, os.path.realpath(python), sys.prefix]
         needed += python_prefixes(python)
-        return [*needed, spec.files_dir] if spec.files_dir is not None else needed
+        needed += spec.read_dirs
+        return [*needed, spec.workspace] if spec.workspace is not None else needed
 
     def _covers(self, spec: SandboxSpec, workdir: Path) -> list[dict[str, Any]]:
         """The folders the supervisor covers with a tmpfs of the sandbox's own, each keeping
@@ -284,11 +287,14 @@ class SubprocessProvider:
             "the host's files are open: the code reads and writes them as you (use the "
             "bubblewrap provider, or ContainerProvider for untrusted code)"
         )
-        if spec.files_dir is not None and ns.prefix:
-            notes.append(
-                f"{spec.files_dir} is seen read-only through an overlay; the code's writes go to "
-                f"{plan_view(spec.files_dir, spec.files_name).upper}"
-            )
+        if spec.workspace is not None:
+            if ns.prefix:
+                notes.append(workspace_note(spec, in_sandbox=not identity().dedicated))
+            else:
+                notes.append(
+                    f"{spec.workspace} is read-write for the code (no mount namespace: no view "
+                    "of it of its own, so no earlier version is kept)"
+                )
         network: Literal["isolated", "allowed", "not_isolated"] = "allowed"
         if spec.network == "none":
             network = "isolated" if ns.prefix or cut_already else "not_isolated"
@@ -301,6 +307,7 @@ class SubprocessProvider:
             memory=cgroup.memory_text(spec.memory_limit_mb),
             pids=cgroup.pids_text(spec.pids_limit),
             filesystem=_FILESYSTEM,
+            workspace=None if spec.workspace is None else "versioned" if ns.prefix else "direct",
             user=user_text() if ns.prefix else f"uid {os.getuid()}, the host's user",
             seccomp=seccomp.build().detail if seccomp.build().program else None,
             notes=tuple(notes),
@@ -327,7 +334,9 @@ class SubprocessProvider:
             else None,
             # This very interpreter: the worker's modules can go compiled.
             "same_python": self._python(spec) == sys.executable,
-            **({} if identity().dedicated else files_config(spec)),  # (else: see launch)
+            **({"cwd": str(spec.workspace)} if spec.workspace and not namespaced else {}),
+            # (the host's files are open to it: these are made read-only in its mount namespace)
+            "read_only": [str(folder) for folder in spec.read_dirs] if namespaced else [],
         }
 
     @staticmethod
@@ -361,22 +370,33 @@ class SubprocessProvider:
         group = cgroup.for_worker(name, spec.memory_limit_mb, spec.pids_limit)
         farewell = 0.0 if prefix else FAREWELL_SECONDS
         fds = (setup_namespace(),) if identity().dedicated else ()
-        mounts: list[HostView | HostMount] = []
+        mounts: list[HostMount] = []
+        settings: dict[str, Any] = {}
+        cells = None
         try:
-            view, settings = root_view(spec)
-            mounts += [view] if view is not None else []
+            if prefix:
+                cells = workspace_cells(
+                    spec,
+                    identity().owner(),
+                    host_root=identity().dedicated,
+                    python=spec.python or sys.executable,
+                )
+            if cells is not None:
+                settings["workspace"] = cells.first()
             given = root_workdir(spec)
             if given is not None:
                 mounts.append(given)
                 settings["binds"] = [[str(given.path), str(workdir)]]
         except BaseException:
+            if cells is not None:
+                cells.close()
             for mount in mounts:
                 mount.remove()
             if group is not None:
                 group.remove(0)
             raise
-        # The worker owns the cgroups and the host's mounts from here on (it releases them even
-        # if it fails to start).
+        # The worker owns the cgroups, the workspace and the host's mounts from here on (it
+        # releases them even if it fails to start).
         return PopenWorker(
             argv,
             env,
@@ -385,6 +405,7 @@ class SubprocessProvider:
             pass_fds=fds,
             cgroup=group,
             settings=settings,
+            workspace=cells,
             on_close=[mount.remove for mount in mounts],
         )
 

@@ -76,6 +76,8 @@ class CodeProcess:
         """The IPython shell cells run in (sessions that asked for it), once set up."""
         self.shell_note = ""
         self.keep: Dict[int, int] = {}
+        self.cwd = str(config.get("cwd") or "")
+        """Where the code's last execution ended (by path: see enter_view)."""
         self.pipe_inode: Dict[int, int] = {}
 
     # -- set-up ----------------------------------------------------------------------------
@@ -134,6 +136,16 @@ class CodeProcess:
         if self.config.get("shell") == "ipython":
             self.setup_ipython()
         self.set_path()
+
+    def enter_view(self) -> None:
+        """Change into the working directory again, by its path: the workspace's view is
+        renewed between executions (the host published what the last one wrote), and the
+        directory this process is in may be the old one's."""
+        if self.cwd:
+            try:
+                os.chdir(self.cwd)
+            except OSError:
+                pass
 
     def set_path(self) -> None:
         """Give the code the import path ipykernel gives a cell: its working directory first
@@ -306,7 +318,9 @@ class CodeProcess:
                 kind = header.get("t")
                 if kind == "exec":
                     self.execute(header, payload.decode("utf-8", "surrogatepass"), once)
-                elif kind == "complete":
+                    continue
+                self.enter_view()  # (IPython's completer reads the working directory too)
+                if kind == "complete":
                     ipy = self.ipython
                     reply = ipy.complete(header) if ipy else complete(self.namespace, header)
                     self.output.send_any(reply)
@@ -321,6 +335,7 @@ class CodeProcess:
     def execute(self, header: Header, code: str, once: bool) -> None:
         self.count = int(header.get("count") or self.count + 1)
         self.reset_stdio()
+        self.enter_view()
         self.executing = True
         with self.exec_lock:  # an interrupt that came first means: do not start
             self.current = header.get("id")
@@ -339,6 +354,10 @@ class CodeProcess:
             self.current = None
         self.restore_fds()  # output buffered after the code closed fd 1 or 2 still arrives
         self.finish_output()
+        try:
+            self.cwd = os.getcwd()
+        except OSError:
+            pass
         self.sender.send(
             {"t": "status", "id": header.get("id"), "exit_code": exit_code, "status": status}
         )

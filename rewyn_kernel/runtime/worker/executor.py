@@ -125,7 +125,25 @@ class Runner:
         name, value, lines = describe_error(exc)
         if self.syntax_hint and isinstance(exc, SyntaxError) and IPYTHON_SYNTAX.search(code):
             lines.append("(%s)\n" % self.syntax_hint)
+        hint = sandbox_hint(exc)
+        if hint:
+            lines.append("(%s)\n" % hint)
         self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": lines})
+
+
+READ_ONLY_HINT = (
+    "rewyn: this path is read-only in the sandbox: the workspace's protected paths (VCS "
+    "folders, notebooks, editor, shell and Jupyter settings, the Python environment the host "
+    "runs from; the setting 'protected' adds more) and the folders shown with 'read_dirs' "
+    "cannot be changed by the code"
+)
+
+
+def sandbox_hint(exc: BaseException) -> str:
+    """What to add to an error the sandbox caused (a write to a read-only path), or ''."""
+    if isinstance(exc, OSError) and exc.errno == 30:  # EROFS
+        return READ_ONLY_HINT
+    return ""
 
 
 def describe_error(exc: BaseException) -> Tuple[str, str, List[str]]:

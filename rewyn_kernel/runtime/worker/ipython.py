@@ -17,7 +17,7 @@ import os
 import re
 import sys
 
-from .executor import Gate, exit_status
+from .executor import Gate, exit_status, sandbox_hint
 from .frontend import Output
 from .wire import Sender
 
@@ -167,6 +167,9 @@ class IPythonRunner:
             entries = [*entries[:half], "... %d entries omitted ..." % dropped, *entries[-half:]]
         value = _text(evalue)
         name = getattr(etype, "__name__", "Exception")[:200]
+        hint = sandbox_hint(evalue) if isinstance(evalue, BaseException) else ""
+        if hint:
+            entries.append("(%s)" % hint)
         self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": entries})
 
     def system(self, command: str, run: Callable[[str], Any]) -> Any:

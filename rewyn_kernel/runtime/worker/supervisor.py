@@ -30,12 +30,11 @@ import mmap
 import os
 import selectors
 import signal
-import stat
 import sys
-import time
 
-from . import system
+from . import mounter, system
 from .child import run_child
+from .mounter import Mounter
 from .wire import CHUNK, HEADER, encode_header, frame_kind, read_exact, write_all
 
 TYPE_CHECKING = False
@@ -120,9 +119,7 @@ class Supervisor:
         self.staged = 0  # bytes of ``staging`` that may hold data
         self.notes: List[str] = []
         self.shell = "stdlib"  # what runs the cells: "ipython" once a session's process says so
-        self.files: Optional[str] = None  # where the code's writes go, when an overlay took them
-        self.files_lock = -1  # held while this sandbox writes there (overlayfs does not refuse
-        # a second mount of the same upper directory; it mixes their writes)
+        self.mounter: Optional[Mounter] = None  # renews the workspace's view (ordinary host)
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -165,20 +162,25 @@ class Supervisor:
             why = system.bind(str(source), str(target))
             if why:
                 self.fail("%s could not be shown to the code: %s" % (target, why))
+        for folder in self.config.get("read_only") or ():
+            why = system.bind(str(folder), str(folder)) or system.remount_bind_read_only(
+                str(folder)
+            )
+            if why:
+                self.fail("%s could not be shown read-only: %s" % (folder, why))
         mqueue = self.config.get("mqueue")
         if mqueue and not system.mount_mqueue(str(mqueue)):
             self.notes.append("POSIX message queues cannot be listed (no mqueue mount)")
         if self.config.get("oom_counter") == "self":
             open_own_counter()
-        if self.config.get("files"):
-            self.mount_files(self.config["files"], bool(self.config.get("own_ipc")))
+        workspace = self.config.get("workspace")
+        if workspace:  # (before /run is hidden: a root host's view is mounted there)
+            self.setup_workspace(workspace)
         hidden = self.config.get("hide")
         if hidden:
             failed = system.hide(list(hidden["dirs"]), list(hidden["files"]))
             if failed:
                 self.notes.append("not hidden from the code: %s" % ", ".join(failed))
-        if self.config.get("own_cwd"):
-            self.own_cwd()
         mapping = self.config.get("nested_userns")
         if mapping:
             # The namespace this started in maps the host's root (bubblewrap and unshare set
@@ -247,81 +249,52 @@ class Supervisor:
                 "executable": sys.executable,
                 "platform": sys.platform,
                 "shell": self.shell,
-                "files": self.files,
                 "notes": self.notes,
             }
         )
+
+    def setup_workspace(self, workspace: Dict[str, Any]) -> None:
+        """Show the code the workspace at its own path (see the host's host/workspace.py): a
+        root host mounted the view on an anchor, which is bound here (bubblewrap bound it
+        already); elsewhere this process's mounter mounts each execution's view."""
+        path = str(workspace["path"])
+        self.config["cwd"] = path
+        if workspace.get("note"):
+            self.notes.append(str(workspace["note"])[:1000])
+        if workspace.get("bind"):
+            anchor = str(workspace["bind"])
+            for relative in workspace.get("keep") or []:
+                # What this Python runs from inside the workspace (a project's .venv), bound
+                # into the anchor, still empty, before it covers the workspace: the first view,
+                # mounted on the anchor once the sandbox is up, covers these with the same files.
+                inner, kept = os.path.join(path, relative), os.path.join(anchor, relative)
+                why = system.bind(inner, kept) or system.remount_bind_read_only(kept)
+                if why:
+                    self.fail("the workspace could not be shown to the code: %s" % why)
+            why = system.bind(anchor, path)
+            if why:
+                self.fail("the workspace could not be shown to the code: %s" % why)
+            return
+        if workspace.get("bound") or not workspace.get("staging"):
+            return
+        if not self.config.get("own_ipc"):
+            self.notes.append(
+                "the workspace is shown as it is (no mount namespace here): the code changes "
+                "the files directly, and no earlier version is kept"
+            )
+            return
+        self.mounter = mounter.start(path, str(workspace["staging"]))
+        why = "the mounter could not start"
+        if self.mounter is not None:
+            request = {"op": "view", "cell": workspace.get("cell", 1)}
+            why = self.mounter.ask({**request, "protected": workspace.get("protected") or []})
+        if why:
+            self.fail("the workspace's view could not be mounted: %s" % why)
 
     def fail(self, why: str) -> None:
         """A protection this sandbox was promised cannot be had: it does not start."""
         write_all(self.diag, ("rewyn: %s\n" % why).encode("utf-8", "replace"))
         os._exit(70)
-
-    def mount_files(self, files: Dict[str, Any], namespaced: bool) -> None:
-        """Show the code ``files["source"]`` (a notebook's directory) as its working directory:
-        through an overlay where this is root of a mount namespace, so the person's files stay
-        as they are and the code's writes go to the first of ``files["candidates"]`` (writes and
-        work directories, host-named) that no other sandbox holds; else as it is, and say so."""
-        source = str(files["source"])
-        self.config["cwd"] = source
-        if files.get("note"):
-            self.notes.append(str(files["note"]))
-        if files.get("taken"):
-            # A root host mounted the view itself (host/views.py): bubblewrap bound it here
-            # already; elsewhere it is bound now, from where the host mounted it.
-            self.files = str(files["taken"])
-            if files.get("bind"):
-                why = system.bind(str(files["bind"]), source)
-                if why:
-                    self.fail("the notebook's directory could not be shown to the code: %s" % why)
-            return
-        if not namespaced:
-            self.notes.append(
-                "the notebook's directory is not protected: no mount namespace here, so the "
-                "code can change and delete the files beside the notebook"
-            )
-            return
-        why = ""
-        for number, pair in enumerate(files["candidates"], 1):
-            candidate, scratch = str(pair[0]), str(pair[1])
-            if not (real_directory(candidate) and real_directory(scratch)):
-                why = "its writes directory %s could not be made" % candidate
-                break
-            lock = hold_lock(candidate)
-            for _ in range(20 if number == 1 else 0):
-                # The sandbox this one replaces (after a restart) may still be on its way out.
-                if lock != -2:
-                    break
-                time.sleep(0.05)
-                lock = hold_lock(candidate)
-            if lock == -2:
-                why = "busy"  # another sandbox of this notebook writes there: try the next
-                continue
-            if lock < 0:
-                why = "its writes directory %s could not be locked" % candidate
-                break
-            why = system.overlay(source, candidate, scratch)
-            if not why:
-                self.files, self.files_lock = candidate, lock
-                return
-            os.close(lock)
-            if why != "busy":
-                break
-        self.notes.append(
-            "the notebook's directory is not protected (%s): the code can change the files "
-            "beside the notebook" % (why or "too many kernels of it are open")
-        )
-
-    def own_cwd(self) -> None:
-        """Give the code's working directory (a files view) to the code's user: podman makes a
-        volume's root the container's root user's as it mounts it. Done with CAP_CHOWN, which
-        ``take_user`` drops right after; on an overlay only the writes directory changes."""
-        users = self.config.get("users") or {}
-        try:
-            uid, gid = users["code"]
-            os.chown(self.config["cwd"], int(uid), int(gid))
-        except (KeyError, OSError, TypeError, ValueError) as exc:
-            self.notes.append("the code cannot write in its working directory: %s" % exc)
 
     def take_user(self) -> None:
         """Give the supervisor a user of its own, or drop every capability it holds.
@@ -376,10 +349,11 @@ class Supervisor:
             self.staging.close()
             for fd in (self.host_in, self.host_out, self.wake_r, self.wake_w, ctl_w, frm_r):
                 os.close(fd)
-            if self.files_lock >= 0:
-                os.close(self.files_lock)  # (the code could otherwise unlock it)
             for fd in _OWN_COUNTER:
                 os.close(fd)
+            if self.mounter is not None:
+                os.close(self.mounter.commands)
+                os.close(self.mounter.replies)
             for fd in (out_r, err_r):
                 os.close(fd)
             os.close(self.diag)
@@ -573,10 +547,23 @@ class Supervisor:
             else:
                 self.skip(payload_len)
                 self.send_host(empty_reply(header))
+        elif kind == "view":
+            self.skip(payload_len)
+            self.on_view(header)
         elif kind == "shutdown":
             self.shutdown()
         else:
             self.skip(payload_len)
+
+    def on_view(self, header: Header) -> None:
+        """The host published an execution's writes: ask the mounter for the next view."""
+        why = "no mounter here" if self.mounter is None else ""
+        if self.mounter is not None:
+            request = {"op": "view", "cell": int(header.get("cell") or 0)}
+            protected = [str(path)[:4096] for path in (header.get("protected") or [])[:256]]
+            why = self.mounter.ask({**request, "protected": protected})
+        reply = {"t": "view_done", "id": str(header.get("id"))[:200], "ok": not why}
+        self.send_host({**reply, "detail": why[:2000]})
 
     def start_exec(self, header: Header, payload_len: int) -> None:
         if self.exec_id is not None:
@@ -904,41 +891,6 @@ def descendants(root: int) -> List[int]:
         found.append(pid)
         todo.extend(parents.get(pid, []))
     return found
-
-
-def real_directory(path: str) -> bool:
-    """Make ``path`` a directory if it is not one; False if something else is there (a link
-    the code made, say: nothing is followed)."""
-    try:
-        os.mkdir(path, 0o755)
-    except FileExistsError:
-        pass
-    except OSError:
-        return False
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def hold_lock(path: str) -> int:
-    """An fd holding an exclusive lock on the directory ``path`` (never through a link); -2
-    when another process holds it, -1 when it cannot be had."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return -1
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return -2
-    except OSError:
-        os.close(fd)
-        return -1
-    return fd
 
 
 def clean_config(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:

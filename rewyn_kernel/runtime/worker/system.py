@@ -702,3 +702,68 @@ def bind(source: str, target: str) -> str:
     if int(c.mount(source.encode(), target.encode(), None, ms_bind | ms_rec, None)) != 0:
         return "bind %s on %s: %s" % (source, target, os.strerror(ctypes.get_errno()))
     return ""
+
+
+def overlay_at(target: str, lower: str, upper: str, work: str) -> str:
+    """Mount an overlay on ``target`` (as root of this mount namespace): ``lower`` read-only
+    below, writes going to ``upper``. Return "" on success, else why not."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    ms_nosuid, ms_nodev = 2, 4
+    number = 0
+    for extra in (",userxattr", ""):  # (userxattr: in a user namespace; unknown before 5.11)
+        options = "lowerdir=%s,upperdir=%s,workdir=%s%s" % (lower, upper, work, extra)
+        done = int(
+            c.mount(b"overlay", target.encode(), b"overlay", ms_nosuid | ms_nodev, options.encode())
+        )
+        if done == 0:
+            return ""
+        number = ctypes.get_errno()
+    return "overlay on %s: %s" % (target, os.strerror(number))
+
+
+def unmount(target: str) -> None:
+    """Lazily unmount what is mounted on ``target`` (what still uses it keeps it)."""
+    c = libc()
+    if c is not None:
+        c.umount2(target.encode(), 2)  # MNT_DETACH
+
+
+def cover_view(top: str, protected: List[str]) -> str:
+    """Over a workspace view at ``top``: make each protected path (relative) read-only (the
+    store is hidden by a whiteout in the upper folder). Return "" or what failed."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    ms_rdonly, ms_remount, ms_bind, ms_rec = 1, 32, 4096, 16384
+    failed = []
+    for relative in protected:
+        path = os.path.join(top, relative)
+        if os.path.islink(path) or not os.path.exists(path):
+            continue
+        raw = path.encode()
+        if int(c.mount(raw, raw, None, ms_bind | ms_rec, None)) != 0:
+            failed.append("%s (%s)" % (relative, os.strerror(ctypes.get_errno())))
+            continue
+        if int(c.mount(None, raw, None, ms_remount | ms_bind | ms_rdonly, None)) != 0:
+            failed.append("%s (%s)" % (relative, os.strerror(ctypes.get_errno())))
+    return "could not protect: " + ", ".join(failed) if failed else ""
+
+
+def remount_bind_read_only(target: str) -> str:
+    """Make the bind mount on ``target`` read-only (that mount only)."""
+    c = libc()
+    if c is None:
+        return "no ctypes here"
+    import ctypes
+
+    ms_rdonly, ms_nosuid, ms_nodev, ms_remount, ms_bind = 1, 2, 4, 32, 4096
+    flags = ms_remount | ms_bind | ms_rdonly | ms_nosuid | ms_nodev
+    if int(c.mount(None, target.encode(), None, flags, None)) != 0:
+        return "remount %s read-only: %s" % (target, os.strerror(ctypes.get_errno()))
+    return ""
