@@ -200,7 +200,9 @@ SETTING_OPTIONS = (
     *SANDBOX_SETTINGS,
     "output_limit_bytes",
     "ipython",
-    "notebook_files",
+    "notebook_workspace",
+    "protected",
+    "read_dirs",
     "run_log",
     "keep_run_log",
     "event_output",
@@ -366,6 +368,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rewyn_kernel.mcp import command as mcp_command  # (needs no MCP SDK to parse)
 
     mcp_parser = mcp_command.add_parser(commands)
+    from rewyn_kernel import files_command
+
+    files_parser = files_command.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
@@ -377,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return review.main(args, review_parser)
     if args.command == "mcp":
         return mcp_command.main(args, mcp_parser)
+    if args.command == "files":
+        return files_command.main(args, files_parser)
     return doctor(args.image, args.oci_runtime)
 
 
