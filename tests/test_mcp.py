@@ -145,6 +145,83 @@ def test_state_plots_and_files_round_trip(tmp_path: Path) -> None:
     assert len({event.session_id for event in events}) == 2
 
 
+def test_with_a_workspace_the_agent_works_in_the_project_and_nothing_is_lost(
+    tmp_path: Path,
+) -> None:
+    """``--workspace``: the code reads the project's data where it is, what it writes stays
+    after the session and the server, the file tools work there, a replaced file is kept,
+    protected paths are refused, and listings leave out the sandbox's own folders."""
+    log = tmp_path / "run.jsonl"
+    project = tmp_path / "repo"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "sales.csv").write_text("region,total\nnorth,3\nsouth,4\n")
+    (project / "README.md").write_text("the person's\n")
+    (project / ".git").mkdir()
+
+    async def body() -> None:
+        async with stdio_server(log, "--workspace", str(project)) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert str(project) in (tools["run_python"].description or "")
+            code = (
+                "import csv, os\nrows = list(csv.DictReader(open('data/sales.csv')))\n"
+                "total = sum(int(r['total']) for r in rows)\n"
+                "open('summary.txt', 'w').write(str(total))\nprint(os.getcwd(), total)"
+            )
+            done = await client.call_tool("run_python", {"code": code})
+            assert done.structured_content is not None
+            assert done.structured_content["stdout"] == f"{project} 7\n"
+            assert done.structured_content["files_written"] == ["summary.txt"]
+            assert (project / "summary.txt").read_text() == "7"  # (already, in the project)
+            wrote = await client.call_tool("write_file", {"path": "README.md", "content": "new"})
+            assert wrote.structured_content is not None
+            assert wrote.structured_content["replaced_version"]
+            refused = await client.call_tool(
+                "write_file", {"path": ".git/hooks/pre-commit", "content": "x"}
+            )
+            assert refused.is_error
+            assert "protected" in text_of(refused)
+            hidden = await client.call_tool("read_file", {"path": ".rewyn/versions/index.jsonl"})
+            assert hidden.is_error
+            listing = await client.call_tool("list_files", {})
+            assert listing.structured_content is not None
+            names = [entry["name"] for entry in listing.structured_content["entries"]]
+            assert names == [".git", "README.md", "data", "summary.txt"]
+
+    run(body)
+    assert (project / "README.md").read_text() == "new"
+    index = (project / ".rewyn/versions/index.jsonl").read_text().splitlines()
+    kept = [json.loads(line) for line in index]
+    assert [item["path"] for item in kept] == ["README.md"]
+    assert not (project / ".git" / "hooks").exists()
+
+    async def again() -> None:  # (a new server: the results are still there)
+        async with stdio_server(log, "--workspace", str(project)) as client:
+            read = await client.call_tool(
+                "run_python", {"code": "print(open('summary.txt').read())"}
+            )
+            assert read.structured_content is not None
+            assert read.structured_content["stdout"] == "7\n"
+
+    run(again)
+
+
+def test_without_a_workspace_listings_leave_out_the_sandboxs_own_folders(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl") as client:
+            await client.call_tool(
+                "run_python",
+                {"code": "import matplotlib.pyplot as plt\nopen('mine.txt', 'w').write('m')"},
+            )
+            listing = await client.call_tool("list_files", {})
+            assert listing.structured_content is not None
+            names = [entry["name"] for entry in listing.structured_content["entries"]]
+            assert names == ["mine.txt"]
+
+    run(body)
+
+
 def test_long_output_keeps_head_and_tail_and_saves_the_whole(tmp_path: Path) -> None:
     async def body() -> None:
         async with stdio_server(tmp_path / "run.jsonl", "--max-output-chars", "4000") as client:

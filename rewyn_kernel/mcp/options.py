@@ -68,5 +68,7 @@ class ServerOptions:
         values = self.settings.model_dump(exclude_unset=True)
         values.setdefault("timeout", MCP_TIMEOUT)
         values["notebook_workspace"] = False
+        if values.get("workspace") is not None:
+            values.setdefault("workspace_name", "mcp")  # (its staging folders and versions)
         values.pop("run_log", None)
         return KernelSettings.model_validate(values)

@@ -66,7 +66,8 @@ class RunOutput(BaseModel):
         description="Per shortened stream: the file in the session's directory holding all of it."
     )
     files_written: list[str] = Field(
-        description="Files the call created or changed in the session's directory."
+        description="Files the call created or changed in the session's folder (its workspace, "
+        "where the server has one: published there as the call ended)."
     )
     session: str
     execution_count: int

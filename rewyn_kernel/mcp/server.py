@@ -33,6 +33,7 @@ from rewyn_kernel import __version__
 from rewyn_kernel.mcp import results
 from rewyn_kernel.mcp.approval import message as approval_message
 from rewyn_kernel.mcp.approval import too_long
+from rewyn_kernel.mcp.files import SessionFiles
 from rewyn_kernel.mcp.options import ServerOptions, default_run_log
 from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionError, SessionTable
 from rewyn_kernel.runtime._tool import assess, result_payload
@@ -58,6 +59,7 @@ IMAGE_MAGIC = {
     b"GIF89a": "image/gif",
 }
 
+FOLDER = "the session's folder: the workspace the server was given, else its own directory"
 SessionName = Annotated[
     str,
     Field(
@@ -76,6 +78,11 @@ class Written(BaseModel):
     path: str
     bytes: int
     session: str
+    replaced_version: str | None = Field(
+        default=None,
+        description="The kept version of the file this write replaced (in a workspace; "
+        "rewyn-kernel files restores it).",
+    )
 
 
 class FileEntry(BaseModel):
@@ -119,6 +126,12 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         f"{isolation.files}; {f'{limit:g} s' if limit else 'no time limit'} per call"
         + (f"; {spec.memory_limit_mb} MiB" if spec.memory_limit_mb else "")
         + f"). Risk: {level} ({'; '.join(reasons)})."
+        + (
+            f" The code works in {spec.workspace} (relative paths start there); what it "
+            "writes there stays after the session, the versions it replaces kept."
+            if spec.workspace is not None
+            else ""
+        )
     )
     judged = Tool(
         name="run_python",
@@ -294,7 +307,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         ),
     )
     async def write_file(
-        path: Annotated[str, Field(description="Relative to the session's directory.")],
+        path: Annotated[str, Field(description=f"Relative to {FOLDER}.")],
         content: Annotated[str, Field(description="The file's content (see encoding).")],
         session: SessionName = DEFAULT_SESSION,
         encoding: Annotated[
@@ -302,18 +315,20 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             Field(description="text: written as UTF-8; base64: decoded first (binary files)."),
         ] = "text",
     ) -> Written:
-        """Put a file in the session's directory for the code (folders made as needed)."""
+        """Put a file in the session's folder for the code (folders made as needed). In a
+        workspace, the version it replaces is kept; protected paths are refused."""
         data = _decode(content, encoding)
         async with _files(session) as entry:
-            await asyncio.to_thread(entry.session.write_file, path, data)
-        return Written(path=path, bytes=len(data), session=session)
+            changes = await asyncio.to_thread(SessionFiles(entry.session).write, path, data)
+        kept = changes.versions[0] if changes is not None and changes.versions else None
+        return Written(path=path, bytes=len(data), session=session, replaced_version=kept)
 
     @server.tool(
         title="Read a file",
         annotations=ToolAnnotations(title="Read a file from a session", read_only_hint=True),
     )
     async def read_file(
-        path: Annotated[str, Field(description="Relative to the session's directory.")],
+        path: Annotated[str, Field(description=f"Relative to {FOLDER}.")],
         session: SessionName = DEFAULT_SESSION,
         max_bytes: Annotated[
             int, Field(description="The largest file to return.", gt=0, le=MAX_READ_BYTES)
@@ -325,7 +340,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
     ) -> CallToolResult:
         """A file the code wrote (a link is never followed; images come back as images)."""
         async with _files(session) as entry:
-            data = await asyncio.to_thread(entry.session.read_file, path, limit=max_bytes)
+            data = await asyncio.to_thread(SessionFiles(entry.session).read, path, max_bytes)
         kind = next((k for magic, k in IMAGE_MAGIC.items() if data.startswith(magic)), None)
         if encoding == "auto" and kind is not None:
             text = f"{path}: {len(data):,} bytes, {kind}"
@@ -344,12 +359,13 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         annotations=ToolAnnotations(title="List a session's files", read_only_hint=True),
     )
     async def list_files(
-        path: Annotated[str, Field(description="A folder, relative to the session's.")] = ".",
+        path: Annotated[str, Field(description=f"A folder, relative to {FOLDER}.")] = ".",
         session: SessionName = DEFAULT_SESSION,
     ) -> Listing:
-        """The entries of a folder in the session's directory; links shown as links."""
+        """The entries of a folder of the session's; links shown as links (the sandbox's own
+        folders left out)."""
         async with _files(session) as entry:
-            found = await asyncio.to_thread(entry.session.list_files, path, limit=MAX_LISTED + 1)
+            found = await asyncio.to_thread(SessionFiles(entry.session).list, path, MAX_LISTED + 1)
         entries = [FileEntry.model_validate(vars(e)) for e in found]
         return Listing(
             path=path,
@@ -405,7 +421,8 @@ async def _run(
     """One execution in ``entry``'s session, with progress while it runs."""
     session = entry.session
     limit = session.spec.timeout
-    before = await asyncio.to_thread(results.snapshot, session.workdir)
+    in_workspace = session.spec.workspace is not None
+    before = {} if in_workspace else await asyncio.to_thread(results.snapshot, session.workdir)
     started = time.monotonic()
     streamed = [0]
 
@@ -428,7 +445,12 @@ async def _run(
         ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await ticker
-    after = await asyncio.to_thread(results.snapshot, session.workdir)
+    if in_workspace:  # (what the execution published: host/workspace.py)
+        files = result.files
+        written = sorted([*files.created, *files.changed]) if files is not None else []
+    else:
+        after = await asyncio.to_thread(results.snapshot, session.workdir)
+        written = results.written(before, after)
     whole: dict[str, str] = {}
     payload = result_payload(result, budget)  # (once: the text, the files and the schema)
     for name, text in results.shortened_streams(result, payload).items():
@@ -447,7 +469,7 @@ async def _run(
         execution_count=session.execution_count,
         images=len(images),
         whole_output=whole,
-        files_written=results.written(before, after),
+        files_written=written[: results.MAX_LISTED_FILES],
         note=note,
     )
     text = results.as_text(out)
