@@ -558,3 +558,31 @@ def test_a_sandbox_tool_run_shows_the_payload_the_model_was_given(tmp_path: Path
     assert error["ename"] == "ZeroDivisionError"
     assert cell["metadata"][METADATA_KEY]["given"]["tool"] == "run_code"
     assert cell["outputs"][-1]["data"][EVENT_MIME]["id"] == event.id  # the summary stays last
+
+
+def test_each_cell_shows_what_it_changed_in_the_workspace(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "notes.txt").write_text("the person's\n")
+    log = tmp_path / "run.jsonl"
+    with create(workspace=project, listeners=[JsonlRunLog(log)]) as box, box.session() as s:
+        assert s.execute("open('out.csv', 'w').write('a')\nopen('notes.txt', 'w').write('x')").ok
+        assert s.execute("print('nothing written')").ok
+    out = tmp_path / "review.ipynb"
+    assert review(log, "-o", out) == 0
+    header, first, second = load(out)["cells"]
+    (files,) = [
+        o for o in first["outputs"] if o.get("metadata", {}).get(METADATA_KEY, {}).get("files")
+    ]
+    shown = text(files["data"]["text/plain"])
+    assert "created (1): out.csv" in shown
+    assert "changed (1): notes.txt" in shown
+    assert "earlier versions kept: " in shown
+    assert not [
+        o
+        for o in second["outputs"]
+        if "Files changed" in text(o.get("data", {}).get("text/plain", ""))
+    ]
+    assert "- **Workspace files:** 1 execution(s) changed files: 1 changed, 1 created" in text(
+        header["source"]
+    )

@@ -227,6 +227,18 @@ def _facts(lines: list[Line], problems: list[str]) -> list[str]:
         start = min(event.started_at for event in events)
         end = max(event.finished_at for event in events)
         busy = sum(event.duration_ms for event in events) / 1000
+        changed = [e.files for e in events if e.files is not None and any(e.files.counts.values())]
+        if changed:
+            total = Counter[str]()
+            for files in changed:
+                total.update({kind: n for kind, n in files.counts.items() if n})
+            versions = sum(len(files.versions) for files in changed)
+            facts.append(
+                f"- **Workspace files:** {len(changed)} execution(s) changed files: "
+                + ", ".join(f"{n} {kind}" for kind, n in sorted(total.items()))
+                + f"; {versions} set(s) of earlier versions kept (`rewyn-kernel files` "
+                "restores them)"
+            )
         facts.append(
             f"- **Time:** {start.isoformat(timespec='seconds')} to "
             f"{end.isoformat(timespec='seconds')} ({_duration((end - start).total_seconds())}); "
@@ -293,9 +305,34 @@ def _outputs(event: SandboxEvent) -> list[dict[str, Any]]:
         outputs.append(
             {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": traceback}
         )
+    files = _files_output(event)
+    if files is not None:
+        outputs.append(files)
     data, metadata = event_output(event)
     outputs.append({"output_type": "display_data", "data": data, "metadata": metadata})
     return outputs
+
+
+def _files_output(event: SandboxEvent) -> dict[str, Any] | None:
+    """What the execution changed in its workspace, as a text output; None if nothing."""
+    files = event.files
+    if files is None or not any(files.counts.values()):
+        return None
+    lines = ["Files changed in the workspace when this execution ended:"]
+    for kind in ("created", "changed", "deleted", "refused"):
+        listed = getattr(files, kind)
+        count = files.counts.get(kind, len(listed))
+        if count:
+            more = f" (and {count - len(listed)} more)" if count > len(listed) else ""
+            lines.append(f"  {kind} ({count}): {', '.join(listed)}{more}")
+    if files.versions:
+        lines.append(f"  earlier versions kept: {', '.join(files.versions)} (rewyn-kernel files)")
+    mark = {METADATA_KEY: {"files": True}}
+    return {
+        "output_type": "display_data",
+        "data": {"text/plain": "\n".join(lines)},
+        "metadata": mark,
+    }
 
 
 def _given_outputs(given: ToolResult) -> list[dict[str, Any]]:
@@ -344,7 +381,8 @@ def _code_cell(number: int, event: SandboxEvent, given: ToolResult | None = None
     outputs = _outputs(event)
     if given is not None:  # what the model read, then the event's summary
         metadata["given"] = given.model_dump(mode="json")
-        outputs = [*_given_outputs(given), outputs[-1]]
+        files = _files_output(event)
+        outputs = [*_given_outputs(given), *([files] if files else []), outputs[-1]]
     return {
         "cell_type": "code",
         "id": f"line-{number}",
