@@ -16,7 +16,8 @@ from .kernel_client import run_cell, running_kernel
 
 
 @pytest.fixture
-def shell() -> Iterator[InteractiveShell]:
+def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    monkeypatch.chdir(tmp_path)  # (the notebook's folder: the cells' workspace)
     ipython = InteractiveShell.instance()
     ipython.run_line_magic("load_ext", "rewyn_kernel")
     yield ipython
@@ -39,6 +40,24 @@ def test_a_cell_runs_in_the_sandbox_and_binds_its_result(
     assert result.ok
     assert result.isolation is not None
     assert result.isolation.network == "isolated"
+
+
+def test_cells_work_in_the_notebooks_folder_or_the_workspace_given(
+    shell: InteractiveShell, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shell.run_cell_magic(
+        "sandbox", "", "import os\nprint(os.getcwd())\n_ = open('a.txt', 'w').write('a')"
+    )
+    assert capsys.readouterr().out == f"{tmp_path}\n"
+    assert (tmp_path / "a.txt").read_text() == "a"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "keep.csv").write_text("x")
+    shell.run_cell_magic("sandbox", f"--workspace {other} --protect *.csv", "open('keep.csv', 'a')")
+    result = shell.user_ns["_sandbox"]
+    assert result.error is not None
+    assert "Read-only file system" in result.error.evalue
+    assert (other / "keep.csv").read_text() == "x"
 
 
 def test_named_sessions_keep_state_and_can_be_stopped(

@@ -41,6 +41,9 @@ MAGIC_SETTINGS = (
     "container_runtime",
     "oci_runtime",
     "inherit_env",
+    "workspace",
+    "protected",
+    "read_dirs",
 )
 """The settings this notebook's %%sandbox cells take defaults for (``c.SandboxMagics.*``)."""
 
@@ -66,6 +69,10 @@ class SandboxMagics(Magics):
     container_runtime = trait_for("container_runtime")
     oci_runtime = trait_for("oci_runtime")
     inherit_env = trait_for("inherit_env")
+    workspace = trait_for("workspace")
+    """None: this notebook's folder (the kernel's working directory)."""
+    protected = trait_for("protected")
+    read_dirs = trait_for("read_dirs")
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
