@@ -54,11 +54,15 @@ class JupyterServer:
             return f"{self.url}/lab/tree/{path}?reset&token={self.token}"
         return f"{self.url}/notebooks/{path}?token={self.token}"
 
-    def api(self, path: str, method: str = "GET") -> Any:
+    def api(self, path: str, method: str = "GET", body: Any = None) -> Any:
+        headers = {"Authorization": f"token {self.token}"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         request = urllib.request.Request(
             f"{self.url}/api/{path}",
             method=method,
-            headers={"Authorization": f"token {self.token}"},
+            headers=headers,
+            data=None if body is None else json.dumps(body).encode(),
         )
         with urllib.request.urlopen(request, timeout=30) as response:
             body = response.read()

@@ -445,3 +445,39 @@ def check_inert(page: Watched, line: Any) -> None:
     assert line.locator("dt").all_inner_texts().count("note") == 10  # bounded
     width = line.evaluate("node => [node.scrollWidth, node.clientWidth]")
     assert width[0] <= width[1] + 1, f"the line overflows: {width}"
+
+
+WORKSPACE_CELLS = [
+    ("code", "_ = open('written-by-the-cell.csv', 'w').write('a,b\\n')"),
+    ("code", "print(open('person.txt').read())"),
+]
+
+
+def test_a_file_a_cell_writes_appears_in_the_file_browser_and_the_persons_edit_is_read(
+    server: JupyterServer, page: Watched
+) -> None:
+    """The code works in the notebook's folder, as on ipykernel: the file its cell writes is
+    there when the cell ends (the file browser shows it, and the contents API serves it), and a
+    file the person saves between two cells is what the second reads."""
+    (server.root / "person.txt").write_text("first\n")
+    name = "workspace-lab.ipynb"
+    assert start(server, page, name, cells=WORKSPACE_CELLS) == "rewyn-kernel"
+    run_cells(page.page, [0])
+    wait_for_records(page.page, [1, 0])
+    listed = page.page.locator(".jp-DirListing-itemText", has_text="written-by-the-cell.csv")
+    wait_until(lambda: listed.count() == 1, 40, lambda: "the file browser does not list it")
+    served = server.api("contents/written-by-the-cell.csv?content=1")
+    assert served["content"] == "a,b\n"
+    saved = {"type": "file", "format": "text", "content": "edited by the person\n"}
+    server.api("contents/person.txt", method="PUT", body=saved)  # (as the editor saves)
+    run_cells(page.page, [1])
+    wait_for_records(page.page, [1, 2])
+    save(page.page)
+    cells = saved_cells(server, name)
+    record = cells[1]["metadata"][METADATA_KEY]["record"]
+    events = {event.id: event for event in JsonlRunLog.read(server.root.parent / RUN_LOG)}
+    assert events[record["id"]].stdout == "edited by the person\n\n"
+    assert cells[0]["metadata"][METADATA_KEY]["record"]["files"]["created"] == [
+        "written-by-the-cell.csv"
+    ]
+    assert page.console_errors == []
