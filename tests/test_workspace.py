@@ -430,27 +430,40 @@ def test_a_folder_swapped_for_a_link_mid_walk_leads_nowhere(
 def test_a_file_swapped_for_a_link_after_its_check_is_not_published(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The walk checked a regular file (and holds it open); the code puts a link to the host's
+    files in its place just before the rename: what arrives is not what was checked, and it
+    goes back."""
     root, upper, secret = stage(tmp_path)
     (upper / "out.csv").write_text("fine")
-    real_rename = os.rename
-    swapped: list[bool] = []
-
-    def rename(src: Any, dst: Any, **kwargs: Any) -> None:
-        if str(dst).startswith(".rewyn-publish-") and not swapped:
-            swapped.append(True)
-            swap_for_link(upper / "out.csv", secret / "id_rsa")
-        real_rename(src, dst, **kwargs)
-
-    monkeypatch.setattr(os, "rename", rename)
+    swap_once(
+        monkeypatch,
+        "_rename_new",
+        "out.csv",
+        lambda: swap_for_link(upper / "out.csv", secret / "id_rsa"),
+    )
     changes = Workspace(root).publish(upper, label="t")
     monkeypatch.undo()
-    assert swapped
     assert not (root / "out.csv").is_symlink()
     assert [name for name in os.listdir(root) if name.startswith(".rewyn-publish")] == []
     assert changes.refused == ["out.csv: it changed while it was published"]
     assert (upper / "out.csv").is_symlink()  # (back where it was: refused at the next look)
     again = Workspace(root).publish(upper, label="t")
     assert again.refused == ["out.csv: a link that leads out of the workspace"]
+
+
+def test_a_file_the_person_made_meanwhile_is_kept_as_a_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the walk's look and the rename, the person saves a file of that name: it is
+    kept as a version, not overwritten."""
+    root, upper, _ = stage(tmp_path)
+    (upper / "report.txt").write_text("the code's")
+    swap_once(monkeypatch, "_lstat", "report.txt", lambda: (root / "report.txt").write_text("mine"))
+    changes = Workspace(root).publish(upper, label="t")
+    assert (root / "report.txt").read_text() == "the code's"
+    assert changes.changed == ["report.txt"]
+    (kept,) = Workspace(root).versions()
+    assert (root / STORE / "versions" / kept["id"] / "report.txt").read_text() == "mine"
 
 
 def test_a_budget_counts_what_was_published_once(tmp_path: Path) -> None:
@@ -484,10 +497,10 @@ def swap_once(monkeypatch: pytest.MonkeyPatch, name: str, when: str, action: Any
     real = getattr(workspace_module, name)
     done: list[bool] = []
 
-    def hooked(folder: int, item: str) -> Any:
-        if item == when and not done:
+    def hooked(*args: Any) -> Any:
+        if when in args and not done:
             done.append(True)
             action()
-        return real(folder, item)
+        return real(*args)
 
     monkeypatch.setattr(workspace_module, name, hooked)

@@ -29,6 +29,7 @@ from rewyn_kernel.runtime.host.workspace import (
     FileChanges,
     Workspace,
     hide_store,
+    holds_writes,
 )
 
 if TYPE_CHECKING:
@@ -106,9 +107,7 @@ class WorkspaceCells:
                 self._next_upper()
 
     def protected(self) -> list[str]:
-        from rewyn_kernel.runtime.host.workspace import existing_protected
-
-        return existing_protected(self.workspace.root, self.workspace.patterns)
+        return self.workspace.protection.existing()
 
     def _next_upper(self) -> Path:
         """Make the next execution's upper and work folders (a host view also mounts them)."""
@@ -137,6 +136,11 @@ class WorkspaceCells:
                 return final
             done = self._current()
             changes = FileChanges()
+            if self.cell and not holds_writes(done) and self._unchanged():
+                # Nothing to publish, and the person changed no folder's entries since the
+                # view was mounted (a file changed in place reads through it as it is now):
+                # the view stays. What a process of the code writes later is published then.
+                return self._publish(label) if self._pending else changes
             try:
                 upper = self._next_upper()
             except OSError as exc:
@@ -157,6 +161,13 @@ class WorkspaceCells:
                     + (f" (and {more} more)" if more else "")
                 )
             return published
+
+    def _unchanged(self) -> bool:
+        """Whether every folder of the workspace has the entries it had when the view was
+        mounted (overlayfs caches a merged folder's listing, and what it found missing: a
+        view mounted before the person added a file may not show it)."""
+        self.workspace.protection.existing()
+        return self.workspace.protection.unchanged
 
     def _current(self) -> Path:
         return self.staging / f"cell-{self.cell}" / "upper"
@@ -182,7 +193,7 @@ class WorkspaceCells:
                 upper, label=label, budget=self.budget, scratch_used=scratch
             )
             _merge(total, changes)
-            if not any(os.scandir(upper)):
+            if not holds_writes(upper):
                 self._pending.remove(upper)
                 if upper != self._current():
                     _forget(upper.parent)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import stat
 import tempfile
@@ -55,6 +56,7 @@ class _MountAttr(ctypes.Structure):
     ]
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 

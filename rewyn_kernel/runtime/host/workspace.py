@@ -25,6 +25,7 @@ kernels of a notebook) publish one after the other and see each other's finished
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import fnmatch
@@ -136,6 +137,15 @@ def safe_name(name: str) -> str:
     return clean or "default"
 
 
+def holds_writes(upper: int | Path) -> bool:
+    """Whether an upper folder holds anything of the code's (more than the store's whiteout)."""
+    try:
+        with os.scandir(upper) as entries:
+            return any(entry.name != STORE for entry in entries)
+    except OSError:
+        return False
+
+
 def hide_store(upper: Path) -> None:
     """Put a whiteout of the store in a fresh view's upper folder: the code's view of the
     workspace has no ``.rewyn`` (``os.listdir`` shows what ipykernel shows). What the code
@@ -161,43 +171,97 @@ def host_paths(root: Path) -> list[str]:
     return sorted(f"/{path}" for path in found)
 
 
+class Protection:
+    """The protected paths of a workspace (``PROTECTED``, a setting's, ``host_paths``):
+    ``matches`` tells one path; ``existing`` finds those in the folder for the view to show
+    read-only, rescanning only the folders whose modification time changed since the last
+    look (a cell's end costs a stat per folder, not a walk), at most ``MAX_FOLDERS`` folders
+    deep in a large tree (what lies past them is still never published: ``matches``)."""
+
+    MAX_FOLDERS = 4000
+    MAX_FOUND = 256
+
+    def __init__(self, root: Path, patterns: Sequence[str]) -> None:
+        self.root = root
+        self.patterns = tuple(patterns)
+        names = [fnmatch.translate(p) for p in self.patterns if "/" not in p]
+        self._name = re.compile("|".join(names)) if names else None
+        self._paths = tuple(p.strip("/") for p in self.patterns if "/" in p)
+        self._scanned: dict[str, tuple[tuple[int, ...], list[str], list[str]]] = {}
+        """folder -> (its stat's facts, protected entries in it, other folders in it)"""
+        self._changed = True
+        self.unchanged = False
+        """After ``existing``: whether it found every folder as the previous look did (no
+        entry added, removed or renamed anywhere), having looked at all of them."""
+
+    def matches(self, relative: str) -> bool:
+        """Whether the workspace path ``relative`` is one the code may not change."""
+        if self._name is not None and any(
+            self._name.match(part) for part in PurePosixPath(relative).parts
+        ):
+            return True
+        return any(
+            fnmatch.fnmatchcase(relative, path) or relative.startswith(path + "/")
+            for path in self._paths
+        )
+
+    def existing(self) -> list[str]:
+        """The outermost protected paths in the folder now (relative, sorted)."""
+        found: list[str] = []
+        stack, seen = [""], 0
+        self._changed = not self._scanned
+        while stack and seen < self.MAX_FOLDERS and len(found) < self.MAX_FOUND:
+            relative = stack.pop()
+            seen += 1
+            scanned = self._scan(relative)
+            if scanned is None:
+                continue
+            found += scanned[0]
+            stack += scanned[1]
+        self.unchanged = not self._changed and not stack
+        return sorted(found)[: self.MAX_FOUND]
+
+    def _scan(self, relative: str) -> tuple[list[str], list[str]] | None:
+        folder = self.root / relative if relative else self.root
+        try:
+            info = os.stat(folder, follow_symlinks=False)
+        except OSError:
+            self._changed = True
+            self._scanned.pop(relative, None)
+            return None
+        # (the ctime too: a folder changed twice within the clock's tick keeps its mtime)
+        facts = (info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_nlink, info.st_size)
+        known = self._scanned.get(relative)
+        if known is not None and known[0] == facts:
+            return known[1], known[2]
+        self._changed = True
+        marked: list[str] = []
+        folders: list[str] = []
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    path = f"{relative}/{entry.name}" if relative else entry.name
+                    if path == STORE:
+                        continue
+                    if self.matches(path):
+                        marked.append(path)
+                    elif entry.is_dir(follow_symlinks=False):
+                        folders.append(path)
+        except OSError:
+            return None
+        self._scanned[relative] = (facts, marked, folders)
+        return marked, folders
+
+
 def protected(relative: str, patterns: Sequence[str]) -> bool:
     """Whether the workspace path ``relative`` is one the code may not change."""
-    parts = PurePosixPath(relative).parts
-    for pattern in patterns:
-        if "/" in pattern:
-            if fnmatch.fnmatchcase(relative, pattern.strip("/")) or relative.startswith(
-                pattern.strip("/") + "/"
-            ):
-                return True
-        elif any(fnmatch.fnmatchcase(part, pattern) for part in parts):
-            return True
-    return False
+    return Protection(Path(), patterns).matches(relative)
 
 
-def existing_protected(root: Path, patterns: Sequence[str], limit: int = 256) -> list[str]:
-    """The protected paths that exist in ``root`` (relative, outermost only, at most ``limit``;
-    a protected folder's content is not walked), for the view to show read-only."""
-    found: list[str] = []
-    stack = [""]
-    while stack and len(found) < limit:
-        relative = stack.pop()
-        try:
-            with os.scandir(root / relative if relative else root) as entries:
-                items = sorted(entries, key=lambda entry: entry.name)
-        except OSError:
-            continue
-        for entry in items:
-            path = f"{relative}/{entry.name}" if relative else entry.name
-            if path == STORE:
-                continue
-            if protected(path, patterns):
-                found.append(path)
-                if len(found) >= limit:
-                    break
-            elif entry.is_dir(follow_symlinks=False):
-                stack.append(path)
-    return found
+def existing_protected(root: Path, patterns: Sequence[str]) -> list[str]:
+    """The protected paths that exist in ``root`` (relative, outermost only), for a view that
+    shows them read-only (see ``Protection``)."""
+    return Protection(root, patterns).existing()
 
 
 class Budget:
@@ -235,6 +299,7 @@ class Workspace:
         root host's); None: whoever the code is (the host's own user)."""
         self.root = root
         self.patterns = (*PROTECTED, *extra_protected, *host_paths(root))
+        self.protection = Protection(root, self.patterns)
         self.owner = owner
         self.store = root / STORE
 
@@ -297,6 +362,9 @@ class Workspace:
         try:
             source = os.open(upper, _DIRECTORY)
         except OSError:
+            return changes
+        if not holds_writes(source):  # (a cell that wrote nothing: no lock, no walk)
+            os.close(source)
             return changes
         try:
             with self.locked():
@@ -461,29 +529,31 @@ class _Publishing:
                 names = sorted(entry.name for entry in entries)
         except OSError:
             return
+        owner = self.owner_of(target)
         for name in names:
             path = f"{relative}/{name}" if relative else name
+            if path == STORE:
+                continue  # (the code's view hides the store: never published, never removed)
             try:
-                self.entry(source, target, name, path)
+                self.entry(source, target, name, path, owner)
             except OSError as exc:
                 # (left in the upper folder: published, or refused, next time)
                 self.changes.add("refused", f"{path}: {exc.strerror or exc}")
 
-    def entry(self, source: int, target: int, name: str, relative: str) -> None:
+    def entry(
+        self, source: int, target: int, name: str, relative: str, owner: tuple[int, int] | None
+    ) -> None:
         info = os.stat(name, dir_fd=source, follow_symlinks=False)
         there = _lstat(target, name)
-        if relative == STORE:
-            _remove_at(source, name)  # (the store is hidden from the code: never published)
-            return
         if stat.S_ISCHR(info.st_mode) and info.st_rdev == WHITEOUT:
-            if there is not None and not protected(relative, self.workspace.patterns):
+            if there is not None and not self.workspace.protection.matches(relative):
                 self.version.keep(target, name, relative, "deleted by the code")
                 self.changes.add("deleted", relative)
                 if self.budget is not None:
                     self.budget.record(relative, None)
             _remove_at(source, name)
             return
-        if protected(relative, self.workspace.patterns):
+        if self.workspace.protection.matches(relative):
             if stat.S_ISDIR(info.st_mode):  # (a folder copied up on the way: what is in it)
                 self.refuse_all(source, name, relative)
             else:
@@ -491,9 +561,9 @@ class _Publishing:
             _remove_at(source, name)
             return
         if stat.S_ISDIR(info.st_mode):
-            self.folder(source, target, name, relative, (info, there))
+            self.folder(source, target, name, relative, (info, there, owner))
             return
-        self.file(source, target, name, relative, there)
+        self.file(source, target, name, relative, (info, there, owner))
 
     def folder(
         self,
@@ -501,9 +571,9 @@ class _Publishing:
         target: int,
         name: str,
         relative: str,
-        stats: tuple[os.stat_result, os.stat_result | None],
+        facts: tuple[os.stat_result, os.stat_result | None, tuple[int, int] | None],
     ) -> None:
-        info, there = stats
+        info, there, owner = facts
         inner = os.open(name, _DIRECTORY, dir_fd=source)
         try:
             if there is not None and (_opaque(inner) or not stat.S_ISDIR(there.st_mode)):
@@ -516,7 +586,7 @@ class _Publishing:
                 there = None
             if there is None:
                 os.mkdir(name, stat.S_IMODE(info.st_mode) & 0o777 or 0o755, dir_fd=target)
-                self.own(target, name)
+                self.own(target, name, owner)
             into = os.open(name, _DIRECTORY, dir_fd=target)
             try:
                 self.directory(inner, into, relative)
@@ -528,52 +598,72 @@ class _Publishing:
             os.rmdir(name, dir_fd=source)
 
     def file(
-        self, source: int, target: int, name: str, relative: str, there: os.stat_result | None
+        self,
+        source: int,
+        target: int,
+        name: str,
+        relative: str,
+        facts: tuple[os.stat_result, os.stat_result | None, tuple[int, int] | None],
     ) -> None:
+        """Publish a file or link. Its checks are of the inode held open (``pin``: so that no
+        other can take its number meanwhile); the rename is by name, so the inode that
+        arrives is compared with it, and one the code swapped in goes back (a process of the
+        code may still write in this upper folder)."""
+        _, there, owner = facts
         pin = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=source)
         try:
-            info = os.fstat(pin)
-            if stat.S_ISLNK(info.st_mode):
-                destination = os.readlink("", dir_fd=pin)
-                if not _link_stays_inside(self.workspace.root, relative, destination):
-                    self.refuse(source, name, f"{relative}: a link that leads out of the workspace")
-                    return
-            elif not stat.S_ISREG(info.st_mode):
-                self.refuse(source, name, f"{relative}: not a regular file, folder or link")
-                return
-            size = info.st_size if stat.S_ISREG(info.st_mode) else 0
-            cost = max(size, BLOCK)
-            before = self.budget.own.get(relative, 0) if self.budget is not None else 0
-            if self.left is not None and cost - before > self.left:
-                self.refuse(source, name, f"{relative}: over the disk quota (disk_limit_mb)")
-                if not self.over_quota:
-                    self.over_quota = True
-                    self.changes.notes.append(
-                        "the sandbox's disk quota (disk_limit_mb) is used up: what the code "
-                        f"wrote past it was not kept, from {relative} ({size:,} bytes) on"
-                    )
-                return
-            # Into the target folder under a name of the host's first, and on only if the
-            # inode that arrived is the one checked (the code may swap it meanwhile).
-            arriving = f".rewyn-publish-{uuid.uuid4().hex}"
-            os.rename(name, arriving, src_dir_fd=source, dst_dir_fd=target)
-            arrived = os.stat(arriving, dir_fd=target, follow_symlinks=False)
-            if (arrived.st_dev, arrived.st_ino) != (info.st_dev, info.st_ino):
-                os.rename(arriving, name, src_dir_fd=target, dst_dir_fd=source)
-                raise OSError(errno.EAGAIN, "it changed while it was published")
+            self.pinned(source, target, name, relative, (os.fstat(pin), there, owner), pin=pin)
         finally:
             os.close(pin)
+
+    def pinned(
+        self,
+        source: int,
+        target: int,
+        name: str,
+        relative: str,
+        facts: tuple[os.stat_result, os.stat_result | None, tuple[int, int] | None],
+        *,
+        pin: int,
+    ) -> None:
+        info, there, owner = facts
+        if stat.S_ISLNK(info.st_mode):
+            destination = os.readlink("", dir_fd=pin)
+            if not _link_stays_inside(self.workspace.root, relative, destination):
+                self.refuse(source, name, f"{relative}: a link that leads out of the workspace")
+                return
+        elif not stat.S_ISREG(info.st_mode):
+            self.refuse(source, name, f"{relative}: not a regular file, folder or link")
+            return
+        size = info.st_size if stat.S_ISREG(info.st_mode) else 0
+        cost = max(size, BLOCK)
+        before = self.budget.own.get(relative, 0) if self.budget is not None else 0
+        if self.left is not None and cost - before > self.left:
+            self.refuse(source, name, f"{relative}: over the disk quota (disk_limit_mb)")
+            if not self.over_quota:
+                self.over_quota = True
+                self.changes.notes.append(
+                    "the sandbox's disk quota (disk_limit_mb) is used up: what the code "
+                    f"wrote past it was not kept, from {relative} ({size:,} bytes) on"
+                )
+            return
+        if there is None and _rename_new(source, name, target, name):
+            _arrived(target, name, source, info)  # (no name of the host's was in the way)
+        else:
+            # Beside it under a name of the host's first; on only once it is the one checked.
+            arriving = f".rewyn-publish-{uuid.uuid4().hex}"
+            os.rename(name, arriving, src_dir_fd=source, dst_dir_fd=target)
+            _arrived(target, arriving, source, info, name)
+            if there is not None or _lstat(target, name) is not None:
+                self.version.keep(target, name, relative, "changed by the code")
+                there = there or info
+            os.rename(arriving, name, src_dir_fd=target, dst_dir_fd=target)
         if self.left is not None:
             self.left -= max(0, cost - before)
-        if there is not None:
-            self.version.keep(target, name, relative, "changed by the code")
-            self.changes.add("changed", relative)
-        else:
-            self.changes.add("created", relative)
-        os.rename(arriving, name, src_dir_fd=target, dst_dir_fd=target)
+        self.changes.add("changed" if there is not None else "created", relative)
         if stat.S_ISREG(info.st_mode) and info.st_mode & (stat.S_ISUID | stat.S_ISGID):
             os.chmod(name, stat.S_IMODE(info.st_mode) & 0o1777, dir_fd=target)
-        self.own(target, name)
+        self.own(target, name, owner)
         self.changes.bytes_written += size
         if self.budget is not None:
             self.budget.record(relative, cost)
@@ -596,21 +686,57 @@ class _Publishing:
         finally:
             os.close(inner)
 
-    def own(self, folder: int, name: str) -> None:
-        """Give a published file or folder to the owner of the folder it is in, where the code
-        runs as a uid of its own (a root host's); else it stays the code's, the host user's."""
+    def owner_of(self, folder: int) -> tuple[int, int] | None:
+        """Who what is published in ``folder`` belongs to: the folder's owner where the code
+        runs as a uid of its own (a root host's); else None: it stays the code's, the host
+        user's."""
         if self.workspace.owner is None:
-            return
+            return None
         try:
             info = os.fstat(folder)
-            owner = info.st_uid, info.st_gid
         except OSError:
-            owner = self.workspace.owner
-        with contextlib.suppress(OSError):
-            os.chown(name, *owner, dir_fd=folder, follow_symlinks=False)
+            return self.workspace.owner
+        return info.st_uid, info.st_gid
+
+    @staticmethod
+    def own(folder: int, name: str, owner: tuple[int, int] | None) -> None:
+        if owner is not None:
+            with contextlib.suppress(OSError):
+                os.chown(name, *owner, dir_fd=folder, follow_symlinks=False)
 
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+RENAME_NOREPLACE = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_RENAMEAT2 = getattr(_LIBC, "renameat2", None)
+
+
+def _rename_new(source: int, name: str, target: int, new: str) -> bool:
+    """Rename ``name`` of ``source`` to ``new`` of ``target`` where nothing has that name
+    (renameat2 with RENAME_NOREPLACE); False where it cannot be done so (something has it
+    now, or no renameat2 here): the caller goes the careful way."""
+    if _RENAMEAT2 is None:
+        return False
+    done = _RENAMEAT2(source, os.fsencode(name), target, os.fsencode(new), RENAME_NOREPLACE)
+    if done == 0:
+        return True
+    number = ctypes.get_errno()
+    if number in (errno.EEXIST, errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(number, os.strerror(number), name)
+
+
+def _arrived(
+    target: int, name: str, source: int, checked: os.stat_result, back: str | None = None
+) -> None:
+    """Raise (after moving it back to ``source`` as ``back`` or ``name``) unless what is now
+    ``name`` of ``target`` is the inode ``checked``."""
+    arrived = os.stat(name, dir_fd=target, follow_symlinks=False)
+    if (arrived.st_dev, arrived.st_ino) != (checked.st_dev, checked.st_ino):
+        os.rename(name, back or name, src_dir_fd=target, dst_dir_fd=source)
+        raise OSError(errno.EAGAIN, "it changed while it was published")
 
 
 def _lstat(folder: int, name: str) -> os.stat_result | None:
