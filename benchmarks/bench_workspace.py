@@ -12,7 +12,7 @@ the sandbox kernel without one (``--no-notebook-workspace``), all on the default
 - a cell that writes 10,000 files of 100 bytes, against ipykernel; and the publication of
   10,000 such files alone (``Workspace.publish`` of an upper folder on the host, timed).
 
-    python -m benchmarks.bench_workspace            # 200 trivial cells, 3 runs of each write
+    python -m benchmarks.bench_workspace            # 200 trivial cells, 5 runs of each write
     python -m benchmarks.bench_workspace --quick    # 50 trivial cells, 1 run of each write
 """
 
@@ -64,29 +64,36 @@ def trivial(kernel: Kernel, cells: int) -> float:
     return statistics.median(execute(kernel.kc, "x = 1").seconds for _ in range(cells))
 
 
-def writes(kernel: Kernel, code: str, runs: int, leftover: str) -> float:
-    """The median seconds of ``code``'s cell; what it wrote is removed between runs (from the
-    host, as the person would, where it is in the notebook's folder)."""
-    times = []
+def writes(kernels: dict[str, Kernel], code: str, runs: int, leftover: str) -> dict[str, float]:
+    """The median seconds of ``code``'s cell on each kernel, the kernels taking turns run by
+    run (the disk's state drifts: each kernel meets the same); what it wrote is removed
+    between runs (from the host, as the person would, where it is in the notebook's folder)."""
+    times: dict[str, list[float]] = {name: [] for name in kernels}
     for _ in range(runs):
-        os.sync()  # (each starts with nothing of the last one's still being written back)
-        cell = execute(kernel.kc, code, timeout=600)
-        status = cell.reply["content"]["status"]
-        if status != "ok":
-            raise RuntimeError(f"{code[:30]!r}: {status} {cell.reply['content']}")
-        times.append(cell.seconds)
-        target = folder_of(kernel) / leftover
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-        else:  # (no workspace: in the sandbox's scratch directory; removed there)
-            execute(
-                kernel.kc,
-                f"import shutil\nshutil.rmtree({leftover!r}, True)\n"
-                f"import os\nos.path.isfile({leftover!r}) and os.remove({leftover!r})",
-            )
-    return statistics.median(times)
+        for name, kernel in kernels.items():
+            os.sync()  # (each starts with nothing of the last one's still being written back)
+            cell = execute(kernel.kc, code, timeout=600)
+            status = cell.reply["content"]["status"]
+            if status != "ok":
+                raise RuntimeError(f"{code[:30]!r}: {status} {cell.reply['content']}")
+            times[name].append(cell.seconds)
+            remove(kernel, leftover)
+    return {name: statistics.median(found) for name, found in times.items()}
+
+
+def remove(kernel: Kernel, leftover: str) -> None:
+    target = folder_of(kernel) / leftover
+    if target.is_dir():
+        shutil.rmtree(target)
+    elif target.exists():
+        target.unlink()
+    else:  # (no workspace: in the sandbox's scratch directory; removed there)
+        execute(
+            kernel.kc,
+            f"import shutil\nshutil.rmtree({leftover!r}, True)\n"
+            f"import os\nos.path.isfile({leftover!r}) and os.remove({leftover!r})",
+        )
+    os.sync()
 
 
 def publication_alone(root: Path, files: int) -> float:
@@ -118,8 +125,7 @@ def bench(cells: int, runs: int, log: IO[str]) -> None:
             ("1 GiB written (8 MiB writes)", GIB, "big.bin"),
             ("10,000 files of 100 bytes", MANY, "many"),
         ):
-            row = {name: writes(kernel, code, runs, leftover) for name, kernel in kernels.items()}
-            os.sync()
+            row = writes(kernels, code, runs, leftover)
             print(
                 f"{f'{label} (median of {runs})':<44}{ms(row[PLAIN]):>12}"
                 f"{ms(row[WORKSPACE]):>12}{ms(row[NONE]):>12}  "
@@ -152,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         log = open(Path(root, "kernels.log"), "w+", encoding="utf-8")  # noqa: SIM115
         with log, patch.dict(os.environ, {"JUPYTER_PATH": path}):
             try:
-                bench(50 if args.quick else 200, 1 if args.quick else 3, log)
+                bench(50 if args.quick else 200, 1 if args.quick else 5, log)
             except BaseException:
                 log.seek(0)
                 print("kernels' stderr (tail):\n" + log.read()[-3000:], file=sys.stderr)
