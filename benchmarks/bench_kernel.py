@@ -20,7 +20,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty
@@ -276,6 +276,31 @@ def bench(starts: int, cells: int, flood_mib: int, interrupts: int, log: IO[str]
             kernel.stop()
 
 
+@contextlib.contextmanager
+def kernels_on_path(root: str) -> Iterator[IO[str]]:
+    """Put ``root`` (where the caller wrote kernelspecs under ``kernels/``) first on
+    JUPYTER_PATH and yield the log the kernels' stderr goes to; if the body fails, print the
+    log's tail."""
+    path = os.pathsep.join(p for p in (root, os.environ.get("JUPYTER_PATH")) if p)
+    log = open(Path(root, "kernels.log"), "w+", encoding="utf-8")  # noqa: SIM115
+    with log, patch.dict(os.environ, {"JUPYTER_PATH": path}):
+        try:
+            yield log
+        except BaseException:
+            log.seek(0)
+            print("kernels' stderr (tail):\n" + log.read()[-3000:], file=sys.stderr)
+            raise
+
+
+def sandbox_spec(root: str, name: str, *flags: str) -> None:
+    """Write the kernelspec ``name``: the sandbox kernel with ``flags``, as installed."""
+    spec_dir = Path(root, "kernels", name)
+    spec_dir.mkdir(parents=True)
+    argv = [sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}", *flags]
+    spec = {"argv": argv, "display_name": name, "language": "python", "interrupt_mode": "signal"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+
+
 def compile_as_installed() -> None:
     """Compile the package's modules, as ``pip install`` leaves an installed package (and as
     ipykernel's are). This checkout may run with PYTHONDONTWRITEBYTECODE (tasks.py sets it),
@@ -297,20 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     global NOTEBOOKS
     with tempfile.TemporaryDirectory(prefix="rewyn-bench-") as root:
         NOTEBOOKS = root
-        spec_dir = Path(root, "kernels", SANDBOX)
-        spec_dir.mkdir(parents=True)
-        argv_ = [sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}"]
-        spec = {"argv": argv_, "display_name": SANDBOX, "language": "python"}
-        (spec_dir / "kernel.json").write_text(json.dumps({**spec, "interrupt_mode": "signal"}))
-        path = os.pathsep.join(p for p in (root, os.environ.get("JUPYTER_PATH")) if p)
-        log = open(Path(root, "kernels.log"), "w+", encoding="utf-8")  # noqa: SIM115
-        with log, patch.dict(os.environ, {"JUPYTER_PATH": path}):
-            try:
-                bench(starts, 50 if args.quick else 200, 10 if args.quick else 50, interrupts, log)
-            except BaseException:
-                log.seek(0)
-                print("kernels' stderr (tail):\n" + log.read()[-3000:], file=sys.stderr)
-                raise
+        sandbox_spec(root, SANDBOX)
+        with kernels_on_path(root) as log:
+            bench(starts, 50 if args.quick else 200, 10 if args.quick else 50, interrupts, log)
     return 0
 
 

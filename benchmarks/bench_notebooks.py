@@ -39,6 +39,8 @@ from unittest.mock import patch
 import nbformat
 from nbclient import NotebookClient
 
+from benchmarks.bench_kernel import kernels_on_path
+
 NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
 PLAIN, SANDBOX = "rewyn-bench-ipykernel", "rewyn-bench-sandbox"
 LABELS = {PLAIN: "ipykernel", SANDBOX: "sandbox"}
@@ -352,15 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(folder)
         for name in (PLAIN, SANDBOX):
             write_spec(root, name)
-        path = os.pathsep.join(p for p in (folder, os.environ.get("JUPYTER_PATH")) if p)
-        log = open(root / "kernels.log", "w+", encoding="utf-8")  # noqa: SIM115
-        with log, patch.dict(os.environ, {"JUPYTER_PATH": path}):
-            try:
-                bench(paths, root, log)
-            except BaseException:
-                log.seek(0)
-                print("kernels' stderr (tail):\n" + log.read()[-3000:], file=sys.stderr)
-                raise
+        with kernels_on_path(folder) as log:
+            bench(paths, root, log)
     return 0
 
 

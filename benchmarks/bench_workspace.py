@@ -19,7 +19,6 @@ the sandbox kernel without one (``--no-notebook-workspace``), all on the default
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -28,9 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 from typing import IO
-from unittest.mock import patch
 
-from benchmarks.bench_kernel import Kernel, compile_as_installed, execute, start
+from benchmarks.bench_kernel import (
+    Kernel,
+    compile_as_installed,
+    execute,
+    kernels_on_path,
+    sandbox_spec,
+    start,
+)
 from rewyn_kernel.runtime.host.workspace import Workspace
 
 PLAIN, WORKSPACE, NONE = "python3", "rewyn-bench-workspace", "rewyn-bench-no-workspace"
@@ -148,21 +153,10 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="rewyn-bench-", dir="/var/tmp") as root:
         kernels.NOTEBOOKS = root  # (each kernel's notebook folder: a disk, not a tmpfs)
-        for name, extra in ((WORKSPACE, []), (NONE, ["--SandboxKernel.notebook_workspace=False"])):
-            spec_dir = Path(root, "kernels", name)
-            spec_dir.mkdir(parents=True)
-            argv_ = [sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}", *extra]
-            spec = {"argv": argv_, "display_name": name, "language": "python"}
-            (spec_dir / "kernel.json").write_text(json.dumps({**spec, "interrupt_mode": "signal"}))
-        path = os.pathsep.join(p for p in (root, os.environ.get("JUPYTER_PATH")) if p)
-        log = open(Path(root, "kernels.log"), "w+", encoding="utf-8")  # noqa: SIM115
-        with log, patch.dict(os.environ, {"JUPYTER_PATH": path}):
-            try:
-                bench(50 if args.quick else 200, 1 if args.quick else 5, log)
-            except BaseException:
-                log.seek(0)
-                print("kernels' stderr (tail):\n" + log.read()[-3000:], file=sys.stderr)
-                raise
+        sandbox_spec(root, WORKSPACE)
+        sandbox_spec(root, NONE, "--SandboxKernel.notebook_workspace=False")
+        with kernels_on_path(root) as log:
+            bench(50 if args.quick else 200, 1 if args.quick else 5, log)
     return 0
 
 

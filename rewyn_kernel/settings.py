@@ -32,7 +32,7 @@ from rewyn_kernel.runtime import (
     create,
     local_provider,
 )
-from rewyn_kernel.runtime._spec import SYSTEM_TREES
+from rewyn_kernel.runtime._spec import not_a_workspace
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
@@ -200,8 +200,7 @@ class KernelSettings(SandboxSpec):
         """The sandbox's limits alone (with the notebook's directory, for a kernel)."""
         values = {name: getattr(self, name) for name in SandboxSpec.model_fields}
         here = Path.cwd().resolve()
-        system = here == Path("/") or here.parts[1] in SYSTEM_TREES  # (no person's folder)
-        if self.workspace is None and self.notebook_workspace and not system:
+        if self.workspace is None and self.notebook_workspace and not not_a_workspace(here):
             values["workspace"] = here
             if "workspace_name" not in self.model_fields_set:
                 values["workspace_name"] = notebook_name()

@@ -379,7 +379,9 @@ def test_a_container_kernel_runs_cells_in_the_container(
     name = "rewyn-test-" + provider.name.replace("/", "-").replace("+", "-")
     write_spec(kernel_root, name, flags)
     folder = Path(tempfile.mkdtemp(prefix="notebook-", dir=kernel_root.parent))
-    os.chown(folder, 1000, 1000)  # (a person's: gVisor runs the code as its owner)
+    (folder / "notes.txt").write_text("the person's\n")
+    for path in (folder, folder / "notes.txt"):  # (a person's: gVisor runs the code as its owner)
+        os.chown(path, 1000, 1000)
     with running_kernel(kernel_root, name, cwd=folder) as (km, kc):
         kernel_pid = km.provisioner.process.pid  # type: ignore[union-attr]
         first = run_cell(kc, "import os\nuid = os.getuid()")
@@ -387,6 +389,10 @@ def test_a_container_kernel_runs_cells_in_the_container(
         cell = run_cell(kc, "print(uid != 0, os.getcwd())")
         # The notebook's folder, at its own path: the workspace.
         assert cell.stream() == f"True {folder}\n", [m["content"] for m in cell.messages]
+        appended = run_cell(kc, "_ = open('notes.txt', 'a').write('the code\\n')")
+        assert appended.status == "ok", [m["content"] for m in appended.messages]
+        assert (folder / "notes.txt").read_text() == "the person's\nthe code\n"
+        assert (folder / "notes.txt").stat().st_uid == 1000
         event = cell.reply["metadata"][METADATA_KEY]["event"]
         assert event["provider"] == provider.name
         assert provider.containers(host_pid=kernel_pid)  # the check below can fail

@@ -24,6 +24,7 @@ from rewyn_kernel.runtime import ContainerProvider, SandboxSpec, create
 from rewyn_kernel.runtime.host import workspace as workspace_module
 from rewyn_kernel.runtime.host.workspace import STORE, Budget, Workspace
 from rewyn_kernel.runtime.sandbox import SandboxProvider
+from rewyn_kernel.settings import KernelSettings
 
 from .kernel_client import run_cell, running_kernel, write_spec
 from .unprivileged import UID, UnprivilegedHost
@@ -337,6 +338,22 @@ def test_data_beside_the_workspace_is_hidden_with_a_note_and_shown_read_only(
     assert (data / "other.csv").read_text() == "a,b\n"
 
 
+def test_a_home_folder_is_never_a_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook in ~ (JupyterLab started there): its folder would show the code ~/.ssh and
+    everything else. Given, it is refused, saying why; a kernel started there works in its
+    scratch directory instead."""
+    home = Path.home().resolve()
+    with pytest.raises(ValueError, match="is a home folder"):
+        SandboxSpec(workspace=home)
+    if home.parent != Path("/"):
+        with pytest.raises(ValueError, match="above the home folder"):
+            SandboxSpec(workspace=home.parent)
+    with pytest.raises(ValueError, match="is the system's"):
+        SandboxSpec(workspace=Path("/usr"))
+    monkeypatch.chdir(home)
+    assert KernelSettings().spec().workspace is None
+
+
 # -- an ordinary host ----------------------------------------------------------------------------
 
 
@@ -407,6 +424,29 @@ def test_a_kernel_works_in_its_notebooks_folder(project: Path, tmp_path: Path) -
     finally:
         os.environ.pop("JPY_SESSION_NAME")
     assert not (project / "sandbox-files").exists()
+
+
+def test_two_kernels_of_one_notebook_see_each_others_finished_writes(
+    project: Path, tmp_path: Path
+) -> None:
+    """JupyterLab's kernel and `rewyn-kernel run`'s, of the same notebook at once: one
+    workspace, no folder of their own; each reads what the other's finished cell wrote."""
+    root = tmp_path / "jupyter"
+    write_spec(root, "rewyn-workspace")
+    os.environ["JPY_SESSION_NAME"] = str(project / "analysis.ipynb")
+    try:
+        with (
+            running_kernel(root, "rewyn-workspace", cwd=project) as (_, lab),
+            running_kernel(root, "rewyn-workspace", cwd=project) as (_, run),
+        ):
+            assert run_cell(lab, "_ = open('from-lab.txt', 'w').write('lab')").status == "ok"
+            assert run_cell(run, "print(open('from-lab.txt').read())").stream() == "lab\n"
+            assert run_cell(run, "_ = open('from-lab.txt', 'a').write('+run')").status == "ok"
+            assert run_cell(lab, "print(open('from-lab.txt').read())").stream() == "lab+run\n"
+    finally:
+        os.environ.pop("JPY_SESSION_NAME")
+    assert (project / "from-lab.txt").read_text() == "lab+run"
+    assert sorted(os.listdir(project / STORE / "staging")) == []
 
 
 # -- the publication's walk, with the code's moves at the worst moment -------------------------

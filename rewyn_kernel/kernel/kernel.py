@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 import warnings
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -35,6 +36,7 @@ from rewyn_kernel.kernel.record import (
     event_output,
 )
 from rewyn_kernel.kernel.safety import drop_note, filter_bundle
+from rewyn_kernel.runtime._spec import not_a_workspace
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, SubprocessProvider
 
@@ -84,6 +86,13 @@ class SandboxKernel(Kernel, SandboxSettings):
             why = provider.instead_of_bubblewrap if isinstance(provider, SubprocessProvider) else ""
             because = f": bubblewrap cannot run here ({why})" if why else ""
             banner += f"\nThe host's files are open to the code{because}."
+        if self._sandbox.spec.workspace is None and self.settings().notebook_workspace:
+            why = not_a_workspace(Path.cwd().resolve())
+            if why:
+                banner += (
+                    f"\nThe notebook's folder {Path.cwd()} {why.split(':')[0]}: the code works "
+                    "in a scratch directory instead (--workspace DIR names a folder)."
+                )
         return banner
 
     def _language_info(self) -> dict[str, Any]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
+import functools
 import os
+import pwd
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,6 +49,35 @@ SYSTEM_TREES = frozenset(
     }
 )
 """Folders of the root that are never a workspace (the sandbox shows them read-only)."""
+
+
+def not_a_workspace(folder: Path) -> str:
+    """Why ``folder`` (resolved) cannot be a workspace, or '': the system's folders, and a
+    home folder or one holding a home (the code would read and change all of it: ``~/.ssh``,
+    the browser's profile, every document)."""
+    if folder == Path("/") or folder.parts[1] in SYSTEM_TREES:
+        return "is the system's, not a person's folder: give the project's folder"
+    for home in _homes():
+        if home == folder or folder in home.parents:
+            return (
+                f"is {'a home folder' if home == folder else f'above the home folder {home}'}: "
+                "the code would read and change all of it (~/.ssh, the browser's profile, every "
+                "document); give the project's folder (a notebook's own, say)"
+            )
+    return ""
+
+
+@functools.cache
+def _homes() -> frozenset[Path]:
+    """The home folders of this machine's accounts and of this process."""
+    found = set()
+    with contextlib.suppress(RuntimeError, KeyError):
+        found.add(Path.home().resolve())
+    for entry in pwd.getpwall():
+        home = Path(entry.pw_dir or "/")
+        if home != Path("/") and home.parts[1] not in SYSTEM_TREES and home.is_dir():
+            found.add(home.resolve())
+    return frozenset(found)
 
 
 class SandboxSpec(BaseModel):
@@ -175,13 +207,8 @@ class SandboxSpec(BaseModel):
         if not value.is_dir():
             raise ValueError(f"{info.field_name} {str(value)!r} is not an existing directory")
         folder = value.resolve()
-        if info.field_name == "workspace" and (
-            folder == Path("/") or folder.parts[1] in SYSTEM_TREES
-        ):
-            raise ValueError(
-                f"workspace {str(folder)!r} is the system's, not a person's folder: give the "
-                "project's folder (the kernel's is its notebook's)"
-            )
+        if info.field_name == "workspace" and (why := not_a_workspace(folder)):
+            raise ValueError(f"workspace {str(folder)!r} {why}")
         return folder
 
     @field_validator("read_dirs")

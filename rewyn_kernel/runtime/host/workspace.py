@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import errno
 import fcntl
 import fnmatch
@@ -504,6 +505,21 @@ class _Version:
             log.write(json.dumps(entry) + "\n")
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """One entry of an upper folder on its way: the folders (descriptors) it is in, in the
+    upper folder and in the workspace, its name, its path, its stat, what the workspace has
+    under that name, and who what is published there belongs to."""
+
+    source: int
+    target: int
+    name: str
+    relative: str
+    info: os.stat_result
+    there: os.stat_result | None
+    owner: tuple[int, int] | None
+
+
 class _Publishing:
     """One publication's walk of an upper folder (see Workspace.publish): ``source`` and
     ``target`` are descriptors of the same folder in the upper and in the workspace."""
@@ -561,19 +577,13 @@ class _Publishing:
             _remove_at(source, name)
             return
         if stat.S_ISDIR(info.st_mode):
-            self.folder(source, target, name, relative, (info, there, owner))
+            self.folder(_Entry(source, target, name, relative, info, there, owner))
             return
-        self.file(source, target, name, relative, (info, there, owner))
+        self.file(_Entry(source, target, name, relative, info, there, owner))
 
-    def folder(
-        self,
-        source: int,
-        target: int,
-        name: str,
-        relative: str,
-        facts: tuple[os.stat_result, os.stat_result | None, tuple[int, int] | None],
-    ) -> None:
-        info, there, owner = facts
+    def folder(self, entry: _Entry) -> None:
+        source, target, name, relative = entry.source, entry.target, entry.name, entry.relative
+        info, there, owner = entry.info, entry.there, entry.owner
         inner = os.open(name, _DIRECTORY, dir_fd=source)
         try:
             if there is not None and (_opaque(inner) or not stat.S_ISDIR(there.st_mode)):
@@ -597,36 +607,20 @@ class _Publishing:
         with contextlib.suppress(OSError):  # (emptied: gone; else kept for the next time)
             os.rmdir(name, dir_fd=source)
 
-    def file(
-        self,
-        source: int,
-        target: int,
-        name: str,
-        relative: str,
-        facts: tuple[os.stat_result, os.stat_result | None, tuple[int, int] | None],
-    ) -> None:
+    def file(self, entry: _Entry) -> None:
         """Publish a file or link. Its checks are of the inode held open (``pin``: so that no
         other can take its number meanwhile); the rename is by name, so the inode that
         arrives is compared with it, and one the code swapped in goes back (a process of the
         code may still write in this upper folder)."""
-        _, there, owner = facts
-        pin = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=source)
+        pin = os.open(entry.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=entry.source)
         try:
-            self.pinned(source, target, name, relative, (os.fstat(pin), there, owner), pin=pin)
+            self.pinned(dataclasses.replace(entry, info=os.fstat(pin)), pin)
         finally:
             os.close(pin)
 
-    def pinned(
-        self,
-        source: int,
-        target: int,
-        name: str,
-        relative: str,
-        facts: tuple[os.stat_result, os.stat_result | None, tuple[int, int] | None],
-        *,
-        pin: int,
-    ) -> None:
-        info, there, owner = facts
+    def pinned(self, entry: _Entry, pin: int) -> None:
+        source, target, name, relative = entry.source, entry.target, entry.name, entry.relative
+        info, there, owner = entry.info, entry.there, entry.owner
         if stat.S_ISLNK(info.st_mode):
             destination = os.readlink("", dir_fd=pin)
             if not _link_stays_inside(self.workspace.root, relative, destination):
