@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rewyn_kernel.runtime.container import ContainerProvider
+from rewyn_kernel.runtime.host import cgroup
 from rewyn_kernel.runtime.host.drive import SESSION_GRACE_SECONDS
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
 
@@ -488,6 +489,90 @@ def test_code_that_grows_past_the_cap_beside_its_child_ends_in_oom(
         assert result.memory_exceeded
         assert "memory limit of 256 MiB" in result.message
         assert session.execute("print('alive')").stdout == "alive\n"
+
+
+MOVER = "rewyn_kernel.runtime.providers.popen.move_tree"
+"""What a launch calls to move its processes into their cgroups (patched to hold or refuse)."""
+
+
+def _waiting_supervisor(root: int) -> int:
+    """The supervisor below ``root`` once it waits for its go (blocked in a read of a pipe
+    other than its stdin, three looks in a row); fails after 30 s."""
+    deadline, seen = time.monotonic() + 30, 0
+    while time.monotonic() < deadline:
+        for pid in cgroup.descendants(root):
+            try:
+                if b"rewyn-worker" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue
+                call = Path(f"/proc/{pid}/syscall").read_text().split()
+                waits = Path(f"/proc/{pid}/wchan").read_text()
+            except OSError:
+                continue
+            if call[:1] == ["0"] and int(call[1], 16) != 0 and "pipe" in waits:
+                seen += 1
+                if seen == 3:
+                    return pid
+                break
+        else:
+            seen = 0
+        time.sleep(0.01)
+    raise AssertionError("the supervisor never waited for its go")
+
+
+@pytest.mark.providers("subprocess", "bubblewrap")
+def test_no_code_runs_before_the_sandbox_is_in_its_cgroups(
+    make_box: Callable[..., Sandbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host moves a starting sandbox's processes into its cgroups while they start (the
+    first write waits for an RCU grace period, which the start then hides), and the supervisor
+    forks no code until they are in. The move held here, the supervisor waits alone and the
+    execution with it; let go, the code runs, and every process of a session is inside."""
+    _cgroups_or_skip()
+    real = cgroup.move_tree
+    launches: list[tuple[cgroup.WorkerCgroup, int]] = []
+    held, release = threading.Event(), threading.Event()
+
+    def hold(group: cgroup.WorkerCgroup, root: int, alive: Callable[[], bool]) -> str | None:
+        launches.append((group, root))
+        held.set()
+        assert release.wait(60)
+        return real(group, root, alive)
+
+    monkeypatch.setattr(MOVER, hold)
+    box = make_box(memory_limit_mb=256, timeout=30)
+    results: list[object] = []
+    runner = threading.Thread(target=lambda: results.append(box.execute("print('ran')")))
+    runner.start()
+    try:
+        assert held.wait(30)
+        supervisor = _waiting_supervisor(launches[0][1])
+        assert cgroup.descendants(supervisor) == [supervisor]  # (no code process yet)
+        assert results == []
+    finally:
+        release.set()
+        runner.join(60)
+    assert [getattr(result, "stdout", result) for result in results] == ["ran\n"]
+    with box.session() as session:
+        started = session.execute("import subprocess\np = subprocess.Popen(['sleep', '60'])")
+        assert started.ok, started.stderr
+        group, root = launches[-1]
+        tree = cgroup.descendants(root)
+        assert len(tree) >= 3  # (the launch, the supervisor, the code's process, its sleep)
+        for pid in tree:
+            for _, key, path in group.members:
+                assert cgroup.cgroup_of(pid, key) == path, (pid, key)
+
+
+@pytest.mark.providers("subprocess", "bubblewrap")
+def test_a_sandbox_that_cannot_join_its_cgroups_does_not_start(
+    make_box: Callable[..., Sandbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _cgroups_or_skip()
+    monkeypatch.setattr(MOVER, lambda group, root, alive: "a test said no")
+    result = make_box(memory_limit_mb=256, timeout=30).execute("print('ran')")
+    assert result.ending == "start_failed", result
+    assert "could not be moved into its cgroups: a test said no" in result.message
+    assert result.stdout == ""
 
 
 LIFT = """

@@ -1,12 +1,14 @@
 """Bounds for a whole local sandbox: a memory cgroup per worker, and its tasks.
 
 ``RLIMIT_AS`` bounds one process; a sandbox's code can start many. A worker of the subprocess
-or bubblewrap provider therefore starts inside cgroups of its own, so its processes together
-stay under ``memory_limit_mb`` (the kernel's OOM killer ends whichever of them grows past it;
-the result says ``ending="oom"``: the worker's supervisor compares the cgroup's OOM-kill counter
-before and after each execution) and under ``pids_limit`` tasks (threads count: a fork bomb
-meets EAGAIN, as under docker's ``--pids-limit``): RLIMIT_NPROC in the sandbox's own user
-namespace where the kernel counts it per namespace (5.14+), else a pids cgroup.
+or bubblewrap provider therefore runs its code inside cgroups of its own (the host moves the
+worker's processes in while they start, and its supervisor forks no code until they are in:
+``move_tree``), so the code's processes together stay under ``memory_limit_mb`` (the kernel's
+OOM killer ends whichever of them grows past it; the result says ``ending="oom"``: the worker's
+supervisor compares the cgroup's OOM-kill counter before and after each execution) and under
+``pids_limit`` tasks (threads count: a fork bomb meets EAGAIN, as under docker's
+``--pids-limit``): RLIMIT_NPROC in the sandbox's own user namespace where the kernel counts it
+per namespace (5.14+), else a pids cgroup.
 
 Socket buffers count too. cgroup v2 charges them to the memory cgroup with the rest. cgroup v1
 charges TCP buffers only once ``memory.kmem.tcp.limit_in_bytes`` is written for the cgroup, and
@@ -23,6 +25,9 @@ Where a cgroup comes from:
 - cgroup v1 (a ``memory`` and a ``pids`` hierarchy, as on these machines): a child of this
   process's own cgroup in each, when it is writable (as root).
 
+What the supervisor allocated before it was moved stays charged where it was (cgroup v1 does
+not move charges; v2 never does): the cap is the code's, not the interpreter's start-up.
+
 Where none can be had, the providers keep ``RLIMIT_AS`` (and ``RLIMIT_NPROC``) and the isolation
 report says so. Nothing here claims a bound it did not write.
 """
@@ -33,6 +38,7 @@ import contextlib
 import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,9 +76,18 @@ class WorkerCgroup:
         return list(dict.fromkeys(path for path in (self.memory, self.pids) if path is not None))
 
     @property
-    def procs(self) -> list[Path]:
-        """Write a pid to each to move that process (and what it starts after) into them."""
-        return [path / "cgroup.procs" for path in self.directories]
+    def members(self) -> list[tuple[Path, str, str]]:
+        """For each of the cgroups: its ``cgroup.procs``, its hierarchy's key in
+        ``/proc/PID/cgroup`` (a v1 controller, "" in v2) and its path as named there."""
+        found = []
+        for controller, path in (("memory", self.memory), ("pids", self.pids)):
+            if path is None:
+                continue
+            key, top = ("", ROOT) if self.version == 2 else (controller, ROOT / controller)
+            entry = (path / "cgroup.procs", key, "/" + str(path.relative_to(top)))
+            if entry not in found:
+                found.append(entry)
+        return found
 
     @property
     def events(self) -> Path | None:
@@ -254,15 +269,93 @@ def sweep(parent: Path) -> None:
                     entry.rmdir()
 
 
-def joining(group: WorkerCgroup, argv: list[str]) -> list[str]:
-    """``argv`` run by a shell that first moves itself into ``group``'s cgroups: everything the
-    launch starts is then inside them from its first instruction (Python offers no race-free
-    way to start a child in a cgroup, and a preexec function is unsafe with threads)."""
-    script = (
-        'for f; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 126; shift; done; '
-        'shift; exec "$@"'
-    )
-    return ["/bin/sh", "-c", script, "rewyn-join", *map(str, group.procs), "--", *argv]
+MOVE_PASSES = 100
+"""At most this many passes over a starting sandbox's processes (``move_tree``): a start makes a
+handful of processes, and each pass moves every one it finds outside."""
+
+
+def move_tree(group: WorkerCgroup, root: int, alive: Callable[[], bool]) -> str | None:
+    """Move the process ``root`` and everything it started into ``group``'s cgroups, pass after
+    pass, until a pass finds none of them outside; None then, else why not.
+
+    A launch does not wait in this: joining a cgroup costs the first write an RCU grace period
+    (10 to 24 ms here; a write right after another costs 0.15 ms), so the worker starts while a
+    thread of its own calls this, and its supervisor forks no code before that thread says it
+    is done (``PopenWorker``). Why one pass with no move is enough: a process started after that
+    pass read the process table has a parent that was inside then (moved, or started by one
+    that was), and a fork is never half-way through a move (the kernel holds the fork side of
+    the same lock), so it is inside too.
+    """
+    for _ in range(MOVE_PASSES):
+        if not alive():
+            return "the sandbox ended while it started"
+        moved = False
+        for pid in descendants(root):
+            for procs, key, path in group.members:
+                if cgroup_of(pid, key) in (path, None):
+                    continue
+                try:
+                    _write(procs, pid)
+                except ProcessLookupError:
+                    continue  # (it ended meanwhile)
+                except OSError as exc:
+                    return f"process {pid} could not be moved into {procs.parent}: {exc}"
+                moved = True
+        if not moved:
+            return None
+    return f"its processes were still outside their cgroups after {MOVE_PASSES} passes"
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every live process below it, from one read of the process table (this
+    kernel may have no ``/proc/PID/task/TID/children``; zombies are left out: they cannot be
+    moved, and run nothing)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return [root]
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+            state, parent = stat[stat.rindex(b")") + 2 :].split(None, 2)[:2]
+        except (OSError, ValueError):
+            continue
+        if state not in (b"Z", b"X"):
+            children.setdefault(int(parent), []).append(int(entry))
+    found, queue = [root], [root]
+    while queue:
+        for child in children.get(queue.pop(), ()):
+            if child not in found:
+                found.append(child)
+                queue.append(child)
+    return found
+
+
+def cgroup_of(pid: int, key: str) -> str | None:
+    """The cgroup of ``pid`` in the hierarchy ``key`` (a v1 controller, or "" for v2), as
+    ``/proc/PID/cgroup`` names it; None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        number, controllers, path = line.split(":", 2)
+        if (key == "" and number == "0" and controllers == "") or (
+            key != "" and key in controllers.split(",")
+        ):
+            return path
+    return None
+
+
+def _write(procs: Path, pid: int) -> None:
+    fd = os.open(procs, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, str(pid).encode())
+    finally:
+        os.close(fd)
 
 
 def for_worker(name: str, limit_mb: int | None, pids: int | None) -> WorkerCgroup | None:
@@ -284,9 +377,9 @@ def capped(limit_mb: int | None) -> bool:
 def nproc_counts_per_namespace() -> bool:
     """Whether RLIMIT_NPROC counts a uid's tasks per user namespace (Linux 5.14 and newer:
     "ucounts"). It then bounds a sandbox's tasks as a pids cgroup would, since each sandbox's
-    code runs in a user namespace of its own, at no cost: joining a cgroup costs the launch an
-    RCU grace period (about 11 ms on these machines). Before 5.14 it counted the uid's tasks
-    across the host (the person's desktop included)."""
+    code runs in a user namespace of its own, at no cost: joining a cgroup costs an RCU grace
+    period (10 to 24 ms on these machines; a launch overlaps it with the sandbox's start).
+    Before 5.14 it counted the uid's tasks across the host (the person's desktop included)."""
     release = os.uname().release.split("-")[0].split(".")
     try:
         major, minor = int(release[0]), int(release[1])

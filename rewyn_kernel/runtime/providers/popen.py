@@ -6,11 +6,12 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.cgroup import WorkerCgroup, joining
+from rewyn_kernel.runtime.host.cgroup import WorkerCgroup, move_tree
 from rewyn_kernel.runtime.providers.base import ExitInfo
 
 
@@ -37,13 +38,14 @@ class PopenWorker:
         """``farewell``: seconds ``kill`` first gives the worker, its input closed, to end by
         itself (and end what it started) before the process group is killed. ``pass_fds``:
         descriptors the launched program inherits (the caller still owns and closes them).
-        ``cgroup``: the cgroups everything the launch starts runs in; this worker owns them
-        from here on and removes them once its processes are gone. ``settings``: worker
+        ``cgroup``: the cgroups the launch's processes are moved into while they start (the
+        supervisor forks no code before they are); this worker owns them from here on and
+        removes them once its processes are gone. ``settings``: worker
         settings only this launch knows (added to the provider's ``worker_config``).
         ``workspace``: the worker's workspace (host/cells.py): this worker owns it, and closes it
         (what is left published) once its processes are gone.
         ``on_close``: what to release once the worker is dead (a view mounted for it)."""
-        self.argv = joining(cgroup, list(argv)) if cgroup is not None else list(argv)
+        self.argv = list(argv)
         self.settings = dict(settings or {})
         self.workspace = workspace
         self._on_close = ([workspace.close] if workspace is not None else []) + list(on_close)
@@ -51,15 +53,32 @@ class PopenWorker:
         self._oom_kills = 0
         """The cgroup's OOM kills, as last read (it is removed at close)."""
         self._farewell = farewell
+        self._mover: threading.Thread | None = None
+        gate = door = None
+        if cgroup is not None:
+            # The supervisor reads its go from ``gate`` before it forks any code (see _move).
+            gate, door = os.pipe()
+            self.settings["cgroup_gate"] = gate
+            pass_fds = (*pass_fds, gate)
         # start_new_session: the kernel's interrupts (SIGINT to its process group) must not hit
         # the sandbox directly; the session forwards them once, on purpose.
         try:
             self._popen = self._start(env, cwd, pass_fds)
         except BaseException:
+            if door is not None:
+                os.close(door)
             if cgroup is not None:
                 cgroup.remove(0)
             self._release()
             raise
+        finally:
+            if gate is not None:
+                os.close(gate)
+        if cgroup is not None and door is not None:
+            self._mover = threading.Thread(
+                target=self._move, args=(cgroup, door), name="rewyn-cgroup", daemon=True
+            )
+            self._mover.start()
         assert self._popen.stdin is not None
         assert self._popen.stdout is not None
         assert self._popen.stderr is not None
@@ -80,6 +99,22 @@ class PopenWorker:
             pass_fds=tuple(pass_fds),
             bufsize=0,
         )
+
+    def _move(self, group: WorkerCgroup, door: int) -> None:
+        """(The mover thread, owner of ``door``.) Move the worker's processes into ``group``
+        while they start, then tell the supervisor: one zero byte, or why not (it then fails
+        to start and says so). Joining costs an RCU grace period: here it overlaps the start
+        instead of delaying it."""
+        try:
+            why = move_tree(group, self._popen.pid, lambda: self._popen.poll() is None)
+        except OSError as exc:
+            why = f"the sandbox's processes could not be listed: {exc}"
+        answer = b"\0" if why is None else why.encode("utf-8", "replace")[:1000]
+        try:
+            with contextlib.suppress(OSError):  # (a supervisor already gone reads nothing)
+                os.write(door, answer)
+        finally:
+            os.close(door)
 
     def on_ready(self) -> None:
         """Called by the channel once the sandbox is up, before any code runs in it."""
@@ -142,6 +177,9 @@ class PopenWorker:
         for stream in self._streams:
             with contextlib.suppress(OSError):
                 stream.close()
+        if self._mover is not None:  # (its passes end once the processes are gone)
+            self._mover.join()
+            self._mover = None
         if self._cgroup is not None:
             self._read_oom_kills()
             self._cgroup.remove()

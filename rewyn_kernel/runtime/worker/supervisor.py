@@ -171,6 +171,14 @@ class Supervisor:
         mqueue = self.config.get("mqueue")
         if mqueue and not system.mount_mqueue(str(mqueue)):
             self.notes.append("POSIX message queues cannot be listed (no mqueue mount)")
+        gate = self.config.get("cgroup_gate")
+        if gate is not None:
+            # The host moves this sandbox's processes into their cgroups while they start; no
+            # code runs before they are in (nor is this process's own counter opened).
+            answer = read_to_end(int(gate), 1024)
+            if answer != b"\0":
+                reason = answer.decode("utf-8", "replace") or "the host said nothing"
+                self.fail("the sandbox could not be moved into its cgroups: %s" % reason)
         if self.config.get("oom_counter") == "self":
             open_own_counter()
         workspace = self.config.get("workspace")
@@ -827,6 +835,22 @@ def oom_kills(config: Dict[str, Any]) -> Optional[int]:
 _OWN_COUNTER: List[int] = []
 """The descriptor of this sandbox's own cgroup's counter (oom_counter "self"), opened before
 /sys/fs/cgroup is covered: the code must not reach its cgroup's files, or it could lift its cap."""
+
+
+def read_to_end(fd: int, limit: int) -> bytes:
+    """What ``fd`` holds until its writer closes it (at most ``limit`` bytes); then close it."""
+    got = b""
+    try:
+        while len(got) < limit:
+            chunk = os.read(fd, limit - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return got
 
 
 def open_own_counter() -> None:
