@@ -58,6 +58,10 @@ from rewyn_kernel.runtime.providers.base import ExitInfo
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.host.core import SandboxCore
 
+MAX_REASON_CHARS = 500
+"""At most this much of a supervisor's own word on why it did not start goes in the message
+(all of its stderr is in the result's)."""
+
 
 class _Unset:
     def __repr__(self) -> str:
@@ -412,6 +416,10 @@ class Session(Closeable):
         diagnostics = worker.diagnostics(wait=1.0)
         if diagnostics:
             execution.note(diagnostics)
+        if exited:  # (a supervisor that refuses to start says why on its first "rewyn:" line)
+            said = [line for line in diagnostics.splitlines() if line.startswith("rewyn: ")]
+            if said:
+                why = f"{said[0].removeprefix('rewyn: ')[:MAX_REASON_CHARS]} ({why})"
         return Outcome("start_failed", info.exit_code, f"the sandbox did not start: {why}")
 
     def _after(self, worker: LiveWorker, outcome: Outcome) -> bool:
