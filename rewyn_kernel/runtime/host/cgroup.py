@@ -292,7 +292,11 @@ def move_tree(group: WorkerCgroup, root: int, alive: Callable[[], bool]) -> str 
         moved = False
         for pid in descendants(root):
             for procs, key, path in group.members:
-                if cgroup_of(pid, key) in (path, None):
+                try:
+                    now = cgroup_of(pid, key)
+                except OSError as exc:
+                    return f"the cgroups of process {pid} could not be read: {exc}"
+                if now in (path, None):
                     continue
                 try:
                     _write(procs, pid)
@@ -335,11 +339,12 @@ def descendants(root: int) -> list[int]:
 
 def cgroup_of(pid: int, key: str) -> str | None:
     """The cgroup of ``pid`` in the hierarchy ``key`` (a v1 controller, or "" for v2), as
-    ``/proc/PID/cgroup`` names it; None once the process is gone."""
+    ``/proc/PID/cgroup`` names it ("" where it names none); None once the process is gone.
+    Raise OSError when it cannot be read for another reason (nothing is assumed inside)."""
     try:
         with open(f"/proc/{pid}/cgroup") as handle:
             text = handle.read()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
     for line in text.splitlines():
         number, controllers, path = line.split(":", 2)
@@ -347,7 +352,7 @@ def cgroup_of(pid: int, key: str) -> str | None:
             key != "" and key in controllers.split(",")
         ):
             return path
-    return None
+    return ""
 
 
 def _write(procs: Path, pid: int) -> None:

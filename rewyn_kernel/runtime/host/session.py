@@ -62,6 +62,10 @@ MAX_REASON_CHARS = 500
 """At most this much of a supervisor's own word on why it did not start goes in the message
 (all of its stderr is in the result's)."""
 
+REFUSED_EXIT = 70
+"""The exit status of a supervisor that refuses to start without a protection it was promised
+(worker/supervisor.py's ``fail``)."""
+
 
 class _Unset:
     def __repr__(self) -> str:
@@ -416,10 +420,13 @@ class Session(Closeable):
         diagnostics = worker.diagnostics(wait=1.0)
         if diagnostics:
             execution.note(diagnostics)
-        if exited:  # (a supervisor that refuses to start says why on its first "rewyn:" line)
+        if exited and info.exit_code == REFUSED_EXIT:
+            # A supervisor that refuses to start says why on its last line: what the sandbox
+            # said, printable characters only, and framed as the sandbox's word.
             said = [line for line in diagnostics.splitlines() if line.startswith("rewyn: ")]
             if said:
-                why = f"{said[0].removeprefix('rewyn: ')[:MAX_REASON_CHARS]} ({why})"
+                text = "".join(ch if ch.isprintable() else " " for ch in said[-1][7:])
+                why = f"{why}; it said: {text[:MAX_REASON_CHARS]}"
         return Outcome("start_failed", info.exit_code, f"the sandbox did not start: {why}")
 
     def _after(self, worker: LiveWorker, outcome: Outcome) -> bool:

@@ -250,6 +250,7 @@ class BubblewrapProvider:
             "cwd": str(workdir),
             "own_ipc": caps,
             "own_userns": caps,
+            "own_cgroupns": caps,
             **local_config(spec, caps),
             "clean": {"dirs": ["/tmp", "/dev/shm", "/dev/mqueue"], "ipc": True},
             **(

@@ -75,10 +75,19 @@ class PopenWorker:
             if gate is not None:
                 os.close(gate)
         if cgroup is not None and door is not None:
-            self._mover = threading.Thread(
+            mover = threading.Thread(
                 target=self._move, args=(cgroup, door), name="rewyn-cgroup", daemon=True
             )
-            self._mover.start()
+            try:
+                mover.start()
+            except BaseException:  # (no thread: the door is still this one's, the rest too)
+                os.close(door)
+                self.signal_group(signal.SIGKILL)
+                self._popen.wait()
+                cgroup.remove()
+                self._release()
+                raise
+            self._mover = mover
         assert self._popen.stdin is not None
         assert self._popen.stdout is not None
         assert self._popen.stderr is not None
@@ -102,19 +111,25 @@ class PopenWorker:
 
     def _move(self, group: WorkerCgroup, door: int) -> None:
         """(The mover thread, owner of ``door``.) Move the worker's processes into ``group``
-        while they start, then tell the supervisor: one zero byte, or why not (it then fails
-        to start and says so). Joining costs an RCU grace period: here it overlaps the start
-        instead of delaying it."""
+        while they start, then tell the supervisor: a zero byte, or a one and why not, ended by
+        a newline (it then fails to start and says so). It decides on that first byte, so a
+        copy of ``door`` that a fork of this process holds delays nothing. Joining costs an
+        RCU grace period: here it overlaps the start instead of delaying it."""
+        why: str | None = "the host could not move it"
         try:
             why = move_tree(group, self._popen.pid, lambda: self._popen.poll() is None)
-        except OSError as exc:
-            why = f"the sandbox's processes could not be listed: {exc}"
-        answer = b"\0" if why is None else why.encode("utf-8", "replace")[:1000]
-        try:
-            with contextlib.suppress(OSError):  # (a supervisor already gone reads nothing)
-                os.write(door, answer)
+        except Exception as exc:
+            why = f"the sandbox's processes could not be moved: {exc!r}"
         finally:
-            os.close(door)
+            if why is None:
+                answer = b"\0"
+            else:
+                answer = b"\1" + " ".join(why.split()).encode("utf-8", "replace")[:1000] + b"\n"
+            try:
+                with contextlib.suppress(OSError):  # (a supervisor already gone reads nothing)
+                    os.write(door, answer)
+            finally:
+                os.close(door)
 
     def on_ready(self) -> None:
         """Called by the channel once the sandbox is up, before any code runs in it."""

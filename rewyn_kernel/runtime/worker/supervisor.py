@@ -175,10 +175,16 @@ class Supervisor:
         if gate is not None:
             # The host moves this sandbox's processes into their cgroups while they start; no
             # code runs before they are in (nor is this process's own counter opened).
-            answer = read_to_end(int(gate), 1024)
+            answer = read_answer(int(gate), 1024)
             if answer != b"\0":
-                reason = answer.decode("utf-8", "replace") or "the host said nothing"
+                reason = answer[1:].decode("utf-8", "replace") or "the host said nothing"
                 self.fail("the sandbox could not be moved into its cgroups: %s" % reason)
+            if self.config.get("own_cgroupns"):
+                # Started before the move, the namespace bwrap made is rooted at the host's
+                # cgroup: one rooted here shows the code its own cgroup as "/", and no more.
+                why = system.new_cgroup_namespace()
+                if why:
+                    self.notes.append("the code sees the host's cgroup paths (%s)" % why)
         if self.config.get("oom_counter") == "self":
             open_own_counter()
         workspace = self.config.get("workspace")
@@ -837,20 +843,23 @@ _OWN_COUNTER: List[int] = []
 /sys/fs/cgroup is covered: the code must not reach its cgroup's files, or it could lift its cap."""
 
 
-def read_to_end(fd: int, limit: int) -> bytes:
-    """What ``fd`` holds until its writer closes it (at most ``limit`` bytes); then close it."""
+def read_answer(fd: int, limit: int) -> bytes:
+    """The host's answer on ``fd``: a zero byte alone, or anything else up to a newline or the
+    end (at most ``limit`` bytes); then close ``fd``."""
     got = b""
     try:
         while len(got) < limit:
-            chunk = os.read(fd, limit - len(got))
+            chunk = os.read(fd, 1 if not got else limit - len(got))
             if not chunk:
                 break
             got += chunk
+            if got == b"\0" or got.endswith(b"\n"):
+                break
     except OSError:
         pass
     finally:
         os.close(fd)
-    return got
+    return got.rstrip(b"\n")
 
 
 def open_own_counter() -> None:

@@ -127,6 +127,19 @@ def become_namespace_root() -> bool:
     return os.getuid() == 0
 
 
+def new_cgroup_namespace() -> str:
+    """Start a cgroup namespace rooted at this process's cgroups, for it and every process it
+    forks after: "" when done, else why not."""
+    import ctypes
+
+    c = libc()
+    if c is None:
+        return "no libc"
+    if int(c.unshare(0x02000000)) != 0:  # CLONE_NEWCGROUP
+        return "unshare: " + os.strerror(ctypes.get_errno())
+    return ""
+
+
 def enter_user_namespace(mapping: str) -> str:
     """Move this process into a new user namespace, child of this one, and a new mount
     namespace that one owns; ``mapping`` (``"0 0 1"``: this namespace's root only) becomes its
