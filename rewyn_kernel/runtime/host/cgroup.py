@@ -133,18 +133,29 @@ def read_oom_kills(path: Path) -> int | None:
     return None
 
 
-def _own_cgroups() -> dict[str, str]:
-    """This process's cgroup per hierarchy: ``{"": v2 path, "memory": v1 path, "pids": ...}``."""
+def cgroups_of(pid: int | str = "self") -> dict[str, str]:
+    """A process's cgroup per hierarchy, as ``/proc/PID/cgroup`` names it: ``{"": v2 path,
+    "memory": v1 path, "pids": ...}``. Raise OSError where it cannot be read
+    (FileNotFoundError or ProcessLookupError: the process is gone)."""
+    with open(f"/proc/{pid}/cgroup") as handle:
+        text = handle.read()
     found: dict[str, str] = {}
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            number, controllers, path = line.split(":", 2)
-            if number == "0" and controllers == "":
-                found[""] = path
-            for name in ("memory", "pids"):
-                if name in controllers.split(","):
-                    found[name] = path
+    for line in text.splitlines():
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and controllers == "":
+            found[""] = path
+        for name in controllers.split(","):
+            if name:
+                found[name] = path
     return found
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup per hierarchy (``cgroups_of``); none where it cannot be read."""
+    try:
+        return cgroups_of()
+    except OSError:
+        return {}
 
 
 def _writable(path: Path) -> bool:
@@ -286,17 +297,20 @@ def move_tree(group: WorkerCgroup, root: int, alive: Callable[[], bool]) -> str 
     that was), and a fork is never half-way through a move (the kernel holds the fork side of
     the same lock), so it is inside too.
     """
+    members = group.members
     for _ in range(MOVE_PASSES):
         if not alive():
             return "the sandbox ended while it started"
         moved = False
         for pid in descendants(root):
-            for procs, key, path in group.members:
-                try:
-                    now = cgroup_of(pid, key)
-                except OSError as exc:
-                    return f"the cgroups of process {pid} could not be read: {exc}"
-                if now in (path, None):
+            try:
+                now = cgroups_of(pid)
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # (it ended meanwhile)
+            except OSError as exc:  # (nothing is assumed inside)
+                return f"the cgroups of process {pid} could not be read: {exc}"
+            for procs, key, path in members:
+                if now.get(key) == path:
                     continue
                 try:
                     _write(procs, pid)
@@ -335,24 +349,6 @@ def descendants(root: int) -> list[int]:
                 found.append(child)
                 queue.append(child)
     return found
-
-
-def cgroup_of(pid: int, key: str) -> str | None:
-    """The cgroup of ``pid`` in the hierarchy ``key`` (a v1 controller, or "" for v2), as
-    ``/proc/PID/cgroup`` names it ("" where it names none); None once the process is gone.
-    Raise OSError when it cannot be read for another reason (nothing is assumed inside)."""
-    try:
-        with open(f"/proc/{pid}/cgroup") as handle:
-            text = handle.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    for line in text.splitlines():
-        number, controllers, path = line.split(":", 2)
-        if (key == "" and number == "0" and controllers == "") or (
-            key != "" and key in controllers.split(",")
-        ):
-            return path
-    return ""
 
 
 def _write(procs: Path, pid: int) -> None:

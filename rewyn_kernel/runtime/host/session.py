@@ -425,7 +425,8 @@ class Session(Closeable):
             # said, printable characters only, and framed as the sandbox's word.
             said = [line for line in diagnostics.splitlines() if line.startswith("rewyn: ")]
             if said:
-                text = "".join(ch if ch.isprintable() else " " for ch in said[-1][7:])
+                last = said[-1].removeprefix("rewyn: ")
+                text = "".join(ch if ch.isprintable() else " " for ch in last)
                 why = f"{why}; it said: {text[:MAX_REASON_CHARS]}"
         return Outcome("start_failed", info.exit_code, f"the sandbox did not start: {why}")
 
