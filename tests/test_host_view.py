@@ -255,3 +255,41 @@ def test_a_sandbox_made_inside_bubblewrap_knows_the_network_is_cut() -> None:
         result = box.execute(code)
     assert result.ok, result.stderr
     assert result.stdout.splitlines() == ["isolated False", "True", "1"]
+
+
+@pytest.mark.providers("bubblewrap")
+def test_the_system_files_bubblewrap_shows_can_be_read_by_the_code() -> None:
+    """Every entry of /etc the view shows reads as on the host: the folders bwrap makes for
+    its binds are its own uid's, mode 0700, and where the code runs as another uid (a root
+    host) it could not look up /etc/hosts, the certificates, the time zone or the fonts."""
+    from rewyn_kernel.runtime.providers.bubblewrap import ETC
+
+    shown = {}
+    for name in ETC:
+        path = Path("/etc", name)
+        if path.is_file():
+            shown[str(path)] = path.read_bytes().hex()
+        elif path.is_dir():
+            shown[str(path)] = sorted(os.listdir(path))
+    assert "/etc/hosts" in shown  # (the machines these tests run on have it)
+    code = (
+        "import json, os, pwd\n"
+        f"shown = {sorted(shown)!r}\n"
+        "seen = {}\n"
+        "for path in shown:\n"
+        "    try:\n"
+        "        if os.path.isdir(path):\n"
+        "            seen[path] = sorted(os.listdir(path))\n"
+        "        else:\n"
+        "            seen[path] = open(path, 'rb').read().hex()\n"
+        "    except OSError as exc:\n"
+        "        seen[path] = repr(exc)\n"
+        "seen['user'] = pwd.getpwuid(os.getuid()).pw_name\n"
+        "print(json.dumps(seen))\n"
+    )
+    with create(provider=_bubblewrap()) as box:
+        result = box.execute(code)
+    assert result.ok, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen.pop("user")
+    assert seen == shown

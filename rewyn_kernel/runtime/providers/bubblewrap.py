@@ -81,6 +81,15 @@ ETC = (
 """What of ``/etc`` the code sees (read-only): what libraries and tools read, no secrets (of
 ``ssl`` and ``pki``, the certificates only: a host run as root would show its private keys).
 ``passwd`` and ``group`` are made up for the sandbox; ``resolv.conf`` comes with the network."""
+ETC_FOLDERS = (
+    "/etc",
+    *(
+        "/etc/" + "/".join(name.split("/")[:depth])
+        for name in ETC
+        for depth in range(1, name.count("/") + 1)
+    ),
+)
+"""The folders of ``/etc`` that its shown entries sit in, outermost first."""
 SYSTEM_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 MADE = ("/usr", "/etc", "/tmp", "/dev", "/proc", *(f"/{name}" for name in SYSTEM_LINKS))
 """What bwrap makes before the binds (their folders need no making)."""
@@ -113,6 +122,11 @@ def system_view() -> list[str]:
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
+    # bwrap makes the folders a bind needs with mode 0700, owned by the uid that sets the
+    # sandbox up: where the code runs as a uid of its own (a root host), it could not even
+    # look up /etc/hosts. So /etc and the folders of its nested entries are made first, open.
+    for folder in dict.fromkeys(ETC_FOLDERS):
+        argv += ["--perms", "0755", "--dir", folder]
     for name in ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     return argv
