@@ -103,10 +103,12 @@ def check_worker() -> None:
             ignore=shutil.ignore_patterns("__pycache__"),
         )
         config = Path(folder) / "mypy.ini"
-        # IPython and traitlets are the sandbox's, where it has them: not checked here.
+        # IPython, traitlets, comm and matplotlib's inline backend are the sandbox's, where it
+        # has them: not checked here.
         config.write_text(
             "[mypy]\nstrict = True\nwarn_unreachable = True\npython_version = 3.8\n"
-            "[mypy-IPython.*,traitlets.*]\nfollow_imports = skip\nignore_missing_imports = True\n"
+            "[mypy-IPython.*,traitlets.*,comm.*,matplotlib_inline.*]\nfollow_imports = skip\n"
+            "ignore_missing_imports = True\n"
         )
         env = {**os.environ, "PYTHONPATH": str(WORKER_MYPY_DIR)}
         run(

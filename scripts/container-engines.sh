@@ -7,7 +7,7 @@
 set -euo pipefail
 
 IMAGE="${REWYN_TEST_IMAGE:-rewyn-test-python:3.11}"
-DS_IMAGE="${REWYN_DS_IMAGE:-rewyn-datascience:bookworm}"
+DS_IMAGE="${REWYN_DS_IMAGE:-rewyn-datascience:bookworm-2}"
 LOG_DIR="${REWYN_ENGINE_LOGS:-/var/log/rewyn-kernel}"
 
 if [ "$(id -u)" != 0 ]; then
@@ -66,14 +66,15 @@ if [ $have_docker_image = 0 ] || [ $have_podman_image = 0 ]; then
     [ $have_podman_image = 1 ] || tar -C "$rootfs" -c . | podman import --change "$change" - "$IMAGE" >/dev/null
 fi
 # The data-science image the container kernels are tested on: IPython, NumPy, pandas and
-# matplotlib (with its inline backend) from Debian's packages, again without any registry.
+# matplotlib (with its inline backend), SymPy, pip, git and file from Debian's packages, again without any
+# registry. (Its tag changes with what it holds: a machine that built the last one builds this.)
 if ! docker image inspect "$DS_IMAGE" >/dev/null 2>&1; then
     ds_rootfs=$(mktemp -d /tmp/rewyn-ds-rootfs.XXXXXX)
     trap 'rm -rf "$ds_rootfs" ${rootfs:+"$rootfs"}' EXIT
     mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
     echo "+ debootstrap a data-science image ($DS_IMAGE)"
     debootstrap --variant=minbase \
-        --include=python3,ipython3,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline \
+        --include=python3,ipython3,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline,python3-sympy,python3-pip,git,file \
         bookworm "$ds_rootfs" ${mirror:+"$mirror"} >"$LOG_DIR/debootstrap-ds.log" 2>&1 \
         || { tail -20 "$LOG_DIR/debootstrap-ds.log" >&2; exit 1; }
     rm -rf "$ds_rootfs"/var/cache/apt/archives/*.deb "$ds_rootfs"/usr/share/doc "$ds_rootfs"/usr/share/man

@@ -264,7 +264,7 @@ def test_the_system_files_bubblewrap_shows_can_be_read_by_the_code() -> None:
     host) it could not look up /etc/hosts, the certificates, the time zone or the fonts."""
     from rewyn_kernel.runtime.providers.bubblewrap import ETC
 
-    shown = {}
+    shown: dict[str, object] = {}
     for name in ETC:
         path = Path("/etc", name)
         if path.is_file():

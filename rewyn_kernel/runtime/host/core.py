@@ -7,6 +7,7 @@ kills what is still running and removes the scratch directory.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from dataclasses import dataclass, field
@@ -32,6 +33,18 @@ if TYPE_CHECKING:
     from rewyn_kernel.runtime.providers.base import SandboxProvider
 
 _BUILT = threading.Lock()
+
+
+@functools.cache
+def ipykernel_version() -> str:
+    """The version of the ipykernel installed here (the sandbox's IPython says it runs under
+    it, as the kernel that relays its cells does), or ''."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ipykernel")
+    except PackageNotFoundError:
+        return ""
 
 
 def build_models() -> None:
@@ -88,6 +101,7 @@ class SandboxCore:
             "fork_per_exec": fork_per_exec,
             "shell": "ipython" if self.spec.ipython and not fork_per_exec else "python",
             "network": self.spec.network,
+            "kernel_version": ipykernel_version(),
             "max_rich_bytes": MAX_HEADER_BYTES - 4096,
             "max_header_bytes": MAX_HEADER_BYTES,
             "max_payload_bytes": MAX_PAYLOAD_BYTES,

@@ -42,6 +42,9 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
     from .wire import Header
 
 FLUSH_INTERVAL = 0.05
+RELAY_WAIT = 0.2
+"""Seconds a frame waits for the output printed before it to be read (a program that writes
+without pause keeps a pipe from ever being empty)."""
 RESET_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGTSTP", "SIGTTIN")
 
 
@@ -136,6 +139,7 @@ class CodeProcess:
         if self.config.get("shell") == "ipython":
             self.setup_ipython()
         self.set_path()
+        self.put_interpreter_first()
 
     def enter_view(self) -> None:
         """Change into the working directory again, by its path: the workspace's view is
@@ -166,6 +170,33 @@ class CodeProcess:
         except Exception:
             pass
 
+    def put_interpreter_first(self) -> None:
+        """Make ``python`` and ``python3`` on PATH the sandbox's own interpreter, and ``pip``
+        its pip, as an activated environment does: the host's PATH may name others (pyenv's
+        shims, outside the sandbox's view) or none (Debian has no ``python``). Its folder goes
+        first; a name it lacks is a link to it in the sandbox's temporary folder (a link: that
+        folder may be mounted noexec), never where the code's files are."""
+        python = sys.executable
+        if not python or not os.path.isabs(python):
+            return
+        home = os.path.dirname(python)
+        first = [home]
+        missing = [name for name in ("python", "python3") if not _exists(home, name)]
+        if missing:
+            folder = os.path.join(os.environ.get("TMPDIR") or "/tmp", "rewyn-bin-%d" % os.getuid())
+            try:
+                os.makedirs(folder, mode=0o755, exist_ok=True)
+                for name in missing:
+                    link = os.path.join(folder, name)
+                    if os.path.lexists(link):
+                        os.unlink(link)
+                    os.symlink(python, link)
+                first.append(folder)
+            except OSError:
+                pass  # (no writable temporary folder: the interpreter's own folder only)
+        rest = (os.environ.get("PATH") or os.defpath).split(os.pathsep)
+        os.environ["PATH"] = os.pathsep.join(first + [p for p in rest if p not in first])
+
     def setup_ipython(self) -> None:
         """Run cells through IPython where the sandbox's Python has it; say so where not."""
         if not ipython_available():
@@ -186,6 +217,7 @@ class CodeProcess:
                 flush=self.finish_output,
                 gate=self.gate,
                 network=str(self.config.get("network") or "none"),
+                kernel_version=str(self.config.get("kernel_version") or ""),
             )
             try:
                 from IPython.core.error import StdinNotImplementedError
@@ -266,11 +298,33 @@ class CodeProcess:
                 os.dup2(self.keep[fd], fd)
 
     def finish_output(self) -> None:
+        """Flush what the code printed, and wait (briefly) until the supervisor has read it
+        from the pipes: output and frames reach it by different pipes, so a frame sent now
+        (a display, a clear_output, the end) comes after it, as on ipykernel."""
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except Exception:
                 pass
+        pause, waited = 0.00005, 0.0
+        while self.unread() and waited < RELAY_WAIT:
+            time.sleep(pause)
+            waited += pause
+            pause = min(pause * 2, 0.002)
+
+    def unread(self) -> bool:
+        """Whether a pipe of fd 1 or 2 holds bytes the supervisor has not read yet (Linux
+        answers FIONREAD on a pipe's write end too)."""
+        import fcntl
+        import termios
+
+        for fd in self.keep.values():
+            try:
+                if fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0") != b"\0\0\0\0":
+                    return True
+            except OSError:
+                pass
+        return False
 
     def flush_loop(self) -> None:
         while True:
@@ -342,6 +396,9 @@ class CodeProcess:
             if self.current is not None and self.current == self.interrupted:
                 self.gate.pending = True
         if self.ipython is not None:
+            self.ipython.shell.set_parent(
+                {"header": {"msg_id": str(header.get("id")), "msg_type": "execute_request"}}
+            )
             exit_code, status = self.ipython.run(code, self.count, bool(header.get("silent")))
         else:
             exit_code, status = self.runner.run(code, self.count)
@@ -363,6 +420,10 @@ class CodeProcess:
         )
         if once:
             os._exit(exit_code & 0xFF)
+
+
+def _exists(folder: str, name: str) -> bool:
+    return os.access(os.path.join(folder, name), os.X_OK)
 
 
 def run_child(config: Dict[str, Any], pipes: Dict[str, int], once: bool) -> None:

@@ -34,7 +34,6 @@ REPR_METHODS = (
     ("application/json", "_repr_json_"),
     ("application/javascript", "_repr_javascript_"),
 )
-BINARY_MIMES = ("image/png", "image/jpeg")
 
 
 def mimebundle(obj: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
@@ -65,15 +64,27 @@ def mimebundle(obj: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
                 metadata[mime] = extra
             if value is None:
                 continue
-            if mime in BINARY_MIMES and isinstance(value, bytes):
-                value = base64.b64encode(value).decode("ascii")
             data[mime] = value
     if "text/plain" not in data:
         try:
             data["text/plain"] = repr(obj)[:TEXT_LIMIT]
         except Exception as exc:
             data["text/plain"] = "<repr() failed: %s>" % type(exc).__name__
-    return data, metadata
+    return encode_binary(data), encode_binary(metadata)
+
+
+def encode_binary(value: Any, depth: int = 0) -> Any:
+    """``value`` with every bytes-like object in it as base64 text, as ipykernel sends them
+    (a PNG from ``_repr_png_`` or a formatter is bytes): dicts and lists are copied."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    if depth > 32:
+        return value
+    if isinstance(value, dict):
+        return {key: encode_binary(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_binary(item, depth + 1) for item in value]
+    return value
 
 
 class Output:
@@ -93,7 +104,7 @@ class Output:
             if raw:
                 if not isinstance(obj, dict):
                     raise TypeError("display(raw=True) takes MIME bundles: dicts of type -> data")
-                data, meta = obj, dict(metadata or {})
+                data, meta = encode_binary(obj), encode_binary(dict(metadata or {}))
             else:
                 data, meta = mimebundle(obj)
                 meta.update(metadata or {})

@@ -17,13 +17,13 @@ import os
 import re
 import sys
 
-from .executor import Gate, exit_status, sandbox_hint
-from .frontend import Output
+from .executor import WORKER_FILE_PREFIX, Gate, exit_status, sandbox_hint
+from .frontend import Output, encode_binary
 from .wire import Sender
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, List, Tuple
+    from typing import Any, Callable, List, Set, Tuple
 
     from .wire import Header
 
@@ -37,6 +37,37 @@ NO_NETWORK = (
     "package into the environment the sandbox runs (or its image), or start a kernel with "
     "--network allow]\n"
 )
+
+
+WEB_BACKENDS = ("nbagg", "notebook", "webagg", "widget", "ipympl")
+"""matplotlib's backends that draw in the browser over comms and JavaScript, which a sandbox
+kernel does not relay: ipykernel's event loops for these names do nothing."""
+BACKEND_MODULES = frozenset(
+    {"ipympl.backend_nbagg"}
+    | {
+        "matplotlib.backends.backend_" + name
+        for name in (
+            *("nbagg", "webagg", "macosx", "wx", "wxagg", "wxcairo", "qtagg", "qtcairo"),
+            *("qt5agg", "qt5cairo", "tkagg", "tkcairo"),
+            *("gtk3agg", "gtk3cairo", "gtk4agg", "gtk4cairo"),
+        )
+    }
+)
+"""The modules of matplotlib's interactive backends: in a sandbox each is the inline backend
+(no browser connection, no window), so a figure is still drawn."""
+NO_LIVE_FIGURES = (
+    "[rewyn: matplotlib's %r backend needs a window or a live connection to the browser, which "
+    "a sandbox does not have: figures are shown inline instead, as images]\n"
+)
+KERNEL_ENVIRONMENT = (
+    ("TERM", "xterm-color"),
+    ("CLICOLOR", "1"),
+    ("FORCE_COLOR", "1"),
+    ("CLICOLOR_FORCE", "1"),
+    ("PAGER", "cat"),
+    ("GIT_PAGER", "cat"),
+)
+NON_INTERACTIVE = ("inline", "agg", "cairo", "pdf", "pgf", "ps", "svg", "template")
 
 
 def available() -> bool:
@@ -56,16 +87,25 @@ class IPythonRunner:
         flush: Callable[[], None],
         gate: Gate,
         network: str,
+        kernel_version: str = "",
     ) -> None:
         self.sender = sender
         self.output = output
         self.flush = flush
         self.gate = gate
         self.network = network
+        self.kernel_version = kernel_version or "0"
         if "MPLBACKEND" not in os.environ and _has("matplotlib_inline"):
             # As ipykernel: figures are shown inline, after each cell and by plt.show().
             os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
-        os.environ.setdefault("PAGER", "cat")
+        # What ipykernel's launcher gives a kernel's environment: libraries read it as "in a
+        # notebook" (the supervisor is this process's parent, as the server is a kernel's).
+        os.environ.setdefault("JPY_PARENT_PID", str(os.getppid()))
+        # What ipykernel's shell sets for the programs that !cmd starts (colours, no pager).
+        for name, value in KERNEL_ENVIRONMENT:
+            os.environ[name] = value
+        self.backend_noted = False
+        sys.meta_path.insert(0, InlineBackends(self))
         self.shell = _make_shell(self, namespace_module)
         self.reported = False  # this cell's error went out through the traceback hook
 
@@ -141,7 +181,11 @@ class IPythonRunner:
 
     def publish(self, data: Any, metadata: Any, transient: Any, update: bool) -> None:
         self.flush()  # text printed before a display stays before it
-        frame: Header = {"t": "display", "data": data, "metadata": metadata or {}}
+        frame: Header = {
+            "t": "display",
+            "data": encode_binary(data),
+            "metadata": encode_binary(metadata or {}),
+        }
         display_id = (transient or {}).get("display_id") if isinstance(transient, dict) else None
         if display_id is not None:
             frame["display_id"] = str(display_id)[:256]
@@ -155,7 +199,14 @@ class IPythonRunner:
 
     def result(self, data: Any, metadata: Any, count: int) -> None:
         self.flush()  # what the cell printed comes before its value
-        self.output.send({"t": "result", "data": data, "metadata": metadata or {}, "count": count})
+        self.output.send(
+            {
+                "t": "result",
+                "data": encode_binary(data),
+                "metadata": encode_binary(metadata or {}),
+                "count": count,
+            }
+        )
 
     def traceback(self, etype: Any, evalue: Any, stb: List[str]) -> None:
         self.flush()
@@ -172,14 +223,22 @@ class IPythonRunner:
             entries.append("(%s)" % hint)
         self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": entries})
 
-    def system(self, command: str, run: Callable[[str], Any]) -> Any:
+    def refuses_install(self, command: str) -> bool:
+        """Say why an install cannot work here (no network), and return True; else False."""
         match = INSTALL.search(command) if self.network == "none" else None
         if match:
             sys.stderr.write(NO_NETWORK % (match.group(2) + " install"))
             sys.stderr.flush()
             self.shell.user_ns["_exit_code"] = 1
-            return None
-        return run(command)
+        return match is not None
+
+    def backend_fallback(self, name: str) -> None:
+        """Note, once, that an interactive matplotlib backend is shown inline."""
+        if not self.backend_noted:
+            self.backend_noted = True
+            self.flush()
+            sys.stderr.write(NO_LIVE_FIGURES % name)
+            sys.stderr.flush()
 
     # -- introspection ---------------------------------------------------------------------
 
@@ -221,6 +280,57 @@ class IPythonRunner:
         if isinstance(data, dict):
             reply.update(found=True, data=data)
         return reply
+
+
+class InlineBackends:
+    """Finds matplotlib's interactive backends as the inline one (``matplotlib.use('nbagg')``,
+    ``'module://ipympl.backend_nbagg'``, ``'QtAgg'``...), saying so once."""
+
+    def __init__(self, runner: IPythonRunner) -> None:
+        self.runner = runner
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in BACKEND_MODULES:
+            return None
+        import importlib.util
+
+        return importlib.util.spec_from_loader(name, self)  # type: ignore[arg-type]
+
+    def create_module(self, spec: Any) -> Any:
+        from matplotlib_inline import backend_inline
+
+        self.runner.backend_fallback(spec.name.rsplit("backend_", 1)[-1])
+        # Its own import enables the inline hooks only under its own name: here, by hand (the
+        # shell's figure formats, and the figures shown after each cell).
+        backend_inline.configure_inline_support(
+            self.runner.shell, "module://matplotlib_inline.backend_inline"
+        )
+        return backend_inline  # (the module itself: one set of inline hooks, as on ipykernel)
+
+    def exec_module(self, module: Any) -> None:
+        pass
+
+
+def _without_worker_frames(error: Any, tb: Any) -> Any:
+    """``tb`` (and the tracebacks of the exceptions chained to ``error``) without the frames
+    of the worker's own modules: an interrupt is raised from the worker's signal handler."""
+    seen: Set[int] = set()
+    while error is not None and id(error) not in seen and len(seen) < 100:
+        seen.add(id(error))
+        error.__traceback__ = _strip(error.__traceback__)
+        error = error.__cause__ or error.__context__
+    return _strip(tb)
+
+
+def _strip(tb: Any) -> Any:
+    kept = []
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(WORKER_FILE_PREFIX):
+            kept.append(tb)
+        tb = tb.tb_next
+    for index, entry in enumerate(kept):
+        entry.tb_next = kept[index + 1] if index + 1 < len(kept) else None
+    return kept[0] if kept else None
 
 
 def _text(error: Any) -> str:
@@ -282,11 +392,13 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
                 runner.result(self.bundle[0], self.bundle[1], self.prompt_count)
             self.bundle = None
 
-    class SandboxShell(InteractiveShell):  # type: ignore[misc]
-        """IPython, as the sandbox kernel's cells see it."""
+    class ZMQInteractiveShell(InteractiveShell):  # type: ignore[misc]
+        """IPython, as the sandbox kernel's cells see it: named as ipykernel's shell, which is
+        how libraries (pandas, tqdm, rich, plotly) tell a notebook from a terminal."""
 
         displayhook_class = Type(Hook)
         display_pub_class = Type(Publisher)
+        parent_header: Any = None
 
         def init_hooks(self) -> None:
             super().init_hooks()
@@ -311,18 +423,120 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
         def _showtraceback(self, etype: Any, evalue: Any, stb: Any) -> None:
             runner.traceback(etype, evalue, list(stb))
 
-        def system(self, cmd: str) -> Any:
-            return runner.system(cmd, super().system_raw)
+        def _get_exc_info(self, exc_tuple: Any = None) -> Any:
+            etype, value, tb = super()._get_exc_info(exc_tuple)
+            return etype, value, _without_worker_frames(value, tb)
+
+        def system(self, cmd: str) -> None:
+            """``!cmd`` as on ipykernel: under a terminal (pexpect), so programs see one and
+            their stdout and stderr come back as one stream, in order."""
+            if runner.refuses_install(cmd):
+                return
+            if cmd.rstrip().endswith("&"):
+                raise OSError("Background processes not supported.")  # (IPython's words)
+            from IPython.utils.process import system as run_system
+
+            # (depth=1: $names are expanded from the frame that ran the ! line)
+            exit_code = run_system(self.var_expand(cmd, depth=1))
+            self.user_ns["_exit_code"] = exit_code
+            if getattr(self, "system_raise_on_error", False) and exit_code != 0:
+                from subprocess import CalledProcessError
+
+                raise CalledProcessError(exit_code, cmd)
 
         def enable_gui(self, gui: Any = None) -> None:
-            if gui not in (None, "inline"):
-                raise RuntimeError("a sandbox has no GUI event loop: use %matplotlib inline")
+            pass  # (as ipykernel's loop for the browser's backends: nothing to run)
+
+        def enable_matplotlib(self, gui: Any = None) -> Any:
+            interactive = isinstance(gui, str) and gui.lower() not in (*NON_INTERACTIVE, "auto")
+            if interactive and not gui.startswith("module://matplotlib_inline"):
+                runner.backend_fallback(gui)
+                gui = "inline"
+            return super().enable_matplotlib(gui)
 
         def init_virtualenv(self) -> None:
             pass  # (the interpreter is the environment: nothing to adjust)
 
+        def get_parent(self) -> Any:
+            """The request being handled, as ipykernel's shell gives it (the Output widget
+            tags what it captures with its id)."""
+            return self.parent_header or {}
+
+        def set_parent(self, parent: Any) -> None:
+            self.parent_header = parent
+
+    # Where libraries look to tell a notebook from a terminal (tqdm.autonotebook looks for
+    # ipykernel.zmqshell in sys.modules, plotly and rich at the shell's class and module):
+    # this shell answers as ipykernel's does, and no module of the real ipykernel is loaded.
+    ZMQInteractiveShell.__module__ = "ipykernel.zmqshell"
+    _stand_in_ipykernel(ZMQInteractiveShell, runner.kernel_version)
     config = Config()
     # History lives in memory (the kernel answers history requests itself, across restarts):
     # no SQLite file in the sandbox's home, and no thread saving to one.
     config.HistoryManager.hist_file = ":memory:"
-    return SandboxShell.instance(user_module=module, config=config)
+    # As a kernel's: libraries (tqdm.autonotebook, plotly) look for this section.
+    config.IPKernelApp = Config()
+    shell = ZMQInteractiveShell.instance(user_module=module, config=config)
+    shell.kernel = KernelStandIn(shell)
+    _wrap_install_magics(shell, runner)
+    return shell
+
+
+class KernelStandIn:
+    """``get_ipython().kernel``: what libraries read of ipykernel's kernel object (pandas
+    takes its presence for "in a notebook"; ipywidgets and the Output widget ask it for the
+    comm manager and the request being handled)."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+
+    @property
+    def comm_manager(self) -> Any:
+        try:
+            import comm
+        except ImportError:
+            return None
+        return comm.get_comm_manager()
+
+    def get_parent(self, channel: str = "shell") -> Any:
+        return self.shell.get_parent()
+
+
+def _stand_in_ipykernel(shell_class: Any, version: str) -> None:
+    """``ipykernel`` and ``ipykernel.zmqshell`` in ``sys.modules``, as in a kernel: modules of
+    their own (the real ones would start ZMQ machinery that a sandbox has no use for), with
+    the version of the ipykernel that speaks for the sandbox, and nothing else inside."""
+    if "ipykernel" in sys.modules:
+        return
+    import types
+
+    # (a package with no other submodules: ``import ipykernel.comm`` fails as it would where
+    # ipykernel is not installed)
+    package = types.ModuleType("ipykernel", "Stand-in: the sandbox kernel's cells run here.")
+    package.__path__ = []
+    package.__version__ = version  # type: ignore[attr-defined]
+    package.version_info = tuple(  # type: ignore[attr-defined]
+        int(part) if part.isdigit() else part for part in version.split(".")
+    )
+    zmqshell = types.ModuleType("ipykernel.zmqshell")
+    zmqshell.ZMQInteractiveShell = shell_class  # type: ignore[attr-defined]
+    package.zmqshell = zmqshell  # type: ignore[attr-defined]
+    sys.modules["ipykernel"] = package
+    sys.modules["ipykernel.zmqshell"] = zmqshell
+
+
+def _wrap_install_magics(shell: Any, runner: IPythonRunner) -> None:
+    """%pip, %conda and the like: an install that cannot work here says why, and only that
+    (not IPython's "you may need to restart the kernel" after it)."""
+    line_magics = shell.magics_manager.magics["line"]
+    for name in ("pip", "conda", "mamba", "micromamba", "uv"):
+        original = line_magics.get(name)
+        if original is None:
+            continue
+
+        def magic(line: str, _name: str = name, _original: Any = original) -> Any:
+            if runner.refuses_install("%s %s" % (_name, line)):
+                return None
+            return _original(line)
+
+        shell.register_magic_function(magic, "line", name)

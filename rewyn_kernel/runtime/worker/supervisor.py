@@ -73,6 +73,8 @@ PRELOAD = ("resource", "getpass", "faulthandler", "fcntl", "ctypes", "io", "queu
 """Modules imported once by the supervisor, before it changes directory (see ``start``)."""
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
 ZEROS = bytes(CHUNK)
+FRAME_READS = 256
+"""Reads of the code's frame stream per wake-up: a flood of frames leaves room for output."""
 OUT_HEADERS = {
     True: encode_header({"t": "out", "s": "stdout"}),
     False: encode_header({"t": "out", "s": "stderr"}),
@@ -342,9 +344,10 @@ class Supervisor:
 
     def step(self) -> None:
         events = self.selector.select()
-        # Output first: a pipe the code wrote before it sent a frame was ready when epoll looked,
-        # so it is in this batch too, and what was printed before a frame stays before it.
-        events.sort(key=lambda event: event[0].data != self.on_output)
+        # Frames first: the code sends a frame only once its pipes are empty (what it printed
+        # before was relayed already: see CodeProcess.finish_output), so output in this batch
+        # was printed after the frame, and stays after it.
+        events.sort(key=lambda event: event[0].data != self.on_frames)
         for key, _ in events:
             key.data(key.fd)
 
@@ -684,7 +687,12 @@ class Supervisor:
         if child is None:
             self.unregister(fd)
             return
-        self.read_frames(child)
+        # All that is there (a header and its body come in separate reads), up to a bound:
+        # output in the same batch is relayed after these frames, so a frame must not stop
+        # halfway through.
+        for _ in range(FRAME_READS):
+            if not self.read_frames(child):
+                break
 
     def read_frames(self, child: Child) -> bool:
         """Read once from the code's frame stream; False when nothing was there (or it ended)."""

@@ -1,0 +1,232 @@
+"""The sandbox kernel against plain ipykernel, cell by cell, in the same run.
+
+Each test runs the same cells on ipykernel (this interpreter's, the control) and on a sandbox
+kernel: the default one (bubblewrap) and a docker one on the data-science image (Debian's
+IPython, pandas and matplotlib). It compares what a frontend receives, in order: streams (runs of
+one stream merged), display and result MIME types, clears and errors. Where a sandbox must
+differ (an interactive matplotlib backend), the test says what it gives instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from .conftest import DATASCIENCE_IMAGE, engine_problem, unavailable
+from .kernel_client import Cell, plain, run_cell, running_kernel, write_spec
+
+EVENT_MIME = "application/vnd.rewyn.sandbox-event+json"
+NOTE = re.compile(r"^\[rewyn: .*\]$")
+SANDBOXES = ("bubblewrap", "docker")
+
+
+@pytest.fixture(scope="module")
+def kernel_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("parity")
+    spec = root / "kernels" / "parity-ipykernel"
+    spec.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "ipykernel", "language": "python"})
+    )
+    write_spec(root, "parity-bubblewrap")
+    flags = ["--SandboxKernel.provider=container", f"--SandboxKernel.image={DATASCIENCE_IMAGE}"]
+    write_spec(root, "parity-docker", flags)
+    return root
+
+
+def _start(root: Path, name: str) -> Iterator[BlockingKernelClient]:
+    folder = Path(tempfile.mkdtemp(prefix="parity-notebook-", dir=root))
+    os.chown(folder, 1000, 1000)  # (a person's notebook folder)
+    with running_kernel(root, name, cwd=folder) as (_, kc):
+        yield kc
+
+
+@pytest.fixture(scope="module")
+def ipykernel(kernel_root: Path) -> Iterator[BlockingKernelClient]:
+    yield from _start(kernel_root, "parity-ipykernel")
+
+
+@pytest.fixture(scope="module", params=SANDBOXES)
+def sandbox(request: pytest.FixtureRequest, kernel_root: Path) -> Iterator[BlockingKernelClient]:
+    if request.param == "docker":
+        problem = engine_problem("docker")
+        if problem:
+            unavailable(problem)
+    yield from _start(kernel_root, f"parity-{request.param}")
+
+
+def shape(cell: Cell) -> list[tuple[Any, ...]]:
+    """What a frontend shows of a cell, in order, without the sandbox's notes and record."""
+    shown: list[tuple[Any, ...]] = []
+    for message in cell.messages:
+        kind, content = message["msg_type"], message["content"]
+        if kind == "stream":
+            text = "".join(
+                line for line in content["text"].splitlines(True) if not NOTE.match(line.rstrip())
+            )
+            if not text:
+                continue
+            if shown and shown[-1][:2] == ("stream", content["name"]):
+                shown[-1] = ("stream", content["name"], shown[-1][2] + text)
+            else:
+                shown.append(("stream", content["name"], text))
+        elif kind in ("display_data", "execute_result", "update_display_data"):
+            mimes = tuple(sorted(mime for mime in content["data"] if mime != EVENT_MIME))
+            if mimes:
+                shown.append((kind, mimes))
+        elif kind == "clear_output":
+            shown.append((kind, content["wait"]))
+        elif kind == "error":
+            shown.append((kind, content["ename"]))
+    return shown
+
+
+def notes(cell: Cell) -> list[str]:
+    """The sandbox's ``[rewyn: ...]`` lines in the cell's streams."""
+    return [
+        line
+        for message in cell.of_type("stream")
+        for line in message["content"]["text"].splitlines()
+        if NOTE.match(line)
+    ]
+
+
+def both(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient, code: str
+) -> tuple[Cell, Cell]:
+    return run_cell(ipykernel, code), run_cell(sandbox, code)
+
+
+def test_libraries_asking_whether_they_run_in_a_notebook_get_ipykernels_answer(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient
+) -> None:
+    code = (
+        "import os, sys, pandas\n"
+        "ip = get_ipython()\n"
+        "print(type(ip).__name__, 'zmq' in str(type(ip)).lower(), 'IPKernelApp' in ip.config,\n"
+        "      hasattr(ip, 'kernel'), sys.stdout.isatty(), 'JPY_PARENT_PID' in os.environ,\n"
+        "      'ipykernel' in sys.modules, pandas.get_option('display.max_columns'))"
+    )
+    plain_cell, sandboxed = both(ipykernel, sandbox, code)
+    assert plain_cell.stream() == "ZMQInteractiveShell True True True False True True 20\n"
+    assert sandboxed.stream() == plain_cell.stream()
+    # A wide frame is cut as on ipykernel (pandas took the sandbox for a terminal: 0 columns).
+    wide = "pandas.DataFrame([[0] * 40] * 3)"
+    plain_cell, sandboxed = both(ipykernel, sandbox, wide)
+    text = [m["content"]["data"]["text/plain"] for m in plain_cell.of_type("execute_result")]
+    assert [m["content"]["data"]["text/plain"] for m in sandboxed.of_type("execute_result")] == text
+
+
+def test_bytes_from_formatters_are_base64_as_on_ipykernel(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient
+) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+    jpeg = b"\xff\xd8\xff\xe0" + bytes(range(100))
+    code = (
+        f"class Picture:\n"
+        f"    def _repr_png_(self): return {png!r}\n"
+        f"    def _repr_jpeg_(self): return {jpeg!r}\n"
+        "from IPython.display import Image, display\n"
+        f"display(Image(data={png!r}))\n"
+        "Picture()"
+    )
+    plain_cell, sandboxed = both(ipykernel, sandbox, code)
+    assert shape(sandboxed) == shape(plain_cell)
+    assert notes(sandboxed) == []
+    for cell in (plain_cell, sandboxed):
+        shown = cell.of_type("display_data")[0]["content"]["data"]
+        result = cell.of_type("execute_result")[0]["content"]["data"]
+        assert base64.b64decode(shown["image/png"]) == png
+        assert base64.b64decode(result["image/png"]) == png
+        assert base64.b64decode(result["image/jpeg"]) == jpeg
+
+
+def test_shell_commands_run_under_a_terminal_with_the_sandboxs_python(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient
+) -> None:
+    code = "!echo out; echo err >&2; echo more"
+    plain_cell, sandboxed = both(ipykernel, sandbox, code)
+    assert shape(plain_cell) == [("stream", "stdout", "out\r\nerr\r\nmore\r\n")]
+    assert shape(sandboxed) == shape(plain_cell)
+    # (what IPython runs under a terminal; ``x = !cmd`` reads a pipe, on ipykernel too)
+    where = "import sys; print(sys.stdout.isatty(), sys.prefix, sys.version_info[:3])"
+    interpreter = run_cell(sandbox, where).stream().strip().replace("False", "True")
+    for name in ("python", "python3"):
+        cell = run_cell(sandbox, f'!{name} -c "{where}"')
+        assert shape(cell) == [("stream", "stdout", f"{interpreter}\r\n")], shape(cell)
+    cell = run_cell(sandbox, "!pip --version")
+    assert cell.stream().startswith("pip "), shape(cell)
+
+
+def test_output_keeps_ipykernels_order_around_clears_and_displays(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient
+) -> None:
+    cells = (
+        "from IPython.display import clear_output, display\n"
+        "print('gone'); clear_output(); print('kept')",
+        "print('a'); display('x'); print('b'); clear_output(wait=True); print('c')",
+        "import sys\nfor n in range(5):\n    print(n); sys.stderr.write('e'); display(n)",
+    )
+    for code in cells:
+        for _ in range(3):  # (the order must hold every time, not by luck)
+            plain_cell, sandboxed = both(ipykernel, sandbox, code)
+            assert shape(sandboxed) == shape(plain_cell), code
+
+
+def test_no_frame_of_the_worker_in_an_interrupts_traceback(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient
+) -> None:
+    code = "import os, signal\ndef stop():\n    os.kill(os.getpid(), signal.SIGINT)\nstop()"
+    plain_cell, sandboxed = both(ipykernel, sandbox, code)
+    assert shape(sandboxed) == shape(plain_cell) == [("error", "KeyboardInterrupt")]
+    frames = [plain(entry) for entry in sandboxed.of_type("error")[0]["content"]["traceback"]]
+    assert not [frame for frame in frames if "rewyn" in frame], frames
+    expected = [plain(e) for e in plain_cell.of_type("error")[0]["content"]["traceback"]]
+    assert len(frames) == len(expected), (frames, expected)
+
+
+def test_an_install_without_network_says_why_and_only_that(sandbox: BlockingKernelClient) -> None:
+    for code in ("%pip install nothing-here", "!pip install nothing-here"):
+        cell = run_cell(sandbox, code)
+        assert shape(cell) == [], shape(cell)
+        assert len(notes(cell)) == 1, notes(cell)
+        assert "needs the network" in notes(cell)[0]
+
+
+@pytest.mark.parametrize(
+    "choose",
+    [
+        "%matplotlib notebook",
+        "%matplotlib widget",
+        "%matplotlib qt",
+        "import matplotlib; matplotlib.use('nbagg')",
+        "import matplotlib; matplotlib.use('webagg')",
+        "import matplotlib; matplotlib.use('nbagg')\nimport matplotlib.pyplot as plt; plt.ion()",
+    ],
+)
+def test_an_interactive_matplotlib_backend_draws_inline_with_one_note(
+    kernel_root: Path, choose: str
+) -> None:
+    """ipykernel draws these through comms and JavaScript (or a window), which a sandbox does
+    not relay: the figure is drawn inline instead, said once, and the cells after it work."""
+    with running_kernel(kernel_root, "parity-bubblewrap") as (_, kc):
+        first = run_cell(kc, choose)
+        assert first.status == "ok", [m["content"] for m in first.messages]
+        plot = run_cell(kc, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]); plt.show()")
+        assert shape(plot) == [("display_data", ("image/png", "text/plain"))], shape(plot)
+        again = run_cell(kc, "plt.plot([2, 1]); plt.show()")
+        assert shape(again) == [("display_data", ("image/png", "text/plain"))], shape(again)
+        said = notes(first) + notes(plot) + notes(again)
+        assert len(said) == 1, said
+        assert "shown inline" in said[0]
