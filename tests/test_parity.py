@@ -42,6 +42,9 @@ def kernel_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_spec(root, "parity-bubblewrap")
     flags = ["--SandboxKernel.provider=container", f"--SandboxKernel.image={DATASCIENCE_IMAGE}"]
     write_spec(root, "parity-docker", flags)
+    small = ["--SandboxKernel.memory_limit_mb=256"]
+    write_spec(root, "parity-small-bubblewrap", small)
+    write_spec(root, "parity-small-docker", [*flags, *small])
     return root
 
 
@@ -230,3 +233,41 @@ def test_an_interactive_matplotlib_backend_draws_inline_with_one_note(
         said = notes(first) + notes(plot) + notes(again)
         assert len(said) == 1, said
         assert "shown inline" in said[0]
+
+
+@pytest.mark.parametrize("where", SANDBOXES)
+def test_what_the_sandbox_causes_is_said_in_words(kernel_root: Path, where: str) -> None:
+    """Memory at the cap, a program killed for memory, a network call without a network: each
+    says which setting did it (the person would otherwise read a bare MemoryError, -9 or
+    'Temporary failure in name resolution')."""
+    if where == "docker" and engine_problem("docker"):
+        unavailable(str(engine_problem("docker")))
+    folder = Path(tempfile.mkdtemp(prefix="parity-notebook-", dir=kernel_root))
+    os.chown(folder, 1000, 1000)
+    with running_kernel(kernel_root, f"parity-small-{where}", cwd=folder) as (_, kc):
+        kc.kernel_info()
+        banner = kc.get_shell_msg(timeout=30)["content"]["banner"]
+        assert "memory 256 MiB" in banner, banner
+        assert "network none" in banner, banner
+        cells = {
+            "memory": "big = bytearray(1 << 30)",
+            "network": "import urllib.request\nurllib.request.urlopen('http://pypi.org/simple/')",
+        }
+        for setting, code in cells.items():
+            cell = run_cell(kc, code)
+            traceback = [plain(e) for e in cell.of_type("error")[0]["content"]["traceback"]]
+            # (a MemoryError gets a hint; where the cap killed the code first, it says so)
+            said = {"memory": "memory limit", "network": "network='none'"}[setting]
+            assert said in traceback[-1], traceback
+        # A program the code started is killed by the memory cap; the code goes on.
+        code = (
+            "import subprocess, sys\n"
+            # (first in line for the OOM killer, so the cap kills a program, not the code)
+            'hog = \'open("/proc/self/oom_score_adj", "w").write("1000"); '
+            'x = b"x" * (100 << 20); import time; time.sleep(2)\'\n'
+            "runs = [subprocess.Popen([sys.executable, '-c', hog]) for _ in range(3)]\n"
+            "print(sorted(run.wait() for run in runs)[0])"
+        )
+        cell = run_cell(kc, code)
+        assert cell.stream() == "-9\n", shape(cell)
+        assert any("killed for exceeding the memory limit of 256 MiB" in n for n in notes(cell))

@@ -81,6 +81,13 @@ class SandboxKernel(Kernel, SandboxSettings):
         banner = (
             f"rewyn-kernel {__version__}: Python {ready.python} in a sandbox ({where}); {shell}"
         )
+        spec = self._sandbox.spec
+        memory = f"{spec.memory_limit_mb} MiB" if spec.memory_limit_mb else "no cap"
+        timeout = f"{spec.timeout:g} s" if spec.timeout else "none"
+        banner += (
+            f"\nLimits: memory {memory} (its processes together), a cell's time {timeout}, "
+            f"network {spec.network}."
+        )
         if self._sandbox.isolation.files == "open":
             provider = self._sandbox.provider
             why = provider.instead_of_bubblewrap if isinstance(provider, SubprocessProvider) else ""

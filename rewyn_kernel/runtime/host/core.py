@@ -101,6 +101,7 @@ class SandboxCore:
             "fork_per_exec": fork_per_exec,
             "shell": "ipython" if self.spec.ipython and not fork_per_exec else "python",
             "network": self.spec.network,
+            "memory_limit_mb": self.spec.memory_limit_mb,
             "kernel_version": ipykernel_version(),
             "max_rich_bytes": MAX_HEADER_BYTES - 4096,
             "max_header_bytes": MAX_HEADER_BYTES,

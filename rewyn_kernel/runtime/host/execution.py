@@ -254,12 +254,17 @@ class Execution:
             message = f"the code called sys.exit({exit_code})"
         elif ending == "interrupted" and not message:
             message = "interrupted: KeyboardInterrupt was raised in the code"
-        if outcome.oom and ending != "oom" and not message:
+        if outcome.oom and ending != "oom":
             limit = self.spec.memory_limit_mb
-            message = (
+            killed = (
                 f"a process the code started was killed for exceeding the memory limit of "
                 f"{limit} MiB (the sandbox's processes together)"
             )
+            message = message or killed
+            # (the code went on: only this line says why its program died)
+            self.streams["stderr"].append(f"[rewyn: {killed}]\n")
+            if self.callbacks.on_stream:
+                _call(self.callbacks.on_stream, "stderr", f"[rewyn: {killed}]\n")
         if error is not None and ending != "completed":
             # As Python prints it, at the end of stderr: what a log of stderr alone should show.
             self.streams["stderr"].append(excerpt(plain_traceback(error), TRACEBACK_CHARS))

@@ -29,7 +29,7 @@ import time
 import types
 
 from . import system
-from .executor import Gate, Runner, describe_error
+from .executor import LIMITS, Gate, Runner, describe_error
 from .frontend import Output, Questions, complete, inspect
 from .ipython import IPythonRunner
 from .ipython import available as ipython_available
@@ -122,6 +122,8 @@ class CodeProcess:
         faulthandler.enable(file=self.keep[2])  # a crash of the code is its own stderr
         os.register_at_fork(after_in_child=self.in_fork)
         self.set_limits()
+        LIMITS["network"] = str(self.config.get("network") or "none")
+        LIMITS["memory_limit_mb"] = self.config.get("memory_limit_mb")
         self.reset_stdio(force=True)
         sys.modules["__main__"] = self.module
         builtins.display = self.output.display  # type: ignore[attr-defined]

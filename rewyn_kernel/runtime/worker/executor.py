@@ -139,11 +139,53 @@ READ_ONLY_HINT = (
 )
 
 
+NO_NETWORK_HINT = (
+    "rewyn: this sandbox has no network (network='none'), so names do not resolve and no "
+    "connection leaves it; a sandbox made with network='allow' (a kernel installed with "
+    "--network allow) has one"
+)
+MEMORY_HINT = (
+    "rewyn: the sandbox's memory limit is %d MiB for all of its processes together; a sandbox "
+    "made with a larger memory_limit_mb (a kernel installed with --memory MB) has more"
+)
+LIMITS: Dict[str, Any] = {"network": "allow", "memory_limit_mb": None}
+"""The sandbox's settings that explain an error (set by the code's process at start)."""
+NETWORK_ERRNOS = (101, 113)  # ENETUNREACH, EHOSTUNREACH: no route, no interface
+RESOLVER_ERRNOS = (-2, -3, -5)  # EAI_NONAME, EAI_AGAIN, EAI_NODATA
+
+
 def sandbox_hint(exc: BaseException) -> str:
-    """What to add to an error the sandbox caused (a write to a read-only path), or ''."""
-    if isinstance(exc, OSError) and exc.errno == 30:  # EROFS
-        return READ_ONLY_HINT
+    """What to add to an error the sandbox caused, or '': a write to a read-only path, a
+    name or a connection that fails for want of a network, memory that ran out at the cap.
+    The exceptions that libraries wrap around the cause (urllib's URLError, requests' and
+    urllib3's) are followed to it."""
+    for cause in _causes(exc):
+        if isinstance(cause, OSError) and cause.errno == 30:  # EROFS
+            return READ_ONLY_HINT
+        if LIMITS["network"] == "none" and isinstance(cause, OSError):
+            resolver = type(cause).__name__ == "gaierror" and cause.errno in RESOLVER_ERRNOS
+            if resolver or cause.errno in NETWORK_ERRNOS:
+                return NO_NETWORK_HINT
+        if isinstance(cause, MemoryError) and LIMITS["memory_limit_mb"]:
+            return MEMORY_HINT % LIMITS["memory_limit_mb"]
     return ""
+
+
+def _causes(exc: BaseException) -> List[BaseException]:
+    """``exc`` and the exceptions it wraps: chained, or held as ``reason`` or an argument."""
+    found: List[BaseException] = []
+    todo: List[Any] = [exc]
+    while todo and len(found) < 32:
+        item = todo.pop(0)
+        if not isinstance(item, BaseException) or any(item is seen for seen in found):
+            continue
+        found.append(item)
+        try:  # (the code's own exception classes: anything may raise here)
+            todo += [item.__cause__, item.__context__, getattr(item, "reason", None)]
+            todo += [arg for arg in tuple(item.args)[:4] if isinstance(arg, BaseException)]
+        except Exception:
+            pass
+    return found
 
 
 def describe_error(exc: BaseException) -> Tuple[str, str, List[str]]:
