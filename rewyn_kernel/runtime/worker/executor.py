@@ -167,7 +167,7 @@ def sandbox_hint(exc: BaseException) -> str:
             if resolver or cause.errno in NETWORK_ERRNOS:
                 return NO_NETWORK_HINT
         if isinstance(cause, MemoryError) and LIMITS["memory_limit_mb"]:
-            return MEMORY_HINT % LIMITS["memory_limit_mb"]
+            return MEMORY_HINT % int(LIMITS["memory_limit_mb"])
     return ""
 
 
