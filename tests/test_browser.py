@@ -293,6 +293,16 @@ def test_each_cell_that_ran_has_one_status_line(
     assert rows.is_visible()
     assert "timeout 3 s" in rows.inner_text()
     assert "message" in rows.inner_text()
+    # The details' sizes are the cell's own (the record carries them).
+    notebook.locator(".rewyn-Event-line").first.click()
+    first = notebook.locator(".rewyn-Event-rows").first.inner_text()
+    code, printed = SANDBOX_CELLS[FIRST][1], len("hello from the sandbox\n")
+    assert f"stdout\n{printed} bytes" in first, first
+    assert "stderr\n0 bytes" in first, first
+    assert f"code\n{len(code.encode())} bytes, sha256 " in first, first
+    flood = notebook.locator(".rewyn-Event-rows").nth(1)
+    notebook.locator(".rewyn-Event-line").nth(1).click()
+    assert "stdout\n97.7 KiB, truncated" in flood.inner_text(), flood.inner_text()
     assert page.console_errors == []
 
 

@@ -117,7 +117,8 @@ function rows(summary: Record<string, unknown>): HTMLElement {
   add('stdout', streamText(summary, 'stdout'));
   add('stderr', streamText(summary, 'stderr'));
   const hash = text(summary['code_hash']).slice(0, 16);
-  add('code', `${bytes(count(summary['code_bytes']))}${hash ? `, sha256 ${hash}…` : ''}`);
+  const code = sizeText(summary['code_bytes']);
+  add('code', [code, hash ? `sha256 ${hash}…` : ''].filter(Boolean).join(', '));
   add('event', text(summary['id']));
   return list;
 }
@@ -147,9 +148,15 @@ function isolationText(isolation: Record<string, unknown>): string {
   return parts.filter(Boolean).join(' · ');
 }
 
+/** A stream's size as the record gives it; '' (no row) where the record has no size. */
 function streamText(summary: Record<string, unknown>, stream: 'stdout' | 'stderr'): string {
-  const size = count(summary[`${stream}_bytes`]);
-  return `${bytes(size)}${summary[`${stream}_truncated`] === true ? ', truncated' : ''}`;
+  const size = sizeText(summary[`${stream}_bytes`]);
+  return size && summary[`${stream}_truncated`] === true ? `${size}, truncated` : size;
+}
+
+/** A byte count as text; '' where the value is not one (a record that left it out). */
+function sizeText(value: unknown): string {
+  return Number.isSafeInteger(value) && (value as number) >= 0 ? bytes(value as number) : '';
 }
 
 function duration(value: unknown): string {

@@ -137,8 +137,9 @@ RECORD_MESSAGE_CHARS = 80
 
 def compact_record(event: SandboxEvent) -> dict[str, Any]:
     """What a cell keeps of its latest execution: how it ended, where, under which limits and
-    how long, and the code's hash (its first 128 bits: what ties the record to the source and
-    to the whole event in the run log); not the code or output, which the cell has. Under 400
+    how long, the sizes of its code and output, and the code's hash (its first 128 bits: what
+    ties the record to the source and to the whole event in the run log); not the code or
+    output, which the cell has. Under 400
     bytes of JSON (the message is cut; flags appear only when set). Shaped as the event's
     summary, so the status line reads either."""
     record: dict[str, Any] = {
@@ -158,8 +159,12 @@ def compact_record(event: SandboxEvent) -> dict[str, Any]:
     for flag in RECORD_FLAGS:
         if getattr(event, flag):
             record[flag] = True
-    if event.stdout_truncated or event.stderr_truncated:
-        record.update(stdout_bytes=event.stdout_bytes, stderr_bytes=event.stderr_bytes)
+    # (what the status line's details show: the sizes of what the cell printed and ran)
+    record.update(
+        stdout_bytes=event.stdout_bytes,
+        stderr_bytes=event.stderr_bytes,
+        code_bytes=event.code_bytes,
+    )
     if event.message and not event.ok:
         message = event.message
         if len(message) > RECORD_MESSAGE_CHARS:
@@ -198,7 +203,7 @@ def _fit(record: dict[str, Any]) -> dict[str, Any]:
         record.pop("files")
     while _size(record) > MAX_RECORD_BYTES and len(record.get("message", "")) > 24:
         record["message"] = record["message"][: len(record["message"]) - 17] + "…"
-    for name in ("stdout_bytes", "stderr_bytes", "message"):
+    for name in ("code_bytes", "stdout_bytes", "stderr_bytes", "message"):
         if _size(record) > MAX_RECORD_BYTES:
             record.pop(name, None)
     if files is not None:
