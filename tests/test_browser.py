@@ -405,6 +405,87 @@ def test_run_all_stops_at_an_error_and_recording_goes_on_after_a_restart(
     assert METADATA_KEY not in saved[2]["metadata"]
 
 
+CSS_VECTORS = ("css_import", "css_background", "css_inline")
+"""What Chromium fetches of HOSTILE_CSS on any page (the control below shows it does)."""
+HOSTILE_CSS = (
+    "<style>@import url(/api/contents?rewyn-pwned=css_import);"
+    "@font-face { font-family: leak; src: url(/api/contents?rewyn-pwned=css_font) }"
+    ".probe td { font-family: leak;"
+    " background-image: url(/api/contents?rewyn-pwned=css_background) }"
+    ".probe th { background-image: image-set('/api/contents?rewyn-pwned=css_imageset' 1x) }"
+    ".probe { cursor: url(/api/contents?rewyn-pwned=css_cursor), auto }"
+    "div { outline: 3px solid rgb(1, 2, 3) }"
+    "</style>"
+    "<table class='probe'><tr><th>h</th><td>cell</td></tr></table><div>a div of its own</div>"
+    "<span style='display: block; background: url(/api/contents?rewyn-pwned=css_inline)'>in</span>"
+)
+STYLED_CELL = (
+    "import pandas as pd\n"
+    "from IPython.display import HTML, display\n"
+    "frame = pd.DataFrame({'a': [1.0, 2.5, 3.25], 'b': [7.0, 1.5, 0.125]})\n"
+    "display(frame.style.highlight_max(color='yellow').format('{:.2f}'))\n"
+    f"display(HTML({HOSTILE_CSS!r}))\n"
+)
+YELLOW = "rgb(255, 255, 0)"
+
+
+def cell_background(page: Page, text: str) -> str:
+    """The computed background colour of the table cell of the notebook that reads ``text``."""
+    cell = current_notebook(page).locator("td", has_text=text).first
+    colour: str = cell.evaluate("node => getComputedStyle(node).backgroundColor")
+    return colour
+
+
+def test_a_styled_table_shows_its_colours_and_its_css_fetches_nothing(
+    server: JupyterServer, page: Watched
+) -> None:
+    """pandas' Styler through the sandbox kernel: its colours reach its own cells; a hostile
+    stylesheet in the same cell fetches nothing and styles nothing outside its output."""
+    start(server, page, "styled.ipynb", "lab", cells=[("code", STYLED_CELL)])
+    run_cells(page.page, [0])
+    wait_for_records(page.page, [1])
+    hover_outputs(page.page)
+    page.page.wait_for_timeout(1000)  # time for a stylesheet, font or image to load
+    assert cell_background(page.page, "3.25") == YELLOW
+    assert cell_background(page.page, "7.00") == YELLOW
+    assert cell_background(page.page, "1.00") != YELLOW
+    assert page.hostile_requests() == set()
+    # Its rule for every div reaches the divs of its own output, and no other div of the page.
+    outlined = page.page.evaluate(
+        "() => [...document.querySelectorAll('div')].filter("
+        "d => getComputedStyle(d).outlineColor === 'rgb(1, 2, 3)').map("
+        "d => !!d.closest('.jp-OutputArea-output'))"
+    )
+    assert outlined
+    assert all(outlined), outlined
+    assert page.console_errors == []
+
+
+def test_on_another_kernel_the_same_stylesheet_fetches(
+    server: JupyterServer, page: Watched
+) -> None:
+    """The control: on an unsandboxed kernel the browser loads what the stylesheet names (so
+    the check above can fail), and its rule styles the page's own divs."""
+    cells = [("code", STYLED_CELL)]
+    assert start(server, page, "styled-other.ipynb", "lab", kernel=OTHER_KERNEL, cells=cells)
+    run_cells(page.page, [0])
+    page.page.wait_for_function(
+        "() => document.querySelectorAll('.jp-OutputArea-output table').length >= 2"
+    )
+    hover_outputs(page.page)
+    wait_until(
+        lambda: set(CSS_VECTORS) <= page.hostile_requests(),
+        5.0,
+        lambda: f"requests from the stylesheet: {page.hostile_requests()}",
+    )
+    assert cell_background(page.page, "3.25") == YELLOW
+    outside = page.page.evaluate(
+        "() => [...document.querySelectorAll('div')].some(d => "
+        "getComputedStyle(d).outlineColor === 'rgb(1, 2, 3)' && !d.closest('.jp-OutputArea'))"
+    )
+    assert outside
+
+
 def test_a_hostile_event_output_renders_as_inert_text(server: JupyterServer, page: Watched) -> None:
     """The status line treats the saved event as untrusted: a notebook from anywhere can hold
     any JSON under the event's MIME type."""

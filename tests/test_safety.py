@@ -121,9 +121,33 @@ def parse_tags(markup: str) -> list[tuple[str, dict[str, str]]]:
     return parser.tags
 
 
+STYLE_ELEMENT = re.compile(r'^<div class="(rewyn-css-[0-9a-f]{12})"><style>([^<]*)</style>')
+FETCHES = ("url(", "@import", "image-set", "@font-face", "image(", "expression", "binding")
+
+
+def assert_scoped_style(markup: str) -> None:
+    """The one ``<style>`` an output may hold: first in a wrapper of its own, every selector
+    under the wrapper's class, no rule that fetches or lifts an element out of the output."""
+    found = STYLE_ELEMENT.match(markup)
+    assert found is not None, markup
+    assert markup.count("<style") == 1, markup
+    scope, sheet = found.groups()
+    for rule in sheet.splitlines():
+        selectors, _, body = rule.partition(" { ")
+        for selector in selectors.split(", "):
+            assert selector.startswith(f".{scope} "), rule
+            assert selector[len(scope) + 2 :][:1] not in ("~", "+", ">"), rule
+        lowered = re.sub(r"\\|\s", "", body.lower())
+        for word in (*FETCHES, "position", "margin:-", "var(", "attr(", "content:"):
+            assert word not in lowered, rule
+
+
 def assert_inert(markup: str) -> None:
     """Fail if the markup holds anything a browser would execute or use to escape the output."""
     for tag, attrs in parse_tags(markup):
+        if tag == "style":
+            assert_scoped_style(markup)
+            continue
         assert tag not in DANGEROUS_TAGS, markup
         for name, value in attrs.items():
             assert not name.startswith("on"), markup
@@ -135,8 +159,10 @@ def assert_inert(markup: str) -> None:
                     assert (tag, name) == ("img", "src"), markup
                     assert re.match(r"data:image/(png|jpeg|gif|svg\+xml);base64,", url), markup
             if name == "style":
-                assert "url(" not in url, markup
-                assert "position" not in url, markup
+                for word in (*FETCHES, "position", "margin:-", "var(", "attr("):
+                    assert word not in url, markup
+            if name == "id":
+                assert value.startswith("rewyn-"), markup  # (never one of the page's ids)
 
 
 def html_of(bundle: dict[str, Any]) -> str:
@@ -246,18 +272,21 @@ def test_the_checker_catches_each_vector_unfiltered(vector: str) -> None:
         assert_inert(vector)
 
 
-def test_dataframe_html_keeps_its_table_structure() -> None:
+def test_dataframe_html_keeps_its_table_structure_and_its_scoped_style() -> None:
     markup = html_of({"text/html": DATAFRAME_HTML, "text/plain": "   name  score"})
     tags = [tag for tag, _ in parse_tags(markup)]
-    assert (
-        tags
-        == ["div", "table", "thead", "tr", "th", "th", "th", "tbody"] + ["tr", "th", "td", "td"] * 2
-    )
+    assert tags == [
+        *("div", "style", "div", "table", "thead", "tr", "th", "th", "th", "tbody"),
+        *(["tr", "th", "td", "td"] * 2),
+    ]
     attributes = [attrs for _, attrs in parse_tags(markup)]
-    assert attributes[1] == {"class": "dataframe"}  # border is presentational and goes
-    assert attributes[3] == {"style": "text-align:right"}
+    assert attributes[3] == {"class": "dataframe"}  # border is presentational and goes
+    assert attributes[5] == {"style": "text-align: right"}
     assert "<td>bob &amp; co</td>" in markup
-    assert "vertical-align" not in markup  # the <style> block goes, content and all
+    scope = attributes[0]["class"]
+    # pandas' own rule, kept for this output only (the page's other tables keep theirs)
+    rule = f".{scope} .dataframe tbody tr th:only-of-type {{ vertical-align: middle }}"
+    assert f"<style>{rule}</style>" in markup
     assert_inert(markup)
 
 
@@ -704,6 +733,92 @@ def test_tables_side_by_side_keep_their_layout_but_not_a_way_out_of_the_output()
         "<table><tr><td>1</td></tr></table></div>"
     )
     clean = filter_bundle({"text/html": html}, {}).data["text/html"]
-    assert 'style="float:left;padding:10px"' in clean.replace(" ", "")
+    assert 'style="float: left; padding: 10px"' in clean
     assert "margin" not in clean
     assert "position" not in clean
+
+
+# -- CSS -------------------------------------------------------------------------------------
+
+STYLESHEET_ATTACKS = {
+    "import": '@import "https://e.example/x.css"; td { color: red }',
+    "import-url": "@import url(https://e.example/x.css);",
+    "import-escaped": "@\\69mport url(https://e.example/x.css);",
+    "font-face": "@font-face { font-family: x; src: url(https://e.example/f.woff) }",
+    "background-url": "td { background: url(https://e.example/b.png) }",
+    "background-url-quoted": 'td { background-image: url("https://e.example/b.png") }',
+    "url-escaped": "td { background: \\75 rl(https://e.example/c.png) }",
+    "url-escaped-2": "td { background: u\\72 l(https://e.example/c.png) }",
+    "image-set": 'td { background-image: image-set("https://e.example/d.png" 1x) }',
+    "webkit-image-set": 'td { background: -webkit-image-set("https://e.example/d.png" 1x) }',
+    "cursor": "td { cursor: url(https://e.example/e.cur), auto }",
+    "list-style-image": "li { list-style: url(https://e.example/l.png) }",
+    "border-image": "td { border-image: url(https://e.example/b.png) 30 }",
+    "content": "td::before { content: url(https://e.example/i.png) }",
+    "mask": "td { mask: url(https://e.example/m.svg) }",
+    "filter": "td { filter: url(https://e.example/f.svg#x) }",
+    "expression": "td { width: expression(alert(1)) }",
+    "binding": "td { -moz-binding: url(https://e.example/x.xml#x) }",
+    "behavior": "td { behavior: url(https://e.example/x.htc) }",
+    "var": "td { --u: url(https://e.example/v.png); background: var(--u) }",
+    "position": "td { position: fixed; top: 0; left: 0; width: 100vw; z-index: 9999 }",
+    "negative-margin": "td { margin: -500px 0 0 0 }",
+    "negative-margin-calc": "td { margin-top: calc(0px - 500px) }",
+    "transform": "td { transform: translateY(-500px) }",
+    "sibling": "~ div { display: none }",
+    "child-of-scope": "> div { display: none }",
+    "nesting": "td { & ~ div { display: none } }",
+    "media-import": "@media all { @import url(https://e.example/x.css); td { color: red } }",
+    "end-style": 'td { font-family: "</style><script>alert(1)</script>" }',
+    "comment-url": "td { background: u/**/rl(https://e.example/c.png) }",
+    "app-class": ".jp-Dialog { display: block; background: red }",
+}
+
+
+@pytest.mark.parametrize("name", sorted(STYLESHEET_ATTACKS))
+def test_a_stylesheet_keeps_nothing_that_fetches_or_leaves_its_output(name: str) -> None:
+    sheet = STYLESHEET_ATTACKS[name]
+    markup = html_of({"text/html": f"<style>{sheet}</style><table><tr><td>1</td></tr></table>"})
+    assert "e.example" not in markup
+    assert "<script" not in markup
+    assert_inert(markup)
+    # The same declarations inline, on an element of the output.
+    body = sheet.partition("{")[2].rpartition("}")[0] or sheet
+    inline = html_of({"text/html": f"<div style='{body}'>x</div>"})
+    assert "e.example" not in inline
+    assert_inert(inline)
+
+
+def test_a_styled_frame_keeps_its_colours_and_formats() -> None:
+    """pandas' Styler, as models write it: a gradient, the maxima highlighted, a number
+    format; its rules reach its own cells (ids renamed on both sides), and only those."""
+    pandas = pytest.importorskip("pandas")
+    frame = pandas.DataFrame({"a": [1.0, 2.5, 3.25], "b": [7.0, 1.5, 0.125]})
+    styled = frame.style.background_gradient().highlight_max(color="yellow").format("{:.2f}")
+    source = styled.to_html()
+    markup = html_of({"text/html": source})
+    assert_inert(markup)
+    scope = parse_tags(markup)[0][1]["class"]
+    assert "3.25" in markup
+    assert "0.12" in markup  # (the format's two places)
+    ids = {attrs["id"] for _, attrs in parse_tags(markup) if "id" in attrs}
+    assert ids  # the table and its cells keep their ids, renamed
+    for found in re.finditer(r"#(T_\w+_row(\d)_col(\d)) ", source):
+        assert f".{scope} #rewyn-{found.group(1)} " in markup
+        assert f"rewyn-{found.group(1)}" in ids
+    assert "background-color: yellow" in markup
+    # every colour of the source's rules (the gradient's, the highlight's) is kept
+    assert markup.count("background-color: ") == source.count("background-color: ") >= 4
+
+
+def test_inline_style_keeps_the_same_properties_as_a_stylesheet() -> None:
+    markup = html_of(
+        {
+            "text/html": '<span style="color: #123456; background-color: rgb(1, 2, 3); '
+            'border: 1px solid red; font-weight: bold; text-align: right; width: 4em">1</span>'
+        }
+    )
+    assert (
+        'style="color: #123456; background-color: rgb(1, 2, 3); border: 1px solid red; '
+        'font-weight: bold; text-align: right; width: 4em"'
+    ) in markup

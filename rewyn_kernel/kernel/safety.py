@@ -7,24 +7,27 @@ server's REST API, open a terminal or write files, and saving signs the notebook
 reopen. The code in the sandbox is hostile, so this kernel is the only place to stop it:
 ``filter_bundle`` passes the MIME types that cannot carry script (TeX only where every control
 sequence is on ``tex.py``'s allow-list, and no CSS ``url(``), sanitises HTML and Markdown with
-nh3 (bindings to ammonia, a maintained allow-list sanitiser), shows SVG only through ``<img>``
+nh3 (bindings to ammonia, a maintained allow-list sanitiser) and HTML's CSS with tinycss2
+(``css.py``: scoped to its output, nothing that fetches), shows SVG only through ``<img>``
 (where browsers never run its scripts) and drops everything else, which ``drop_note`` names.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from typing import Any
 
 import nh3
 
-from rewyn_kernel.kernel import tex
+from rewyn_kernel.kernel import css, tex
 
 __all__ = ["FilteredOutput", "MAX_SVG_BYTES", "MAX_VALUE_BYTES", "drop_note", "filter_bundle"]
 
@@ -52,14 +55,9 @@ _DROP: Any = object()  # not None: JSON null is a value
 # URLs limited to known schemes; no event handlers) plus what DataFrame HTML and captions use.
 _HTML_TAGS = nh3.ALLOWED_TAGS | {"tfoot"}
 _HTML_ATTRIBUTES = {tag: set(attrs) for tag, attrs in nh3.ALLOWED_ATTRIBUTES.items()}
-_HTML_ATTRIBUTES["*"] = {"class", "title", "style"}
-# Inline style is kept only for properties that take no URL and cannot lift an element out of
-# the output area (no position, no margin, no background shorthand): pandas sets text-align on
-# its rows; reports lay tables side by side with float and padding.
-_STYLE_PROPERTIES = frozenset(
-    {"text-align", "vertical-align", "white-space", "color", "background-color"}
-    | {"font-weight", "font-style", "text-decoration", "float", "padding"}
-)
+# Inline style keeps what css.PROPERTIES allows (no URL, nothing that lifts an element out of
+# the output area); ids are prefixed (css.ID_PREFIX).
+_HTML_ATTRIBUTES["*"] = {"class", "title", "style", "id"}
 # data: is allowed past ammonia's scheme check only so that _attribute_filter can keep inline
 # PNG/JPEG/GIF images (what matplotlib's HTML and many reports embed); nothing else survives.
 _URL_SCHEMES = frozenset({"http", "https", "mailto", "data"})
@@ -153,7 +151,7 @@ def _filter_value(mime: str, value: object) -> Any:
                 return _DROP  # (the math in what is left would style itself or load)
             if value.strip() and not clean.strip():
                 return _DROP  # it was nothing but script: show the note, not a blank output
-            return clean
+            return _with_styles(clean, value) if mime == "text/html" else clean
         if mime == "image/svg+xml" and _utf8_size(value) > MAX_SVG_BYTES:
             return _DROP
         return value
@@ -185,16 +183,72 @@ def _clean_html(source: str) -> str:
         attributes=_HTML_ATTRIBUTES,
         attribute_filter=_attribute_filter,
         url_schemes=_URL_SCHEMES,
-        filter_style_properties=_STYLE_PROPERTIES,
         link_rel="noopener noreferrer",
     )
 
 
+def _with_styles(clean: str, source: str) -> str:
+    """``clean`` (the sanitised HTML of ``source``) with the CSS of ``source``'s ``<style>``
+    elements that passes ``css.clean_sheet``, scoped to a wrapper of its own."""
+    sheets = _StyleSheets.of(source)
+    if not sheets:
+        return clean
+    scope = "rewyn-css-" + hashlib.sha256(source.encode("utf-8", "replace")).hexdigest()[:12]
+    rules = css.clean_sheet(sheets, scope)
+    if not rules:
+        return clean
+    return f'<div class="{scope}"><style>{rules}</style>{clean}</div>'
+
+
+class _StyleSheets(HTMLParser):
+    """The text of each ``<style>`` element, as the standard library's HTML parser finds it
+    (what it finds only goes through the CSS filter: a parser that disagrees with the
+    browser's can only lose style)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=False)
+        self.sheets: list[str] = []
+        self.inside = False
+
+    @classmethod
+    def of(cls, source: str) -> list[str]:
+        if "<style" not in source.lower():
+            return []
+        parser = cls()
+        try:
+            parser.feed(source)
+            parser.close()
+        except Exception:  # (malformed markup: whatever was found so far)
+            pass
+        return parser.sheets
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "style":
+            self.inside = True
+            self.sheets.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "style":
+            self.inside = False
+
+    def handle_data(self, data: str) -> None:
+        if self.inside and sum(map(len, self.sheets)) <= css.MAX_STYLESHEET_CHARS:
+            self.sheets[-1] += data
+
+
 def _attribute_filter(tag: str, attribute: str, value: str) -> str | None:
-    """Keep data: URLs only for inline raster images, and drop JupyterLab's own classes."""
+    """Keep data: URLs only for inline raster images, drop JupyterLab's own classes, prefix
+    ids (and links to them) so none is one of the page's, and keep the CSS of ``style=``
+    that passes ``css.clean_declarations``."""
     if attribute == "class":
         names = [name for name in value.split() if not name.lower().startswith(_APP_CLASS_PREFIXES)]
         return " ".join(names) or None
+    if attribute == "id":
+        return css.ID_PREFIX + value.strip() if value.strip() else None
+    if attribute == "style":
+        return css.clean_declarations(value) or None
+    if attribute == "href" and value.startswith("#"):
+        return "#" + css.ID_PREFIX + value[1:]
     url = _URL_NOISE.sub("", value).lower()
     if url.startswith(("javascript:", "vbscript:")):  # ammonia checks href and src, not cite
         return None
