@@ -240,6 +240,7 @@ PUBLIC: dict[str, list[str]] = {
         "BubblewrapProvider",
         "BubblewrapSandbox",
         "CheckItem",
+        "CommFrame",
         "DEFAULT_DISK_MB",
         "DEFAULT_INHERIT_ENV",
         "DEFAULT_MEMORY_MB",

@@ -486,6 +486,96 @@ def test_on_another_kernel_the_same_stylesheet_fetches(
     assert outside
 
 
+PROGRESS_CELL = (
+    "from tqdm.notebook import tqdm\nimport time\nfor _ in tqdm(range(20)):\n    time.sleep(0.02)"
+)
+INTERACT_CELL = (
+    "import matplotlib.pyplot as plt\n"
+    "from ipywidgets import interact\n"
+    "@interact(n=(1, 10))\n"
+    "def plot(n=3):\n"
+    "    plt.plot(range(n)); plt.title(f'n={n}'); plt.show()\n"
+    "    print('n is', n)\n"
+)
+
+
+def test_widgets_work_a_progress_bar_ends_full_and_a_slider_drives_a_plot(
+    server: JupyterServer, page: Watched
+) -> None:
+    """tqdm's notebook bar and an ``interact`` plot through the sandbox kernel, in JupyterLab
+    with ipywidgets' own extension: the slider's moves run the callback in the sandbox."""
+    cells = [("code", PROGRESS_CELL), ("code", INTERACT_CELL)]
+    start(server, page, "widgets.ipynb", "lab", cells=cells)
+    run_cells(page.page, [0, 1])
+    wait_for_records(page.page, [1, 2])
+    notebook = current_notebook(page.page)
+    bar = notebook.locator(".jp-Cell").nth(0).locator(".progress-bar")
+    bar.wait_for(timeout=15_000)
+    assert bar.evaluate("node => node.style.width") == "100%"
+    assert "100%" in notebook.locator(".jp-Cell").nth(0).inner_text()
+
+    widget = notebook.locator(".jp-Cell").nth(1)
+    widget.get_by_text("n is 3").wait_for(timeout=15_000)
+    assert widget.locator(".widget-output img").count() == 1
+    handle = widget.locator(".noUi-handle").first
+    handle.focus()
+    handle.press("ArrowRight")
+    widget.get_by_text("n is 4").wait_for(timeout=15_000)
+    assert widget.locator(".widget-output img").count() == 1  # (the plot, drawn again)
+    assert "n is 3" not in widget.inner_text()
+    assert page.console_errors == []
+
+
+HOSTILE_WIDGETS_CELL = (
+    "import ipywidgets as w\n"
+    "from IPython.display import display\n"
+    f"script = {HOSTILE_HTML!r}\n"
+    "style = '<style>*{background-image:url(/api/contents?rewyn-pwned=widget_style)}</style>'\n"
+    "math = '$\\\\style{background:url(/api/contents?rewyn-pwned=widget_math)}{x}$'\n"
+    "display(w.HTML(value=script + style), w.HTMLMath(value=math), w.Label(value=math))\n"
+    "display(w.Checkbox(description=script, description_allow_html=True))\n"
+    "display(w.Image(value=b'/api/contents?rewyn-pwned=widget_image', format='url'))\n"
+    "display(w.Box([w.Label('boxed')], layout=w.Layout("
+    "border='4px solid url(/api/contents?rewyn-pwned=widget_layout)')))\n"
+)
+WIDGET_VECTORS = ("onerror", "widget_style", "widget_image")
+"""What the hostile widgets make any page run or fetch (the control below shows it; a
+<script> put in with innerHTML never runs)."""
+
+
+def test_a_hostile_widget_runs_nothing_and_fetches_nothing(
+    server: JupyterServer, page: Watched
+) -> None:
+    start(server, page, "hostile-widgets.ipynb", "lab", cells=[("code", HOSTILE_WIDGETS_CELL)])
+    run_cells(page.page, [0])
+    wait_for_records(page.page, [1])
+    cell = current_notebook(page.page).locator(".jp-Cell").nth(0)
+    cell.locator(".widget-label", has_text="boxed").wait_for(timeout=15_000)
+    page.page.wait_for_timeout(1000)  # time for a handler, a stylesheet or an image to fire
+    hover_outputs(page.page)
+    page.page.wait_for_timeout(500)
+    assert page.pwned() is None
+    assert page.hostile_requests() == set()
+    assert "kept" in cell.inner_text()  # (the HTML widget's harmless part shows)
+    assert "load its value from a URL" in cell.inner_text()  # (the refused image, said)
+
+
+def test_on_another_kernel_the_same_widgets_run_and_fetch(
+    server: JupyterServer, page: Watched
+) -> None:
+    """The control: ipykernel relays the same widgets as they are, and the page runs their
+    script and loads what they name."""
+    cells = [("code", HOSTILE_WIDGETS_CELL)]
+    start(server, page, "hostile-widgets-other.ipynb", "lab", kernel=OTHER_KERNEL, cells=cells)
+    run_cells(page.page, [0])
+    hover_outputs(page.page)
+    wait_until(
+        lambda: set(WIDGET_VECTORS) <= page.hostile_requests(),
+        15.0,
+        lambda: f"requests from the widgets: {page.hostile_requests()}",
+    )
+
+
 def test_a_hostile_event_output_renders_as_inert_text(server: JupyterServer, page: Watched) -> None:
     """The status line treats the saved event as untrusted: a notebook from anywhere can hold
     any JSON under the event's MIME type."""

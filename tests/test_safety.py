@@ -683,7 +683,8 @@ def test_hostile_type_names_do_not_reach_the_note_verbatim() -> None:
 def test_public_names_are_pinned() -> None:
     assert safety.__all__ == sorted(safety.__all__)
     assert set(safety.__all__) == {
-        "FilteredOutput", "MAX_SVG_BYTES", "MAX_VALUE_BYTES", "drop_note", "filter_bundle",
+        "FilteredOutput", "MAX_SVG_BYTES", "MAX_VALUE_BYTES", "WIDGET_VIEW_MIME", "clean_html",
+        "drop_note", "filter_bundle",
     }  # fmt: skip
 
 

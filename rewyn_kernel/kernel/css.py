@@ -26,7 +26,14 @@ from typing import Any
 import tinycss2
 from tinycss2 import ast
 
-__all__ = ["ID_PREFIX", "MAX_STYLESHEET_CHARS", "PROPERTIES", "clean_declarations", "clean_sheet"]
+__all__ = [
+    "ID_PREFIX",
+    "MAX_STYLESHEET_CHARS",
+    "PROPERTIES",
+    "clean_declarations",
+    "clean_sheet",
+    "safe_value",
+]
 
 ID_PREFIX = "rewyn-"
 """Prefixed to every element id of an output (and to ``#id`` in its selectors and links): an
@@ -91,6 +98,13 @@ def clean_declarations(text: str) -> str:
     """The declarations of ``text`` (a ``style=`` attribute's value) that pass, as CSS."""
     declarations = tinycss2.parse_declaration_list(text, skip_comments=True, skip_whitespace=True)
     return "; ".join(_kept_declarations(declarations))
+
+
+def safe_value(text: str, *, no_negative: bool = False) -> bool:
+    """Whether ``text`` may be a CSS value of an output (a widget's layout or style trait):
+    nothing that fetches or reads the page, nothing that could end a style."""
+    tokens = tinycss2.parse_component_value_list(text, skip_comments=True)
+    return len(text) <= 4096 and _safe_value(tokens, no_negative=no_negative)
 
 
 def clean_sheet(sheets: Sequence[str], scope: str) -> str:

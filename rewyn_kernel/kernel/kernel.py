@@ -35,10 +35,16 @@ from rewyn_kernel.kernel.record import (
     event_json,
     event_output,
 )
-from rewyn_kernel.kernel.safety import drop_note, filter_bundle
+from rewyn_kernel.kernel.safety import WIDGET_VIEW_MIME, drop_note, filter_bundle
+from rewyn_kernel.kernel.widgets import WidgetPolicy
 from rewyn_kernel.runtime._spec import not_a_workspace
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import RichOutput, SandboxResult, SubprocessProvider
+from rewyn_kernel.runtime.sandbox import (
+    CommFrame,
+    RichOutput,
+    SandboxResult,
+    SubprocessProvider,
+)
 
 logger = logging.getLogger(__name__)
 INTROSPECT_WAIT = 10.0
@@ -57,6 +63,10 @@ class SandboxKernel(Kernel, SandboxSettings):
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
         self._last_event: SandboxEvent | None = None
         self._parent: dict[str, Any] = {}
+        self._widgets = WidgetPolicy()
+        self._refused: set[str] = set()  # what this request's note said was not relayed
+        for msg_type in ("comm_open", "comm_msg", "comm_close"):
+            self.shell_handlers[msg_type] = self._comm_request
         self._stdin_ident: Any = None
         self._asking: set[asyncio.Task[Any]] = set()
         self._history = History()
@@ -150,6 +160,7 @@ class SandboxKernel(Kernel, SandboxSettings):
             if not silent:
                 self._publish("clear_output", {"wait": wait})
 
+        self._refused = set()
         try:
             result = await self._session.aexecute(
                 code,
@@ -159,6 +170,8 @@ class SandboxKernel(Kernel, SandboxSettings):
                 on_clear=on_clear,
                 count=self.execution_count,
                 silent=silent,
+                on_comm=lambda frame: self._on_comm(frame, relay),
+                parent=str(self._parent.get("header", {}).get("msg_id", "")),
             )
         finally:
             relay.flush()
@@ -169,6 +182,68 @@ class SandboxKernel(Kernel, SandboxSettings):
         if store_history and not silent:
             self._history.append(self.execution_count, code)
         return self._finish(result, silent)
+
+    # -- comms (ipywidgets) ------------------------------------------------------------------
+
+    async def _comm_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+        """A comm message from the frontend (a slider moved, a button clicked): delivered to
+        the code's comms when the policy allows it; what its handler shows goes out as the
+        reply to it (an Output widget captures it by this message's id)."""
+        msg_type = str(parent.get("header", {}).get("msg_type", ""))
+        message = self._widgets.incoming(msg_type, parent)
+        if message is None:
+            self.log.warning("comm message refused: %s for an unknown comm or target", msg_type)
+            return
+        self._parent = parent
+        loop = asyncio.get_running_loop()
+        relay = StreamRelay(self._send_stream, loop)
+        self._refused = set()
+
+        def on_output(output: RichOutput) -> None:
+            relay.flush()
+            self._send_rich(output)
+
+        def on_clear(wait: bool) -> None:
+            relay.flush()
+            self._publish("clear_output", {"wait": wait})
+
+        try:
+            await self._session.adeliver_comm(
+                message,
+                on_stream=relay.write,
+                on_output=on_output,
+                on_clear=on_clear,
+                on_comm=lambda frame: self._on_comm(frame, relay),
+            )
+        finally:
+            relay.flush()
+
+    def _on_comm(self, frame: CommFrame, relay: StreamRelay) -> None:
+        """Relay a comm message of the code's, as the policy allows; say once per request
+        what was refused."""
+        relayed = self._widgets.outgoing(frame)
+        if isinstance(relayed, str):
+            if relayed and relayed not in self._refused:
+                self._refused.add(relayed)
+                relay.write("stderr", f"[rewyn: not shown: {relayed}]\n")
+            return
+        relay.flush()
+        topic = iopub_topic(self, relayed.msg_type)
+        self._wire.send(
+            self.iopub_socket,
+            relayed.msg_type,
+            relayed.content,
+            self._parent,
+            ident=topic,
+            buffers=relayed.buffers,
+            metadata=relayed.metadata,
+        )
+
+    async def comm_info_request(self, stream: Any, ident: Any, parent: Any) -> None:
+        """The comms the code opened (ipywidgets' manager asks, to restore widgets)."""
+        target = parent.get("content", {}).get("target_name")
+        content = {"comms": self._widgets.info(target), "status": "ok"}
+        self._wire.send(stream, "comm_info_reply", content, parent, ident=ident)
 
     # -- interrupts --------------------------------------------------------------------------
 
@@ -242,7 +317,9 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._publish("stream", {"name": name, "text": text})
 
     def _send_rich(self, output: RichOutput) -> list[str]:
-        filtered = filter_bundle(output.data, output.metadata, trust=self.trust_output)
+        filtered = filter_bundle(
+            output.data, output.metadata, trust=self.trust_output, widgets=self._widgets.models()
+        )
         content: dict[str, Any] = {"data": filtered.data, "metadata": filtered.metadata}
         if output.output_type == "execute_result":
             content["execution_count"] = self.execution_count
@@ -251,7 +328,8 @@ class SandboxKernel(Kernel, SandboxSettings):
             transient = {"display_id": output.display_id} if output.display_id else {}
             content["transient"] = transient
             self._publish("update_display_data" if output.update else "display_data", content)
-        return list(filtered.dropped)
+        # (a widget's view goes with its model, whose refusal the cell was told of)
+        return [mime for mime in filtered.dropped if mime != WIDGET_VIEW_MIME]
 
     def _finish(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
         """Publish the error (if any), then the event output; build the reply."""

@@ -20,7 +20,7 @@ import html
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
@@ -29,10 +29,20 @@ import nh3
 
 from rewyn_kernel.kernel import css, tex
 
-__all__ = ["FilteredOutput", "MAX_SVG_BYTES", "MAX_VALUE_BYTES", "drop_note", "filter_bundle"]
+__all__ = [
+    "FilteredOutput",
+    "MAX_SVG_BYTES",
+    "MAX_VALUE_BYTES",
+    "WIDGET_VIEW_MIME",
+    "clean_html",
+    "drop_note",
+    "filter_bundle",
+]
 
 MAX_VALUE_BYTES = 16 * 1024 * 1024
 """A single MIME value larger than this (UTF-8 bytes, or JSON text) is dropped."""
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+"""A widget shown in an output: kept when it names a model the kernel relayed."""
 MAX_SVG_BYTES = 8 * 1024 * 1024
 """SVG larger than this is dropped: base64 in an ``<img>`` grows it by a third."""
 
@@ -80,12 +90,17 @@ class FilteredOutput:
 
 
 def filter_bundle(
-    data: Mapping[str, Any], metadata: Mapping[str, Any], *, trust: bool = False
+    data: Mapping[str, Any],
+    metadata: Mapping[str, Any],
+    *,
+    trust: bool = False,
+    widgets: Container[str] = (),
 ) -> FilteredOutput:
     """Return the part of an output bundle that is safe to show in a trusted frontend.
 
     With ``trust=True`` (``SandboxKernel.trust_output``) data and metadata pass unchanged apart
-    from entries that are not str-keyed; nothing is reported dropped.
+    from entries that are not str-keyed; nothing is reported dropped. ``widgets``: the ids of
+    the widget models the kernel relayed (a widget's view names one of them, or goes).
     """
     data = _str_keyed(data)
     metadata = _str_keyed(metadata)
@@ -95,7 +110,10 @@ def filter_bundle(
     dropped: list[str] = []
     sanitised: list[str] = []
     for mime, value in data.items():
-        clean = _filter_value(mime, value)
+        if mime == WIDGET_VIEW_MIME:
+            clean = value if _widget_view(value, widgets) else _DROP
+        else:
+            clean = _filter_value(mime, value)
         if clean is _DROP:
             dropped.append(_display_name(mime))
             continue
@@ -113,6 +131,26 @@ def filter_bundle(
     if not kept:
         kept = {"text/plain": drop_note(dropped)}
     return FilteredOutput(kept, _filter_metadata(metadata, kept), tuple(dropped), tuple(sanitised))
+
+
+def clean_html(source: str) -> str:
+    """HTML from the sandbox as ``text/html`` output shows it (a widget's ``HTML`` value, say),
+    or '' when it would not be shown at all."""
+    clean = _filter_value("text/html", source)
+    return "" if clean is _DROP else str(clean)
+
+
+def _widget_view(value: object, widgets: Container[str]) -> bool:
+    """A widget's view: the model it names is one the kernel relayed; nothing else in it."""
+    if not isinstance(value, Mapping) or set(value) - {
+        "model_id",
+        "version_major",
+        "version_minor",
+    }:
+        return False
+    major, minor = value.get("version_major"), value.get("version_minor")
+    numbers = all(isinstance(n, int) and not isinstance(n, bool) for n in (major, minor))
+    return numbers and isinstance(value.get("model_id"), str) and value["model_id"] in widgets
 
 
 def drop_note(dropped: Sequence[str]) -> str:

@@ -30,6 +30,7 @@ from rewyn_kernel.runtime.host.create import (
     local_provider,
     set_default_provider,
 )
+from rewyn_kernel.runtime.host.protocol import CommFrame
 from rewyn_kernel.runtime.host.session import Session
 from rewyn_kernel.runtime.providers.base import (
     CheckItem,
@@ -46,6 +47,7 @@ __all__ = [
     "BubblewrapProvider",
     "BubblewrapSandbox",
     "CheckItem",
+    "CommFrame",
     "DEFAULT_DISK_MB",
     "DEFAULT_INHERIT_ENV",
     "DEFAULT_MEMORY_MB",

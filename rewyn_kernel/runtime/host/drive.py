@@ -16,6 +16,7 @@ from rewyn_kernel.runtime.host.channel import ChannelEnded, LiveWorker
 from rewyn_kernel.runtime.host.execution import Execution, describe_exit
 from rewyn_kernel.runtime.host.protocol import (
     ClearOutputFrame,
+    CommFrame,
     DisplayFrame,
     DoneFrame,
     ErrorFrame,
@@ -88,6 +89,10 @@ def drive(
         header: dict[str, object] = {"t": "exec", "id": execution.id, "count": execution.count}
         if execution.silent:
             header["silent"] = True
+        if execution.parent:
+            header["parent"] = execution.parent
+        if execution.comm:
+            header["comm"] = True
         if not worker.send(header, payload, timeout=timeout or 60.0):
             return channel_ended(worker, ChannelEnded(), memory_limit_mb)
         execution.sent(worker)  # an interrupt asked for meanwhile goes now
@@ -132,6 +137,8 @@ def drive(
                 execution.on_payload(frame)
             elif isinstance(frame, ErrorFrame):
                 execution.on_error(frame)
+            elif isinstance(frame, CommFrame):
+                execution.on_comm(frame)
             elif isinstance(frame, InputRequestFrame):
                 questions.ask(frame)
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from rewyn_kernel.runtime.host.drive import Outcome
 from rewyn_kernel.runtime.host.capture import StreamCapture, excerpt
 from rewyn_kernel.runtime.host.protocol import (
+    CommFrame,
     DisplayFrame,
     ErrorFrame,
     PayloadFrame,
@@ -52,6 +53,8 @@ InputCallback = Callable[[str, bool], str]
 """Called with (prompt, password) when the code calls input(); returns the line typed."""
 ClearCallback = Callable[[bool], None]
 """Called with ``wait`` when the code calls ``clear_output(wait)``."""
+CommCallback = Callable[[CommFrame], None]
+"""Called with each comm message the code sends (ipywidgets' models), unchecked."""
 
 MAX_OUTPUTS = 1000
 MAX_PAYLOADS = 16
@@ -71,6 +74,7 @@ class Callbacks:
     on_output: OutputCallback | None = None
     on_input: InputCallback | None = None
     on_clear: ClearCallback | None = None
+    on_comm: CommCallback | None = None
 
 
 @dataclass
@@ -83,6 +87,11 @@ class Execution:
     count: int
     silent: bool = False
     """Run without a trace in the shell's history and counters (a frontend's silent request)."""
+    parent: str = ""
+    """The id of the request this answers, as the caller knows it (a Jupyter message's): the
+    code's IPython gives it as its parent (an Output widget captures by it)."""
+    comm: bool = False
+    """``code`` is a comm message from the frontend (JSON) for the code's comms, not code."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     error: ErrorInfo | None = None
@@ -171,6 +180,11 @@ class Execution:
                 self.outputs[index] = output.model_copy(update={"update": False})
         if self.callbacks.on_output:
             _call(self.callbacks.on_output, output)
+
+    def on_comm(self, frame: CommFrame) -> None:
+        """A comm message from the code: for the caller (a kernel) to check and relay."""
+        if self.callbacks.on_comm:
+            _call(self.callbacks.on_comm, frame)
 
     def on_clear(self, wait: bool) -> None:
         """``clear_output``: what the cell showed so far is no longer in its outputs."""

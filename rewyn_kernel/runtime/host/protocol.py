@@ -119,6 +119,18 @@ class ErrorFrame(_Frame):
     traceback: list[str]
 
 
+class CommFrame(_Frame):
+    """A Jupyter comm message the code sent (ipywidgets' models): relayed only as the host's
+    policy allows (the kernel's ``widgets.py``). ``buffers`` are base64."""
+
+    t: Literal["comm"]
+    msg_type: Literal["comm_open", "comm_msg", "comm_close"]
+    content: dict[str, Any]
+    metadata: dict[str, Any] = {}
+    buffers: Annotated[list[str], Field(max_length=1024)] = []
+    """(The kernel's policy relays far fewer: past that, a message is refused, not the frame.)"""
+
+
 DoneStatus = Literal["ok", "error", "exit", "interrupted", "crashed", "protocol_error", "aborted"]
 
 
@@ -181,7 +193,8 @@ WorkerFrame = Annotated[
     | InputRequestFrame
     | CompleteReplyFrame
     | InspectReplyFrame
-    | ViewDoneFrame,
+    | ViewDoneFrame
+    | CommFrame,
     Field(discriminator="t"),
 ]
 
@@ -257,6 +270,7 @@ WORKER_MODULES = (
     "frontend",
     "executor",
     "ipython",
+    "comms",
     "child",
     "mounter",
     "supervisor",

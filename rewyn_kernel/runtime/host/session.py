@@ -9,12 +9,13 @@ afterwards. Both are this one class; the loop of one execution on a worker is in
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -34,6 +35,7 @@ from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive
 from rewyn_kernel.runtime.host.execution import (
     Callbacks,
     ClearCallback,
+    CommCallback,
     Execution,
     InputCallback,
     OutputCallback,
@@ -168,7 +170,10 @@ class Session(Closeable):
         on_clear: ClearCallback | None = None,
         count: int | None = None,
         silent: bool = False,
+        on_comm: CommCallback | None = None,
+        parent: str = "",
         _cancel: threading.Event | None = None,
+        _comm: bool = False,
     ) -> SandboxResult:
         """Run ``code`` and return its result; never raises for anything the code does.
 
@@ -179,19 +184,24 @@ class Session(Closeable):
         it, input() raises EOFError in the code), ``on_clear(wait)`` is told of
         ``clear_output()``. ``timeout`` overrides the spec's for this execution. ``count`` numbers
         the execution (``Out[n]``, ``_n`` in IPython; a kernel passes its own), else the session
-        counts; ``silent`` leaves no trace in IPython's history and counter.
+        counts; ``silent`` leaves no trace in IPython's history and counter. ``on_comm``
+        receives the comm messages the code sends (ipywidgets), unchecked; ``parent`` is the id
+        of the request this answers, as the caller knows it (what an Output widget captures by).
         """
         with self._exec_lock:
             if self._closed:
                 raise SandboxClosedError("this session is closed; open a new one with session()")
-            self._count = self._count + 1 if count is None else count
+            if not _comm:
+                self._count = self._count + 1 if count is None else count
             spec = self._core.spec
             execution = Execution(
                 code=code,
                 spec=spec,
-                callbacks=Callbacks(on_stream, on_output, on_input, on_clear),
+                callbacks=Callbacks(on_stream, on_output, on_input, on_clear, on_comm),
                 count=self._count,
                 silent=silent,
+                parent=parent,
+                comm=_comm,
             )
             started = time.monotonic()
             execution.state_lost, self._state_lost = self._state_lost, False
@@ -238,10 +248,39 @@ class Session(Closeable):
                 disk_full=self._core.quota is not None and self._core.quota.full(),
                 files=files if not isinstance(taken, Outcome) else None,
             )
-        emit(execution.event(result, self._core.id, self.id), self._core.listeners)
+        if not _comm:  # (a comm message is no execution of code: no event, no count)
+            emit(execution.event(result, self._core.id, self.id), self._core.listeners)
         if raised is not None:
             raise raised
         return result
+
+    def deliver_comm(
+        self,
+        message: Mapping[str, Any],
+        *,
+        timeout: float | None = UNSET,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+        on_clear: ClearCallback | None = None,
+        on_comm: CommCallback | None = None,
+        _cancel: threading.Event | None = None,
+    ) -> SandboxResult:
+        """Hand a comm message from a frontend (``msg_type``, ``msg_id``, ``content``,
+        ``metadata``, ``buffers`` as base64) to the code's comms, as ipykernel does between
+        cells: the handlers it runs (a widget's callback) are the code's, under the session's
+        limits; their output and comm messages reach the callbacks. No event: no code was
+        given. The caller checks what it delivers (the kernel's ``widgets.py``)."""
+        return self.execute(
+            json.dumps(dict(message), ensure_ascii=True),
+            timeout=timeout,
+            on_stream=on_stream,
+            on_output=on_output,
+            on_clear=on_clear,
+            on_comm=on_comm,
+            parent=str(message.get("msg_id") or ""),
+            _cancel=_cancel,
+            _comm=True,
+        )
 
     async def aexecute(
         self,
@@ -254,6 +293,8 @@ class Session(Closeable):
         on_clear: ClearCallback | None = None,
         count: int | None = None,
         silent: bool = False,
+        on_comm: CommCallback | None = None,
+        parent: str = "",
     ) -> SandboxResult:
         """Run ``code`` without blocking the event loop; callbacks run on the loop, in order.
 
@@ -274,6 +315,36 @@ class Session(Closeable):
                 on_clear=on_loop(loop, on_clear),
                 count=count,
                 silent=silent,
+                on_comm=on_loop(loop, on_comm),
+                parent=parent,
+                _cancel=cancel,
+            ),
+            lambda: self._cancel(cancel),
+        )
+
+    async def adeliver_comm(
+        self,
+        message: Mapping[str, Any],
+        *,
+        timeout: float | None = UNSET,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+        on_clear: ClearCallback | None = None,
+        on_comm: CommCallback | None = None,
+    ) -> SandboxResult:
+        """``deliver_comm`` without blocking the event loop; callbacks run on the loop."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        cancel = threading.Event()
+        return await run_in_thread(
+            lambda: self.deliver_comm(
+                message,
+                timeout=timeout,
+                on_stream=on_loop(loop, on_stream),
+                on_output=on_loop(loop, on_output),
+                on_clear=on_loop(loop, on_clear),
+                on_comm=on_loop(loop, on_comm),
                 _cancel=cancel,
             ),
             lambda: self._cancel(cancel),

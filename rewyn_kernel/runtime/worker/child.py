@@ -29,6 +29,8 @@ import time
 import types
 
 from . import system
+from .comms import Comms
+from .comms import available as comms_available
 from .executor import LIMITS, Gate, Runner, describe_error
 from .frontend import Output, Questions, complete, inspect
 from .ipython import IPythonRunner
@@ -75,6 +77,8 @@ class CodeProcess:
         self.runner = Runner(
             self.namespace, self.sender, self.output, self.finish_output, self.gate
         )
+        self.comms: Optional[Comms] = None
+        """The comms ipywidgets talks through, where the sandbox's Python has ``comm``."""
         self.ipython: Optional[IPythonRunner] = None
         """The IPython shell cells run in (sessions that asked for it), once set up."""
         self.shell_note = ""
@@ -172,6 +176,26 @@ class CodeProcess:
         except Exception:
             pass
 
+    def deliver(self, message: str) -> Tuple[int, str]:
+        """Hand a comm message from the frontend to the code's comms (its handlers run code:
+        a widget's callback), as an execution: interrupts and limits apply."""
+        if self.comms is None:
+            return 0, "ok"  # (no comm package here: nothing was opened to receive it)
+        self.gate.in_code = True
+        try:
+            if self.gate.pending:
+                raise KeyboardInterrupt("interrupted before the handler started")
+            self.comms.deliver(message)
+            return 0, "ok"
+        except KeyboardInterrupt:
+            return 130, "interrupted"
+        except BaseException as exc:  # (a malformed message: the host checked it, but say so)
+            sys.stderr.write("rewyn: a comm message could not be delivered: %r\n" % (exc,))
+            return 1, "error"
+        finally:
+            self.gate.in_code = False
+            self.gate.pending = False
+
     def put_interpreter_first(self) -> None:
         """Make ``python`` and ``python3`` on PATH the sandbox's own interpreter, and ``pip``
         its pip, as an activated environment does: the host's PATH may name others (pyenv's
@@ -221,6 +245,11 @@ class CodeProcess:
                 network=str(self.config.get("network") or "none"),
                 kernel_version=str(self.config.get("kernel_version") or ""),
             )
+            if comms_available():
+                try:
+                    self.comms = Comms(self.output, self.finish_output)
+                except Exception:  # (a broken comm package: no widgets, cells still run)
+                    self.comms = None
             try:
                 from IPython.core.error import StdinNotImplementedError
 
@@ -389,7 +418,9 @@ class CodeProcess:
                 continue  # an interrupt that arrived just as the code finished
 
     def execute(self, header: Header, code: str, once: bool) -> None:
-        self.count = int(header.get("count") or self.count + 1)
+        delivery = bool(header.get("comm"))  # (a comm message from the frontend, not code)
+        if not delivery:
+            self.count = int(header.get("count") or self.count + 1)
         self.reset_stdio()
         self.enter_view()
         self.executing = True
@@ -398,9 +429,14 @@ class CodeProcess:
             if self.current is not None and self.current == self.interrupted:
                 self.gate.pending = True
         if self.ipython is not None:
-            self.ipython.shell.set_parent(
-                {"header": {"msg_id": str(header.get("id")), "msg_type": "execute_request"}}
-            )
+            # The request being answered, as the frontend knows it: an Output widget tags what
+            # it captures with its id.
+            parent = str(header.get("parent") or header.get("id"))
+            kind = "comm_msg" if delivery else "execute_request"
+            self.ipython.shell.set_parent({"header": {"msg_id": parent, "msg_type": kind}})
+        if delivery:
+            exit_code, status = self.deliver(code)
+        elif self.ipython is not None:
             exit_code, status = self.ipython.run(code, self.count, bool(header.get("silent")))
         else:
             exit_code, status = self.runner.run(code, self.count)

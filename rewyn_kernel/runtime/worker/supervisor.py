@@ -52,6 +52,7 @@ CHILD_KINDS = (
     "input_request",
     "complete_reply",
     "inspect_reply",
+    "comm",
     "status",
 )
 """What a code process may send; everything else (``done``, ``ready``, ``out``, garbage) ends it."""
@@ -594,7 +595,15 @@ class Supervisor:
         self.oom_before = oom_kills(self.config)
         child = self.child or self.spare or self.spawn()
         self.child, self.spare = child, None
-        self.to_child(child, {"t": "exec", "id": self.exec_id, "count": self.count}, payload_len)
+        forwarded: Header = {"t": "exec", "id": self.exec_id, "count": self.count}
+        if isinstance(header.get("count"), int):
+            forwarded["count"] = header["count"]  # (the caller's numbering: a kernel's prompts)
+        for flag in ("silent", "comm"):
+            if header.get(flag):
+                forwarded[flag] = True
+        if header.get("parent"):
+            forwarded["parent"] = str(header["parent"])[:256]
+        self.to_child(child, forwarded, payload_len)
 
     def to_child(self, child: Child, header: Header, payload_len: int) -> None:
         """Send a frame to the code's process, its payload streamed from the host's channel

@@ -1,0 +1,240 @@
+"""ipywidgets through the sandbox kernel: comms relayed both ways, and checked.
+
+Real kernels (jupyter_client) with ipywidgets in the sandbox; the test client plays the
+frontend: it reads the comm messages the code sends and sends the ones a browser would (a
+slider moved). What the policy refuses is said in the cell, once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+
+from .conftest import DATASCIENCE_IMAGE, engine_problem, unavailable
+from .kernel_client import Cell, run_cell, running_kernel, write_spec
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+@pytest.fixture(scope="module", params=["bubblewrap", "docker"])
+def kc(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BlockingKernelClient]:
+    """The default kernel, and a docker kernel on the data-science image (ipywidgets 8)."""
+    root = tmp_path_factory.mktemp("widgets")
+    flags = []
+    if request.param == "docker":
+        problem = engine_problem("docker")
+        if problem:
+            unavailable(problem)
+        flags = ["--SandboxKernel.provider=container", f"--SandboxKernel.image={DATASCIENCE_IMAGE}"]
+    write_spec(root, "rewyn-widgets", flags)
+    folder = root / "notebook"
+    folder.mkdir()
+    os.chown(folder, 1000, 1000)  # (a person's notebook folder)
+    with running_kernel(root, "rewyn-widgets", cwd=folder) as (_, client):
+        yield client
+
+
+def opened(cell: Cell) -> dict[str, dict[str, Any]]:
+    """The widget models the cell opened, by comm id: their state as the frontend got it."""
+    return {
+        m["content"]["comm_id"]: m["content"]["data"]["state"]
+        for m in cell.of_type("comm_open")
+        if m["content"]["target_name"] == "jupyter.widget"
+    }
+
+
+def model(cell: Cell, name: str) -> str:
+    (comm_id,) = [i for i, state in opened(cell).items() if state["_model_name"] == name]
+    return comm_id
+
+
+def updates(cell: Cell, comm_id: str) -> list[dict[str, Any]]:
+    return [
+        m["content"]["data"]["state"]
+        for m in cell.of_type("comm_msg")
+        if m["content"]["comm_id"] == comm_id and "state" in m["content"]["data"]
+    ]
+
+
+def notes(cell: Cell) -> list[str]:
+    return [line for line in cell.stream("stderr").splitlines() if line.startswith("[rewyn:")]
+
+
+def send(kc: BlockingKernelClient, msg_type: str, content: dict[str, Any]) -> list[dict[str, Any]]:
+    """Send a comm message as a frontend does; return what the kernel published in reply."""
+    message = kc.session.msg(msg_type, content)
+    kc.shell_channel.send(message)
+    replies: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            reply = kc.get_iopub_msg(timeout=1)
+        except Exception:  # queue.Empty
+            continue
+        if reply["parent_header"].get("msg_id") != message["header"]["msg_id"]:
+            continue
+        if reply["msg_type"] == "status" and reply["content"]["execution_state"] == "idle":
+            return replies
+        if reply["msg_type"] != "status":
+            replies.append(reply)
+    raise TimeoutError(f"no idle after {msg_type}; got {replies}")
+
+
+def test_a_slider_moved_in_the_frontend_runs_the_callback_in_the_sandbox(
+    kc: BlockingKernelClient,
+) -> None:
+    cell = run_cell(
+        kc,
+        "import os\nfrom ipywidgets import interact\n"
+        "@interact(x=3)\ndef show(x):\n"
+        "    print('x is', x, os.environ.get('REWYN_SANDBOX', '')[:6])",
+    )
+    assert cell.status == "ok", cell.messages
+    slider = model(cell, "IntSliderModel")
+    output = model(cell, "OutputModel")
+    (shown,) = [m for m in cell.of_type("display_data") if WIDGET_VIEW in m["content"]["data"]]
+    assert shown["content"]["data"][WIDGET_VIEW]["model_id"] in opened(cell)
+    assert cell.stream() == "x is 3 rewyn-\n"  # (the first call, in the sandbox)
+
+    moved = send(
+        kc,
+        "comm_msg",
+        {
+            "comm_id": slider,
+            "data": {"method": "update", "state": {"value": 9}, "buffer_paths": []},
+        },
+    )
+    kinds = [m["msg_type"] for m in moved]
+    assert "stream" in kinds, kinds
+    printed = "".join(m["content"]["text"] for m in moved if m["msg_type"] == "stream")
+    assert printed == "x is 9 rewyn-\n"
+    # The Output widget captured it: it was told this message's id, which the output names.
+    captured = [
+        m["content"]["data"]["state"]["msg_id"]
+        for m in moved
+        if m["msg_type"] == "comm_msg" and m["content"]["comm_id"] == output
+    ]
+    assert captured[0] == moved[0]["parent_header"]["msg_id"]
+    assert run_cell(kc, "print(show.widget.kwargs)").stream() == "{'x': 9}\n"
+
+
+def test_a_notebook_progress_bar_reaches_its_end(kc: BlockingKernelClient) -> None:
+    cell = run_cell(kc, "from tqdm.notebook import tqdm\nfor _ in tqdm(range(50)): pass")
+    assert cell.status == "ok", notes(cell)
+    bar = model(cell, "FloatProgressModel")
+    assert opened(cell)[bar]["max"] == 50
+    assert updates(cell, bar)[-1] == {"bar_style": "success"}
+    assert [u["value"] for u in updates(cell, bar) if "value" in u][-1] == 50
+    labels = [
+        u["value"]
+        for i, state in opened(cell).items()
+        if state["_model_name"] == "HTMLModel"
+        for u in updates(cell, i)
+    ]
+    assert "100%" in labels
+    assert notes(cell) == []
+
+
+HOSTILE = """
+import ipywidgets as w
+from IPython.display import display
+bad = '<b>kept</b><script>pwn()</script><img src=x onerror=pwn()><a href="javascript:pwn()">a</a>'
+html = w.HTML(value=bad)
+label = w.Label(value='$\\\\style{background:url(https://e.example/)}{x}$')
+layout = w.Layout(border='1px solid url(https://e.example/b)', width='10px')
+box = w.Box([html, label], layout=layout)
+loud = w.Checkbox(description=bad, description_allow_html=True)
+display(box, loud)
+html.value = bad + '<style>*{background:url(https://e.example/s)}</style>'
+"""
+
+
+def test_what_a_widget_would_render_as_html_passes_the_html_filter(
+    kc: BlockingKernelClient,
+) -> None:
+    cell = run_cell(kc, HOSTILE)
+    assert cell.status == "ok", notes(cell)
+    everything = repr([m["content"] for m in cell.of_type("comm_open", "comm_msg")])
+    for word in ("<script", "onerror", "javascript:", "e.example", "\\\\style"):
+        assert word not in everything, word
+    html = model(cell, "HTMLModel")
+    assert opened(cell)[html]["value"].startswith("<b>kept</b>")
+    assert updates(cell, html)[-1]["value"].startswith("<b>kept</b>")
+    layout = [
+        i for i, s in opened(cell).items() if s["_model_name"] == "LayoutModel" and s["width"]
+    ]
+    assert opened(cell)[layout[0]]["border_top"] is None  # (its url() went; its width stayed)
+    assert opened(cell)[layout[0]]["width"] == "10px"
+    checkbox = model(cell, "CheckboxModel")
+    assert opened(cell)[checkbox]["description"].startswith("<b>kept</b>")
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (
+            "import ipywidgets as w\nw.Image(value=b'https://e.example/i.png', format='url')",
+            "load its value from a URL",
+        ),
+        (
+            "from comm import create_comm\ncreate_comm(target_name='evil', data={'x': 1})",
+            "'evil'",
+        ),
+        (
+            "import ipywidgets as w\nfrom traitlets import Unicode\n"
+            "class Evil(w.DOMWidget):\n"
+            "    _model_module = Unicode('evil-widgets').tag(sync=True)\n"
+            "    _view_module = Unicode('evil-widgets').tag(sync=True)\n"
+            "Evil()",
+            "'evil-widgets'",
+        ),
+        (
+            "from comm import create_comm\n"
+            "c = create_comm(target_name='jupyter.widget', data={'state': {"
+            "'_model_module': '@jupyter-widgets/controls', '_model_name': 'IntSliderModel', "
+            "'_view_module': '@jupyter-widgets/controls'}, 'buffer_paths': []},"
+            " buffers=[b'x'] * 65)",
+            "more than 64 buffers",
+        ),
+    ],
+)
+def test_what_the_policy_refuses_is_said_once(
+    kc: BlockingKernelClient, code: str, said: str
+) -> None:
+    cell = run_cell(kc, code)
+    assert cell.status == "ok", cell.messages
+    # (a widget's layout, opened before the widget, is relayed; the widget is not)
+    models = {state["_model_name"] for state in opened(cell).values()}
+    assert models <= {"LayoutModel"}, models
+    assert [m for m in cell.of_type("comm_open") if "evil" in repr(m["content"])] == []
+    (note,) = notes(cell)
+    assert said in note, note
+    views = [
+        m
+        for m in cell.of_type("display_data", "execute_result")
+        if WIDGET_VIEW in m["content"]["data"]
+    ]
+    assert views == []  # (a view of a model that was not relayed goes too)
+
+
+def test_the_frontend_reaches_only_the_comms_the_code_opened(kc: BlockingKernelClient) -> None:
+    run_cell(
+        kc,
+        "import comm\nseen = []\n"
+        "comm.get_comm_manager().register_target('evil', lambda c, m: seen.append(m))",
+    )
+    assert send(kc, "comm_open", {"comm_id": "f" * 32, "target_name": "evil", "data": {}}) == []
+    assert send(kc, "comm_msg", {"comm_id": "0" * 32, "data": {"method": "update"}}) == []
+    cell = run_cell(kc, "print(seen)")
+    assert cell.stream() == "[]\n"
+    info = kc.comm_info(target_name="evil")
+    reply = kc.get_shell_msg(timeout=10)
+    assert reply["parent_header"]["msg_id"] == info
+    assert reply["content"]["comms"] == {}
