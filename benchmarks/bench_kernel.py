@@ -2,7 +2,8 @@
 
 Never asserts on timings. Measures start to ready (``kernel_info_reply`` and a first iopub
 message, as ``start_new_kernel`` waits for) and shutdown; trivial cells (``1``, ``print(1)``)
-to reply and idle; 50 MiB printed in 1 KiB lines (wall, stream bytes and messages, the kernel
+to reply and idle; a widget's round trip (a slider moved in the frontend to its callback's
+output); 50 MiB printed in 1 KiB lines (wall, stream bytes and messages, the kernel
 process's VmRSS); interrupt of ``time.sleep(30)`` to the error reply, and survival after it.
 
     python -m benchmarks.bench_kernel            # 9 starts, 200 cells, 50 MiB, 5 interrupts
@@ -127,6 +128,7 @@ class Cell:
     reply: dict[str, Any] = field(default_factory=dict)
     stream_bytes: int = 0
     stream_msgs: int = 0
+    text: str = ""  # what it printed (the first 4 KiB)
 
 
 def execute(kc: BlockingKernelClient, code: str, timeout: float = 300, after: After = None) -> Cell:
@@ -159,8 +161,42 @@ def execute(kc: BlockingKernelClient, code: str, timeout: float = 300, after: Af
             elif msg["msg_type"] == "stream":
                 cell.stream_msgs += 1
                 cell.stream_bytes += len(msg["content"]["text"])
+                if len(cell.text) < 4096:
+                    cell.text += msg["content"]["text"][:4096]
     cell.seconds = time.perf_counter() - began
     return cell
+
+
+SLIDER = (
+    "import ipywidgets\n"
+    "_bench_slider = ipywidgets.IntSlider()\n"
+    "_bench_slider.observe(lambda change: print(change['new']), 'value')\n"
+    "print(_bench_slider.comm.comm_id)"
+)
+
+
+def slider_moved(kc: BlockingKernelClient, comm_id: str, value: int) -> float:
+    """Seconds from a frontend's slider move (a comm_msg) to the callback's printed value."""
+    state = {"value": value}
+    content = {"comm_id": comm_id, "data": {"method": "update", "state": state, "buffer_paths": []}}
+    message = kc.session.msg("comm_msg", content)
+    began = time.perf_counter()
+    kc.shell_channel.send(message)
+    while time.perf_counter() - began < 30:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except Empty:
+            continue
+        ours = msg["parent_header"].get("msg_id") == message["header"]["msg_id"]
+        if ours and msg["msg_type"] == "stream" and msg["content"]["text"] == f"{value}\n":
+            seconds = time.perf_counter() - began
+            while not (
+                ours and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"
+            ):
+                msg = kc.get_iopub_msg(timeout=30)
+                ours = msg["parent_header"].get("msg_id") == message["header"]["msg_id"]
+            return seconds
+    raise TimeoutError(f"the slider's callback did not print {value} within 30 s")
 
 
 def status(kc: BlockingKernelClient, code: str) -> str:
@@ -225,8 +261,22 @@ def bench(starts: int, cells: int, flood_mib: int, interrupts: int, log: IO[str]
             if code == "1":
                 row("cell '1' reply+idle p99", pcts(times, 0.99), ms)
 
+        comms = [execute(kernel.kc, SLIDER).text.strip() for kernel in both]
+        times = [[], []]
+        for i in range(cells + 10):  # 10 warm-ups each, interleaved
+            for k, kernel in enumerate(both):
+                seconds = slider_moved(kernel.kc, comms[k], i + 1)  # (it starts at 0)
+                times[k].extend([seconds] if i >= 10 else [])
+        note = f"comm_msg to the callback's output, of {cells}"
+        row("widget round trip p50", pcts(times), ms, target="<= 1.5x", note=note)
+
         records = [
-            len(json.dumps(execute(both[1].kc, code).reply["metadata"]["rewyn_kernel"]["record"]))
+            len(
+                json.dumps(
+                    execute(both[1].kc, code).reply["metadata"]["rewyn_kernel"]["record"],
+                    separators=(",", ":"),
+                )
+            )
             for code in ("1", "print('hi')", "1 / 0", "for i in range(10**5): print(i)")
         ]
         row("record bytes per cell, max", ["-", max(records)], target="< 400", ratio="-")

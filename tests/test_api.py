@@ -306,6 +306,8 @@ PUBLIC: dict[str, list[str]] = {
         "FilteredOutput",
         "MAX_SVG_BYTES",
         "MAX_VALUE_BYTES",
+        "WIDGET_VIEW_MIME",
+        "clean_html",
         "drop_note",
         "filter_bundle",
     ],

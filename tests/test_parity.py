@@ -271,3 +271,15 @@ def test_what_the_sandbox_causes_is_said_in_words(kernel_root: Path, where: str)
         cell = run_cell(kc, code)
         assert cell.stream() == "-9\n", shape(cell)
         assert any("killed for exceeding the memory limit of 256 MiB" in n for n in notes(cell))
+
+
+def test_a_restart_asked_from_a_cell_is_the_frontends_to_make(
+    sandbox: BlockingKernelClient,
+) -> None:
+    """Notebooks restart their kernel with ``get_ipython().kernel.do_shutdown(True)``: on a
+    sandbox kernel, as ``exit()``, a note says the Kernel menu does it; the state stays."""
+    run_cell(sandbox, "kept = 1")
+    cell = run_cell(sandbox, "get_ipython().kernel.do_shutdown(True)")
+    assert cell.status == "ok", shape(cell)
+    assert any("Kernel menu" in note for note in notes(cell)), notes(cell)
+    assert run_cell(sandbox, "print(kept)").stream() == "1\n"

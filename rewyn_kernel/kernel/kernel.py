@@ -196,7 +196,8 @@ class SandboxKernel(Kernel, SandboxSettings):
             return
         self._parent = parent
         loop = asyncio.get_running_loop()
-        relay = StreamRelay(self._send_stream, loop)
+        # (sent at the loop's next turn, not 50 ms on: a slider's feedback is felt)
+        relay = StreamRelay(self._send_stream, loop, interval=0.0)
         self._refused = set()
 
         def on_output(output: RichOutput) -> None:

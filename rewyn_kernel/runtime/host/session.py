@@ -238,7 +238,7 @@ class Session(Closeable):
                     with self._lock:
                         self._current = None
                 restarted = self._after(worker, outcome)
-                files = published(worker, execution.id[:8])
+                files = published(worker, execution.id[:8]) if not _comm else None
             result = execution.result(
                 outcome,
                 (time.monotonic() - started) * 1000,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import queue
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,12 +17,13 @@ T = TypeVar("T")
 
 
 async def run_in_thread(fn: Callable[[], T], on_cancel: Callable[[], None]) -> T:
-    """Run ``fn`` in a new thread and await its result.
+    """Run ``fn`` on a thread of its own and await its result.
 
-    A dedicated thread, not the loop's default executor: that one has a handful of workers, and
-    twenty sandboxes executing at once must not queue behind each other. If the awaiting task is
-    cancelled, ``on_cancel`` is called and the call still waits for ``fn`` to return, so nothing
-    runs on behind the caller's back; then the cancellation propagates.
+    Not the loop's default executor: that one has a handful of workers, and twenty sandboxes
+    executing at once must not queue behind each other (``_run_on_a_thread`` takes an idle
+    thread, or starts one). If the awaiting task is cancelled, ``on_cancel`` is called and the
+    call still waits for ``fn`` to return, so nothing runs on behind the caller's back; then
+    the cancellation propagates.
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
@@ -44,7 +46,7 @@ async def run_in_thread(fn: Callable[[], T], on_cancel: Callable[[], None]) -> T
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             loop.call_soon_threadsafe(settle, value, error)
 
-    threading.Thread(target=target, daemon=True, name="rewyn-execute").start()
+    _run_on_a_thread(target)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
@@ -53,6 +55,44 @@ async def run_in_thread(fn: Callable[[], T], on_cancel: Callable[[], None]) -> T
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.shield(future)
         raise
+
+
+IDLE_SECONDS = 30.0
+"""How long a thread that ran a call waits for the next before it ends."""
+_jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_idle_lock = threading.Lock()
+_idle = 0
+"""Threads waiting for a call that no call has claimed yet."""
+
+
+def _run_on_a_thread(job: Callable[[], None]) -> None:
+    """Run ``job`` on a thread of its own: an idle one, else a new one (never queued behind
+    another call). Starting a thread costs the caller half a millisecond on a busy loop
+    (``Thread.start`` waits for it to run): a widget's round trip is a few milliseconds."""
+    global _idle
+    with _idle_lock:
+        if _idle > 0:
+            _idle -= 1
+            _jobs.put(job)  # (under the lock: a waiter that times out sees the claim)
+            return
+    threading.Thread(target=_serve, args=(job,), daemon=True, name="rewyn-execute").start()
+
+
+def _serve(job: Callable[[], None]) -> None:
+    global _idle
+    while True:
+        job()  # (never raises: run_in_thread's target catches everything)
+        with _idle_lock:
+            _idle += 1
+        while True:
+            try:
+                job = _jobs.get(timeout=IDLE_SECONDS)
+                break
+            except queue.Empty:
+                with _idle_lock:
+                    if _idle > 0:  # (else every waiter is claimed: a job is on its way)
+                        _idle -= 1
+                        return
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any] | None) -> Any:

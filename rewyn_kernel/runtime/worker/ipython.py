@@ -501,6 +501,12 @@ class KernelStandIn:
     def get_parent(self, channel: str = "shell") -> Any:
         return self.shell.get_parent()
 
+    def do_shutdown(self, restart: bool = False) -> Any:
+        """What notebooks call to restart their kernel: asked of the host, as ``exit()`` is
+        (a sandbox kernel is stopped or restarted from the frontend only, and says so)."""
+        self.shell.ask_exit()
+        return {"status": "ok", "restart": restart}
+
 
 def _stand_in_ipykernel(shell_class: Any, version: str) -> None:
     """``ipykernel`` and ``ipykernel.zmqshell`` in ``sys.modules``, as in a kernel: modules of
