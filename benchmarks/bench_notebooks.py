@@ -1,11 +1,15 @@
 """Print how closely the sandbox kernel matches plain ipykernel on real public notebooks.
 
-Never asserts. The notebooks in ``benchmarks/notebooks/`` are the code cells of notebooks from
-jakevdp/PythonDataScienceHandbook (their README.md says which). Each runs with nbclient
-(``allow_errors``, 120 s a cell, interrupted past it) on plain ipykernel and then on the
-sandbox kernel, both started by this interpreter from temporary kernelspecs, each kernel in its
-own fresh copy of the notebooks folder (so ``data/*.csv`` resolve and nothing a notebook writes
-is left behind or seen by the other kernel).
+Never asserts. Two corpora: ``benchmarks/notebooks/`` holds the code cells of notebooks from
+jakevdp/PythonDataScienceHandbook; ``benchmarks/notebooks2/`` public notebooks that print SymPy,
+use interactive matplotlib backends, widgets, pandas' Styler and shell commands (each folder's
+README.md says which, with their licenses). Each notebook runs with nbclient (``allow_errors``,
+120 s a cell, interrupted past it) on plain ipykernel and then on the sandbox kernel, each
+kernel in its own fresh copy of the notebooks folder (so ``data/*.csv`` resolve and nothing a
+notebook writes is left behind or seen by the other kernel). Two pairs of kernels: the default
+sandbox kernel against this interpreter's ipykernel, and a docker sandbox kernel on the
+data-science image against that image's own ipykernel (``docker_ipykernel.py``), so each
+pair runs the same packages.
 
 Per code cell it compares the outcome (error or not) and the set of output kinds: the stream's
 name for a stream, each MIME type of a ``display_data``, ``execute_result`` plus
@@ -15,7 +19,8 @@ made only of ``[rewyn: ...]`` lines (what its output filter says it dropped) is 
 note*: not a mismatch, but counted in the second, strict ratio. Cells that fail on ipykernel
 are left out of both ratios (and listed when they fail on both).
 
-    python -m benchmarks.bench_notebooks              # every notebook (a few minutes)
+    python -m benchmarks.bench_notebooks              # both corpora, both kernels (minutes)
+    python -m benchmarks.bench_notebooks --corpus round2 --kernels docker
     python -m benchmarks.bench_notebooks 01.07 03.0   # those whose name contains one of these
 """
 
@@ -41,15 +46,37 @@ from nbclient import NotebookClient
 
 from benchmarks.bench_kernel import kernels_on_path
 
-NOTEBOOKS = Path(__file__).resolve().parent / "notebooks"
+HERE = Path(__file__).resolve().parent
+NOTEBOOKS = HERE / "notebooks"
+CORPORA = {"handbook": NOTEBOOKS, "round2": HERE / "notebooks2"}
+"""The first corpus (PythonDataScienceHandbook) and the second (SymPy printing, interactive
+matplotlib, widgets, pandas' Styler, shell commands: see notebooks2/README.md)."""
+DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm-2")
 PLAIN, SANDBOX = "rewyn-bench-ipykernel", "rewyn-bench-sandbox"
-LABELS = {PLAIN: "ipykernel", SANDBOX: "sandbox"}
+DOCKER_PLAIN, DOCKER_SANDBOX = "rewyn-bench-ipykernel-docker", "rewyn-bench-sandbox-docker"
+LABELS = {
+    PLAIN: "ipykernel",
+    SANDBOX: "sandbox",
+    DOCKER_PLAIN: "ipykernel-docker",
+    DOCKER_SANDBOX: "sandbox-docker",
+}
 ARGV = {
     PLAIN: [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
     SANDBOX: [sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}"],
+    DOCKER_PLAIN: [
+        *(sys.executable, str(HERE / "docker_ipykernel.py")),
+        *("{connection_file}", DATASCIENCE_IMAGE),
+    ],
+    DOCKER_SANDBOX: [
+        *(sys.executable, "-m", "rewyn_kernel", "-f", "{connection_file}"),
+        *("--SandboxKernel.provider=container", f"--SandboxKernel.image={DATASCIENCE_IMAGE}"),
+    ],
 }
+PAIRS = {"default": (PLAIN, SANDBOX), "docker": (DOCKER_PLAIN, DOCKER_SANDBOX)}
+"""Each sandbox kernel and its control with the same packages: this interpreter's ipykernel
+for the default kernel (bubblewrap here); the image's own ipykernel for the docker kernel."""
 CELL_TIMEOUT = 120
-TARGET = 0.98
+TARGET = 0.97
 SLOWER_S = 1.0
 """A cell that takes this much longer on the sandbox is named with its two timings."""
 NOTE_PREFIX = "[rewyn:"
@@ -273,18 +300,26 @@ def library_versions() -> str:
     return ", ".join(found)
 
 
-def bench(paths: Sequence[Path], root: Path, log: IO[str]) -> None:
-    print(f"interpreter (both kernels): {sys.executable}")
-    print(f"libraries: {library_versions()}")
-    print(f"notebooks: {len(paths)} from {NOTEBOOKS}; {CELL_TIMEOUT} s a cell; target >= {TARGET}")
+def bench(
+    paths: Sequence[Path], root: Path, log: IO[str], pair: tuple[str, str], folder: Path
+) -> Tally:
+    """Run ``paths`` on both kernels of ``pair``; print each notebook's differences and the
+    table; return the totals."""
+    plain_kernel, sandbox_kernel = pair
+    if pair == PAIRS["default"]:
+        print(f"interpreter (both kernels): {sys.executable}")
+        print(f"libraries: {library_versions()}")
+    else:
+        print(f"image (both kernels): {DATASCIENCE_IMAGE}; the control is its own ipykernel")
+    print(f"notebooks: {len(paths)} from {folder}; {CELL_TIMEOUT} s a cell; target >= {TARGET}")
     results: list[tuple[str, Tally]] = []
     began = time.perf_counter()
     for n, path in enumerate(paths):
-        workdir = root / f"run-{n:02d}"
+        workdir = root / f"run-{LABELS[sandbox_kernel]}-{folder.name}-{n:02d}"
         nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
         source = [str(cell.source) for cell in nb.cells]
-        plain = run_notebook(path, PLAIN, workdir, log)
-        sandbox = run_notebook(path, SANDBOX, workdir, log)
+        plain = run_notebook(path, plain_kernel, workdir, log)
+        sandbox = run_notebook(path, sandbox_kernel, workdir, log)
         tally, lines = compare(source, plain, sandbox)
         results.append((path.stem, tally))
         speed = f"{tally.sandbox_s / tally.plain_s:.2f}x" if tally.plain_s else "-"
@@ -336,26 +371,48 @@ def bench(paths: Sequence[Path], root: Path, log: IO[str]) -> None:
         f"{total.errors_alike}/{total.both_failed} ({ratio(total.errors_alike, total.both_failed)})"
     )
     print(f"cells failing on both kernels alike (same ename and kinds): {alike}; wall {wall:.1f} s")
+    return total
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("only", nargs="*", help="run the notebooks whose name contains one")
+    parser.add_argument(
+        "--corpus", choices=[*CORPORA, "all"], default="all", help="which corpus (all: both)"
+    )
+    parser.add_argument(
+        "--kernels", choices=[*PAIRS, "all"], default="all", help="which sandbox kernel"
+    )
     args = parser.parse_args(argv)
-    paths = [
-        p
-        for p in sorted(NOTEBOOKS.glob("*.ipynb"))
-        if not args.only or any(word in p.name for word in args.only)
-    ]
-    if not paths:
-        print(f"no notebook in {NOTEBOOKS} matches {args.only}", file=sys.stderr)
-        return 2
+    corpora = list(CORPORA) if args.corpus == "all" else [args.corpus]
+    pairs = list(PAIRS) if args.kernels == "all" else [args.kernels]
+    summary: list[str] = []
     with tempfile.TemporaryDirectory(prefix="rewyn-bench-notebooks-") as folder:
         root = Path(folder)
-        for name in (PLAIN, SANDBOX):
+        for name in ARGV:
             write_spec(root, name)
         with kernels_on_path(folder) as log:
-            bench(paths, root, log)
+            for pair in pairs:
+                for corpus in corpora:
+                    paths = [
+                        p
+                        for p in sorted(CORPORA[corpus].glob("*.ipynb"))
+                        if not args.only or any(word in p.name for word in args.only)
+                    ]
+                    if not paths:
+                        continue
+                    print(f"\n##### corpus {corpus}, kernel {pair} #####")
+                    total = bench(paths, root, log, PAIRS[pair], CORPORA[corpus])
+                    summary.append(
+                        f"{corpus} on {pair}: {total.matching}/{total.plain_ok} cells match "
+                        f"({ratio(total.matching, total.plain_ok)}; strict "
+                        f"{ratio(total.strict, total.plain_ok)}), sandbox/ipykernel time "
+                        f"{total.sandbox_s / total.plain_s if total.plain_s else 0:.2f}x"
+                    )
+    if not summary:
+        print(f"no notebook matches {args.only}", file=sys.stderr)
+        return 2
+    print("\n" + "\n".join(summary))
     return 0
 
 

@@ -66,9 +66,10 @@ if [ $have_docker_image = 0 ] || [ $have_podman_image = 0 ]; then
     [ $have_podman_image = 1 ] || tar -C "$rootfs" -c . | podman import --change "$change" - "$IMAGE" >/dev/null
 fi
 # The data-science image the container kernels are tested on: IPython, NumPy, pandas and
-# matplotlib (with its inline backend), SymPy, pip, git and file from Debian's packages (and
-# ipywidgets from PyPI), again without any image registry. (Its tag changes with what it holds:
-# a machine that built the last one builds this.)
+# matplotlib (with its inline backend), SymPy, pip, git and file from Debian's packages, and
+# from PyPI ipywidgets and ipykernel (the benchmarks' plain kernel, with the same packages); no
+# image registry. (Its tag changes with what it holds: a machine that built the last one
+# builds this.)
 if ! docker image inspect "$DS_IMAGE" >/dev/null 2>&1; then
     ds_rootfs=$(mktemp -d /tmp/rewyn-ds-rootfs.XXXXXX)
     trap 'rm -rf "$ds_rootfs" ${rootfs:+"$rootfs"}' EXIT
@@ -78,16 +79,21 @@ if ! docker image inspect "$DS_IMAGE" >/dev/null 2>&1; then
         --include=python3,ipython3,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline,python3-sympy,python3-pip,git,file \
         bookworm "$ds_rootfs" ${mirror:+"$mirror"} >"$LOG_DIR/debootstrap-ds.log" 2>&1 \
         || { tail -20 "$LOG_DIR/debootstrap-ds.log" >&2; exit 1; }
-    # ipywidgets 8 (Debian's is 6, which only ipykernel's own comms carry) from PyPI, by the
-    # image's pip, beside Debian's packages.
-    # (The host's name servers and its certificate authorities: a registry reached through a
-    # TLS proxy is trusted by the host's bundle, not by Debian's.)
+    # ipywidgets 8 (Debian's is 6, which only ipykernel's own comms carry) and ipykernel 6
+    # (Debian's fails to configure in a minbase chroot) from PyPI, by the image's pip.
+    # (The host's name servers and its certificate authorities, for the install only: a
+    # registry reached through a TLS proxy is trusted by the host's bundle, not by Debian's,
+    # and Debian's pip reads the system's bundle whatever --cert says.)
+    bundle="$ds_rootfs/etc/ssl/certs/ca-certificates.crt"
     cp /etc/resolv.conf "$ds_rootfs/etc/resolv.conf"
-    cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$ds_rootfs/tmp/host-ca.crt"
+    cp "$bundle" "$ds_rootfs/tmp/debian-ca.crt"
+    cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$bundle"
     chroot "$ds_rootfs" python3 -m pip install -q --no-cache-dir --break-system-packages \
-        --cert /tmp/host-ca.crt --no-warn-script-location "ipywidgets>=8.1,<9" \
-        >"$LOG_DIR/pip-ds.log" 2>&1 || { tail -20 "$LOG_DIR/pip-ds.log" >&2; exit 1; }
-    rm -f "$ds_rootfs/etc/resolv.conf" "$ds_rootfs/tmp/host-ca.crt"
+        --no-warn-script-location "ipywidgets>=8.1,<9" "ipykernel>=6.29,<7" \
+        >"$LOG_DIR/pip-ds.log" 2>&1 \
+        || { tail -20 "$LOG_DIR/pip-ds.log" >&2; exit 1; }
+    mv "$ds_rootfs/tmp/debian-ca.crt" "$bundle"
+    rm -f "$ds_rootfs/etc/resolv.conf"
     rm -rf "$ds_rootfs"/var/cache/apt/archives/*.deb "$ds_rootfs"/usr/share/doc "$ds_rootfs"/usr/share/man
     change='ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
     tar -C "$ds_rootfs" -c . | docker import --change "$change" - "$DS_IMAGE" >/dev/null

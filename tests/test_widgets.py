@@ -238,3 +238,18 @@ def test_the_frontend_reaches_only_the_comms_the_code_opened(kc: BlockingKernelC
     reply = kc.get_shell_msg(timeout=10)
     assert reply["parent_header"]["msg_id"] == info
     assert reply["content"]["comms"] == {}
+
+
+def test_comm_messages_beside_a_cell_take_their_turn(kc: BlockingKernelClient) -> None:
+    """What a frontend sends when it loads (the widget manager opens its control comm and asks
+    for the widgets' states) arrives just before a cell: each request keeps its own reply
+    and idle status (ipykernel 7 would run the comm beside the cell and give the cell's
+    status another parent: the frontend waited for ever)."""
+    for msg_type, content in (
+        ("comm_open", {"comm_id": "c" * 32, "target_name": "jupyter.widget.control", "data": {}}),
+        ("comm_msg", {"comm_id": "c" * 32, "data": {"method": "request_states"}}),
+    ):
+        kc.shell_channel.send(kc.session.msg(msg_type, content))
+    cell = run_cell(kc, "import time\ntime.sleep(0.5)\nprint('done')", timeout=30)
+    assert cell.status == "ok"
+    assert cell.stream() == "done\n"

@@ -23,3 +23,9 @@ def iopub_topic(kernel: Kernel, msg_type: str) -> bytes:
     """The IOPub topic this kernel publishes ``msg_type`` under (``kernel.<id>.<type>``)."""
     topic: bytes = kernel._topic(msg_type)  # type: ignore[no-untyped-call]
     return topic
+
+
+def main_shell_lock(kernel: Kernel) -> Any:
+    """ipykernel 7's lock that keeps the main shell's requests one at a time (6.x has none: it
+    handles them one at a time from a queue)."""
+    return kernel._main_asyncio_lock

@@ -24,7 +24,7 @@ from jupyter_client.session import Session as JupyterSession
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel import prestart
-from rewyn_kernel.kernel._compat import iopub_topic, shell_ident
+from rewyn_kernel.kernel._compat import iopub_topic, main_shell_lock, shell_ident
 from rewyn_kernel.kernel._relay import StreamRelay
 from rewyn_kernel.kernel._settings import SandboxSettings
 from rewyn_kernel.kernel.history import History, is_complete_ipython
@@ -64,6 +64,8 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._last_event: SandboxEvent | None = None
         self._parent: dict[str, Any] = {}
         self._widgets = WidgetPolicy()
+        self._turn = asyncio.Lock()
+        """Held while a cell or a comm message is in the sandbox (``_parent`` is its)."""
         self._refused: set[str] = set()  # what this request's note said was not relayed
         for msg_type in ("comm_open", "comm_msg", "comm_close"):
             self.shell_handlers[msg_type] = self._comm_request
@@ -142,6 +144,12 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._last_event = None
         if not code.strip():
             return self._ok()
+        async with self._turn:
+            return await self._execute(code, silent, store_history, allow_stdin)
+
+    async def _execute(
+        self, code: str, silent: bool, store_history: bool, allow_stdin: bool
+    ) -> dict[str, Any]:
         # Callbacks run from the runtime's thread, outside this request's context: every
         # message names its parent explicitly, or frontends would not match it to the cell.
         self._parent = self.get_parent("shell")  # type: ignore[no-untyped-call]
@@ -185,11 +193,30 @@ class SandboxKernel(Kernel, SandboxSettings):
 
     # -- comms (ipywidgets) ------------------------------------------------------------------
 
+    async def shell_main(self, subshell_id: str | None, msg: Any) -> None:
+        """(ipykernel 7) Every shell request on its own, in order, as on ipykernel 6.
+
+        ipykernel 7 hands a comm message to its handler beside a running cell (an async cell
+        may await a widget) and, when that handler ends, puts back the shell's parent it saw
+        when the message came: a comm handler that waits, as this kernel's do (the sandbox
+        takes one thing at a time), would then give the cell's reply and idle status the
+        wrong parent, and the frontend would wait for them for ever.
+        """
+        async with main_shell_lock(self):
+            await self.dispatch_shell(msg, subshell_id=subshell_id)
+
     async def _comm_request(self, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
         """A comm message from the frontend (a slider moved, a button clicked): delivered to
         the code's comms when the policy allows it; what its handler shows goes out as the
         reply to it (an Output widget captures it by this message's id)."""
         msg_type = str(parent.get("header", {}).get("msg_type", ""))
+        # ipykernel 7 dispatches comm messages while a cell runs (for async cells awaiting a
+        # widget): here they wait their turn, in order, as the sandbox's code takes one thing
+        # at a time, and the cell's outputs keep the cell as their parent.
+        async with self._turn:
+            await self._deliver(msg_type, parent)
+
+    async def _deliver(self, msg_type: str, parent: dict[str, Any]) -> None:
         message = self._widgets.incoming(msg_type, parent)
         if message is None:
             self.log.warning("comm message refused: %s for an unknown comm or target", msg_type)
