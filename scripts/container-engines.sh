@@ -66,7 +66,7 @@ if [ $have_docker_image = 0 ] || [ $have_podman_image = 0 ]; then
     [ $have_podman_image = 1 ] || tar -C "$rootfs" -c . | podman import --change "$change" - "$IMAGE" >/dev/null
 fi
 # The data-science image the container kernels are tested on: IPython, NumPy, pandas and
-# matplotlib (with its inline backend), SymPy, pip, git and file from Debian's packages, and
+# matplotlib (with its inline backend), SymPy, tqdm, pip, git and file from Debian's packages, and
 # from PyPI ipywidgets and ipykernel (the benchmarks' plain kernel, with the same packages); no
 # image registry. (Its tag changes with what it holds: a machine that built the last one
 # builds this.)
@@ -76,7 +76,7 @@ if ! docker image inspect "$DS_IMAGE" >/dev/null 2>&1; then
     mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
     echo "+ debootstrap a data-science image ($DS_IMAGE)"
     debootstrap --variant=minbase \
-        --include=python3,ipython3,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline,python3-sympy,python3-pip,git,file \
+        --include=python3,ipython3,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline,python3-sympy,python3-tqdm,python3-pip,git,file \
         bookworm "$ds_rootfs" ${mirror:+"$mirror"} >"$LOG_DIR/debootstrap-ds.log" 2>&1 \
         || { tail -20 "$LOG_DIR/debootstrap-ds.log" >&2; exit 1; }
     # ipywidgets 8 (Debian's is 6, which only ipykernel's own comms carry) and ipykernel 6

@@ -347,8 +347,14 @@ class Supervisor:
         events = self.selector.select()
         # Frames first: the code sends a frame only once its pipes are empty (what it printed
         # before was relayed already: see CodeProcess.finish_output), so output in this batch
-        # was printed after the frame, and stays after it.
-        events.sort(key=lambda event: event[0].data != self.on_frames)
+        # was printed after the frame, and stays after it. Then stdout before stderr: the code
+        # flushes them in that order, as ipykernel does.
+        outs = [child.out for child in (self.child, self.spare) if child is not None]
+        events.sort(
+            key=lambda event: (
+                0 if event[0].data == self.on_frames else 1 if event[0].fd in outs else 2
+            )
+        )
         for key, _ in events:
             key.data(key.fd)
 
