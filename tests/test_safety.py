@@ -430,6 +430,7 @@ def test_the_word_data_in_markdown_text_is_kept() -> None:
     "tex",
     [
         "$\\style{background:url(https://e.example/?leak)}{x}$",
+        "$a\\\\\\class{jp-Dialog}{x}$",  # (a line break, then \class)
         "$$\\class{jp-Dialog}{x}$$",
         "$\\cssId{main}{x}$",
         "$\\require{action}$",
@@ -466,6 +467,9 @@ def test_math_that_asks_mathjax_for_styles_or_extensions_is_dropped(mime: str, t
         "$\\displaystyle \\left(x + 1\\right)^{2} \\sin{\\left(x \\right)}$",
         "$\\displaystyle \\int\\limits_{0}^{\\infty} e^{- x}\\, dx = 1$",
         "$\\displaystyle \\left[\\begin{matrix}1 & 2\\\\3 & 4\\end{matrix}\\right]$",
+        # (SymPy's symbols after a line break: \\m is a break and an m, no \m)
+        "$\\displaystyle \\left[\\begin{matrix}m_{11} & m_{12}\\\\m_{21} & m_{22}"
+        "\\end{matrix}\\right]$",
         "$\\displaystyle \\operatorname{Poly}{\\left( x^{2}, x, domain=\\mathbb{Z} \\right)}$",
         "\\begin{align} \\nabla \\times \\vec{E} &= -\\frac{\\partial B}{\\partial t}\\end{align}",
         "$\\color{red}{x} + \\textcolor{#0a0}{y} + \\color[rgb]{1,0,0}{z}$",

@@ -113,7 +113,9 @@ _GROUPS = (_GREEK, _SYMBOLS, _OPERATORS, _RELATIONS, _ARROWS, _DELIMITERS, _FUNC
 ALLOWED: frozenset[str] = frozenset(" ".join((*_GROUPS, _STRUCTURE, _FONTS, _COLOR)).split())
 """The control sequences (made of letters) that may reach MathJax."""
 
-_CONTROL = re.compile(r"\\([A-Za-z]+)")
+_CONTROL = re.compile(r"\\(?:([A-Za-z]+)|.)", re.DOTALL)
+"""A control word (its name: group 1) or a control symbol (``\\\\``, ``\\,``, ``\\{``), read left
+to right as TeX does: in ``\\\\m_{21}`` (a matrix's line break) there is no ``\\m``."""
 _MATH_DELIMITER = re.compile(r"\$|\\\(|\\\[|\\begin\b|\\ensuremath\b")
 _COLOR_USE = re.compile(
     r"\\(color|textcolor|colorbox|fcolorbox)\s*((?:\s*(?:\[[^\]]*\]|\{[^}]*\}))+)"
@@ -135,7 +137,7 @@ def refusal(source: str) -> str | None:
     if _URL.search(_NOISE.sub("", decoded).lower()):
         return "it holds a CSS url(), which the browser would fetch"
     for match in _CONTROL.finditer(decoded):
-        if match.group(1) not in ALLOWED:
+        if match.group(1) is not None and match.group(1) not in ALLOWED:
             return f"its TeX uses \\{match.group(1)}, which MathJax could turn into styles or links"
     for match in _COLOR_USE.finditer(decoded):
         models = re.findall(r"\[([^\]]*)\]", match.group(2))
