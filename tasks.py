@@ -140,9 +140,13 @@ LOWEST_TESTS = [
 declares (the floors it promises)."""
 
 
-LOWEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3", "jupyter_kernel_test>=0.7", "matplotlib>=3.8"]
-"""What the lowest-versions run needs beside the pins: the test tools, and matplotlib (the
-kernel's tests draw an inline plot in the sandbox)."""
+LOWEST_TOOLS = [
+    *("pytest>=8", "pytest-timeout>=2.3", "jupyter_kernel_test>=0.7", "matplotlib>=3.8"),
+    *("pandas>=2.1", "jinja2>=3.1"),
+]
+"""What the lowest-versions run needs beside the pins: the test tools, matplotlib (the
+kernel's tests draw an inline plot in the sandbox), pandas and jinja2 (the output filter's
+tests check a real Styler's HTML)."""
 
 
 def lowest_pins() -> list[str]:

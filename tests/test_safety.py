@@ -797,7 +797,8 @@ def test_a_stylesheet_keeps_nothing_that_fetches_or_leaves_its_output(name: str)
 def test_a_styled_frame_keeps_its_colours_and_formats() -> None:
     """pandas' Styler, as models write it: a gradient, the maxima highlighted, a number
     format; its rules reach its own cells (ids renamed on both sides), and only those."""
-    pandas = pytest.importorskip("pandas")
+    import pandas  # type: ignore[import-untyped]
+
     frame = pandas.DataFrame({"a": [1.0, 2.5, 3.25], "b": [7.0, 1.5, 0.125]})
     styled = frame.style.background_gradient().highlight_max(color="yellow").format("{:.2f}")
     source = styled.to_html()
