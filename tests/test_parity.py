@@ -283,3 +283,16 @@ def test_a_restart_asked_from_a_cell_is_the_frontends_to_make(
     assert cell.status == "ok", shape(cell)
     assert any("Kernel menu" in note for note in notes(cell)), notes(cell)
     assert run_cell(sandbox, "print(kept)").stream() == "1\n"
+
+
+def test_an_error_past_ipythons_own_handling_ends_the_cell_not_the_sandbox(
+    sandbox: BlockingKernelClient,
+) -> None:
+    """IPython 8 (the image's) lets automatic pdb's StdinNotImplementedError out of
+    ``run_cell`` when the frontend gives no input: the sandbox's code process died of it
+    (SandboxCrashed, state lost). It is the cell's error; the state stays."""
+    run_cell(sandbox, "state = 1")
+    cell = run_cell(sandbox, "%pdb on\n1 / 0")
+    assert cell.status == "error"
+    run_cell(sandbox, "%pdb off")
+    assert run_cell(sandbox, "print(state)").stream() == "1\n"

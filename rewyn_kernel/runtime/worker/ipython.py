@@ -17,7 +17,7 @@ import os
 import re
 import sys
 
-from .executor import WORKER_FILE_PREFIX, Gate, exit_status, sandbox_hint
+from .executor import WORKER_FILE_PREFIX, Gate, describe_error, exit_status, sandbox_hint
 from .frontend import Output, encode_binary
 from .wire import Sender
 
@@ -135,6 +135,14 @@ class IPythonRunner:
                 }
             )
             return 130, "interrupted"
+        except Exception as exc:
+            # Raised past the shell's own handling (IPython 8's automatic pdb asking for input
+            # the frontend does not give, say): the cell's error, never the process's end.
+            self.gate.in_code = False
+            self.flush()
+            name, value, lines = describe_error(exc)
+            self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": lines})
+            return 1, "error"
         finally:
             self.gate.in_code = False
             self.gate.pending = False
