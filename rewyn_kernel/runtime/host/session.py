@@ -204,7 +204,8 @@ class Session(Closeable):
                 comm=_comm,
             )
             started = time.monotonic()
-            execution.state_lost, self._state_lost = self._state_lost, False
+            if not _comm:  # (the next cell's to say: a comm delivery shows no ending)
+                execution.state_lost, self._state_lost = self._state_lost, False
             execution.cancel = _cancel or threading.Event()
             raised: BaseException | None = None
             restarted = False

@@ -19,11 +19,13 @@ or claim an ending that did not happen.
 from __future__ import annotations
 
 import builtins
+import fcntl
 import io
 import os
 import queue
 import signal
 import sys
+import termios
 import threading
 import time
 import types
@@ -346,9 +348,6 @@ class CodeProcess:
     def unread(self) -> bool:
         """Whether a pipe of fd 1 or 2 holds bytes the supervisor has not read yet (Linux
         answers FIONREAD on a pipe's write end too)."""
-        import fcntl
-        import termios
-
         for fd in self.keep.values():
             try:
                 if fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0") != b"\0\0\0\0":
