@@ -18,7 +18,7 @@ import sys
 def main(argv: list[str]) -> None:
     connection_file, image = os.path.abspath(argv[0]), argv[1]
     folder = os.getcwd()
-    command = ["docker", "run", "--rm", "-i", "--init", "--network", "host"]
+    command = ["docker", "run", "--rm", "--init", "--network", "host"]
     command += ["-v", f"{connection_file}:{connection_file}:ro", "-v", f"{folder}:{folder}"]
     command += ["-w", folder, "-e", "MPLBACKEND=module://matplotlib_inline.backend_inline"]
     command += [image, "python3", "-m", "ipykernel_launcher", "-f", connection_file]

@@ -199,12 +199,62 @@ def test_no_frame_of_the_worker_in_an_interrupts_traceback(
     assert len(frames) == len(expected), (frames, expected)
 
 
-def test_an_install_without_network_says_why_and_only_that(sandbox: BlockingKernelClient) -> None:
-    for code in ("%pip install nothing-here", "!pip install nothing-here"):
+RESTART_NOTE = "Note: you may need to restart the kernel to use updated packages."
+"""What IPython's %pip prints after it runs pip (ipykernel shows it under every install)."""
+
+
+def test_an_install_runs_offline_and_one_that_needs_the_network_says_why(
+    sandbox: BlockingKernelClient,
+) -> None:
+    # (never run on ipykernel: pip there would reach the package index)
+    # Everything asked for is installed: pip succeeds offline, as on ipykernel, with no note.
+    # (--break-system-packages: the data-science image's pip is Debian's, PEP 668)
+    done = run_cell(sandbox, "%pip install -q --break-system-packages ipywidgets")
+    assert shape(done) == [("stream", "stdout", RESTART_NOTE + "\n")], shape(done)
+    assert notes(done) == []
+    satisfied = run_cell(sandbox, "!pip install --break-system-packages ipywidgets")
+    assert "Requirement already satisfied: ipywidgets" in satisfied.stream(), shape(satisfied)
+    assert notes(satisfied) == []
+    # A download: pip's own error, then one note that says why, and no "restart" line.
+    for code in ("%pip install nothing-here", "!pip install nothing-here", "%uv pip install x"):
         cell = run_cell(sandbox, code)
-        assert shape(cell) == [], shape(cell)
-        assert len(notes(cell)) == 1, notes(cell)
-        assert "needs the network" in notes(cell)[0]
+        if code.startswith("%uv") and (
+            "No module named uv" in cell.stream() or "`%uv` not found" in cell.stream("stderr")
+        ):
+            continue  # (no uv, or an IPython without %uv: nothing ran, nothing to explain)
+        assert RESTART_NOTE not in cell.stream(), code
+        assert len(notes(cell)) == 1, (code, notes(cell))
+        assert "network='none'" in notes(cell)[0] and "pip install failed" in notes(cell)[0]
+        assert run_cell(sandbox, "print(_exit_code)").stream() != "0\n", code
+    # conda has no offline install worth running: refused at once, saying why, and only that.
+    conda = run_cell(sandbox, "%conda install numpy")
+    assert shape(conda) == [], shape(conda)
+    assert len(notes(conda)) == 1 and "conda install needs the network" in notes(conda)[0]
+
+
+def test_ipykernels_own_magics_work_in_the_sandbox(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient
+) -> None:
+    for code in ("%autosave 60", "%autosave 0", "%clear", "%less", "%more"):
+        plain_cell, sandboxed = both(ipykernel, sandbox, code)
+        assert [entry for entry in shape(sandboxed) if entry[0] == "stream"] == [
+            entry for entry in shape(plain_cell) if entry[0] == "stream"
+        ], code
+        assert sandboxed.reply["content"]["status"] == plain_cell.reply["content"]["status"]
+    # %less and %more page a file, as ipykernel's pager does (a payload of the reply).
+    both(ipykernel, sandbox, "open('paged.txt', 'w').write('first\\nsecond\\n')")
+    for code in ("%less paged.txt", "%more paged.txt"):
+        plain_cell, sandboxed = both(ipykernel, sandbox, code)
+        pages = [c.reply["content"]["payload"] for c in (plain_cell, sandboxed)]
+        assert pages[1] == pages[0] and pages[0][0]["data"]["text/plain"] == "first\nsecond\n"
+    # The connection stays on the host: how to connect, never the key.
+    plain_cell, sandboxed = both(ipykernel, sandbox, "%connect_info")
+    assert '"key"' in plain_cell.stream()
+    assert shape(sandboxed)[0][:2] == ("stream", "stdout") and len(shape(sandboxed)) == 1
+    assert "--existing" in sandboxed.stream() and "key\"" not in sandboxed.stream()
+    # A program on the host is not the code's to start (not run on ipykernel: it would).
+    qtconsole = run_cell(sandbox, "%qtconsole")
+    assert shape(qtconsole) == [] and "jupyter qtconsole --existing" in notes(qtconsole)[0]
 
 
 @pytest.mark.parametrize(

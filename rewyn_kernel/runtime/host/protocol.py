@@ -269,6 +269,7 @@ WORKER_MODULES = (
     "system",
     "frontend",
     "executor",
+    "magics",
     "ipython",
     "comms",
     "child",

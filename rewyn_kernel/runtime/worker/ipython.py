@@ -6,19 +6,19 @@ same behind the supervisor: a display becomes a ``display`` frame (with its ``di
 as an update), ``clear_output`` a ``clear_output`` frame, the last expression's value a
 ``result`` frame, a traceback an ``error`` frame, and the pager, ``set_next_input`` and
 ``exit()`` ``payload`` frames that the host decides about. Shell commands (``!ls``, ``%%bash``)
-run in the sandbox, under its limits; ``pip install`` without a network fails at once, saying
-why. Imported only where IPython is installed (the subprocess provider runs the kernel's own
+run in the sandbox, under its limits; ipykernel's own magics and the install magics are in
+``magics``. Imported only where IPython is installed (the subprocess provider runs the kernel's own
 environment; a container, when its image has it).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 
 from .executor import WORKER_FILE_PREFIX, Gate, describe_error, exit_status, sandbox_hint
 from .frontend import Output, encode_binary
+from .magics import Installs, add_kernel_magics
 from .wire import Sender
 
 TYPE_CHECKING = False
@@ -29,15 +29,6 @@ if TYPE_CHECKING:
 
 MAX_TRACEBACK_ENTRIES = 200
 MAX_ENTRY_CHARS = 16384
-INSTALL = re.compile(
-    r"(^|[\s;&|(])(pip3?|python3?(\.\d+)?\s+-m\s+pip|uv\s+pip|conda|mamba|micromamba)\s+install\b"
-)
-NO_NETWORK = (
-    "[rewyn: %s needs the network, and this sandbox has none (network='none'). Install the "
-    "package into the environment the sandbox runs (or its image), or start a kernel with "
-    "--network allow]\n"
-)
-
 
 WEB_BACKENDS = ("nbagg", "notebook", "webagg", "widget", "ipympl")
 """matplotlib's backends that draw in the browser over comms and JavaScript, which a sandbox
@@ -104,6 +95,7 @@ class IPythonRunner:
         # What ipykernel's shell sets for the programs that !cmd starts (colours, no pager).
         for name, value in KERNEL_ENVIRONMENT:
             os.environ[name] = value
+        self.installs = Installs(network)
         self.backend_noted = False
         sys.meta_path.insert(0, InlineBackends(self))
         self.shell = _make_shell(self, namespace_module)
@@ -230,15 +222,6 @@ class IPythonRunner:
         if hint:
             entries.append("(%s)" % hint)
         self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": entries})
-
-    def refuses_install(self, command: str) -> bool:
-        """Say why an install cannot work here (no network), and return True; else False."""
-        match = INSTALL.search(command) if self.network == "none" else None
-        if match:
-            sys.stderr.write(NO_NETWORK % (match.group(2) + " install"))
-            sys.stderr.flush()
-            self.shell.user_ns["_exit_code"] = 1
-        return match is not None
 
     def backend_fallback(self, name: str) -> None:
         """Note, once, that an interactive matplotlib backend is shown inline."""
@@ -438,7 +421,8 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
         def system(self, cmd: str) -> None:
             """``!cmd`` as on ipykernel: under a terminal (pexpect), so programs see one and
             their stdout and stderr come back as one stream, in order."""
-            if runner.refuses_install(cmd):
+            installer = runner.installs.installer(cmd)
+            if installer is not None and runner.installs.refuse(installer, self):
                 return
             if cmd.rstrip().endswith("&"):
                 raise OSError("Background processes not supported.")  # (IPython's words)
@@ -447,6 +431,8 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
             # (depth=1: $names are expanded from the frame that ran the ! line)
             exit_code = run_system(self.var_expand(cmd, depth=1))
             self.user_ns["_exit_code"] = exit_code
+            if installer is not None:
+                runner.installs.failed(installer, exit_code, self)
             if getattr(self, "system_raise_on_error", False) and exit_code != 0:
                 from subprocess import CalledProcessError
 
@@ -486,7 +472,7 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
     config.IPKernelApp = Config()
     shell = ZMQInteractiveShell.instance(user_module=module, config=config)
     shell.kernel = KernelStandIn(shell)
-    _wrap_install_magics(shell, runner)
+    add_kernel_magics(shell, runner.installs)
     return shell
 
 
@@ -537,20 +523,3 @@ def _stand_in_ipykernel(shell_class: Any, version: str) -> None:
     package.zmqshell = zmqshell  # type: ignore[attr-defined]
     sys.modules["ipykernel"] = package
     sys.modules["ipykernel.zmqshell"] = zmqshell
-
-
-def _wrap_install_magics(shell: Any, runner: IPythonRunner) -> None:
-    """%pip, %conda and the like: an install that cannot work here says why, and only that
-    (not IPython's "you may need to restart the kernel" after it)."""
-    line_magics = shell.magics_manager.magics["line"]
-    for name in ("pip", "conda", "mamba", "micromamba", "uv"):
-        original = line_magics.get(name)
-        if original is None:
-            continue
-
-        def magic(line: str, _name: str = name, _original: Any = original) -> Any:
-            if runner.refuses_install("%s %s" % (_name, line)):
-                return None
-            return _original(line)
-
-        shell.register_magic_function(magic, "line", name)
