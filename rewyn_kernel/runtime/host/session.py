@@ -272,7 +272,7 @@ class Session(Closeable):
         limits; their output and comm messages reach the callbacks. No event: no code was
         given. The caller checks what it delivers (the kernel's ``widgets.py``)."""
         return self.execute(
-            json.dumps(dict(message), ensure_ascii=True),
+            _comm_frame(message),
             timeout=timeout,
             on_stream=on_stream,
             on_output=on_output,
@@ -296,6 +296,7 @@ class Session(Closeable):
         silent: bool = False,
         on_comm: CommCallback | None = None,
         parent: str = "",
+        _comm: bool = False,
     ) -> SandboxResult:
         """Run ``code`` without blocking the event loop; callbacks run on the loop, in order.
 
@@ -319,6 +320,7 @@ class Session(Closeable):
                 on_comm=on_loop(loop, on_comm),
                 parent=parent,
                 _cancel=cancel,
+                _comm=_comm,
             ),
             lambda: self._cancel(cancel),
         )
@@ -334,21 +336,15 @@ class Session(Closeable):
         on_comm: CommCallback | None = None,
     ) -> SandboxResult:
         """``deliver_comm`` without blocking the event loop; callbacks run on the loop."""
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        cancel = threading.Event()
-        return await run_in_thread(
-            lambda: self.deliver_comm(
-                message,
-                timeout=timeout,
-                on_stream=on_loop(loop, on_stream),
-                on_output=on_loop(loop, on_output),
-                on_clear=on_loop(loop, on_clear),
-                on_comm=on_loop(loop, on_comm),
-                _cancel=cancel,
-            ),
-            lambda: self._cancel(cancel),
+        return await self.aexecute(
+            _comm_frame(message),
+            timeout=timeout,
+            on_stream=on_stream,
+            on_output=on_output,
+            on_clear=on_clear,
+            on_comm=on_comm,
+            parent=str(message.get("msg_id") or ""),
+            _comm=True,
         )
 
     def wait_ready(self, timeout: float) -> bool:
@@ -569,3 +565,8 @@ def published(worker: LiveWorker, label: str) -> WorkspaceFiles | None:
         versions=tuple(changes.versions),
         notes=tuple(changes.notes),
     )
+
+
+def _comm_frame(message: Mapping[str, Any]) -> str:
+    """What a comm delivery sends as its code: the message, as ASCII JSON."""
+    return json.dumps(dict(message), ensure_ascii=True)
