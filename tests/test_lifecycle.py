@@ -191,6 +191,55 @@ def test_garbage_between_executions_is_dropped_unparsed() -> None:
         assert "1 frames of output written between executions were dropped" in second.stderr
 
 
+def test_a_listener_takes_what_comes_between_executions_and_nothing_of_one() -> None:
+    """Orderings on purpose: the scripted worker writes only when the test says so."""
+    go = threading.Event()
+
+    def script(worker: ScriptedWorker) -> None:
+        worker.ready()
+        header, _ = worker.expect("exec")
+        worker.out("stdout", b"one\n")
+        worker.done(header["id"])
+        go.wait(30)
+        worker.out("stdout", b"between one\n")  # (no execution: the listener's)
+        header, _ = worker.expect("exec")
+        worker.out("stdout", b"two\n")
+        worker.done(header["id"])
+        worker.out("stdout", b"between two\n")  # (right after the end: the listener's too)
+        worker.expect("exec")
+
+    heard: list[str] = []
+    arrived = threading.Condition()
+
+    def on_stream(name: str, text: str) -> None:
+        with arrived:
+            heard.append(text)
+            arrived.notify_all()
+
+    def wait_for(text: str) -> None:
+        with arrived:
+            assert arrived.wait_for(lambda: text in "".join(heard), timeout=10), heard
+
+    stop = threading.Event()
+    with ScriptedProvider(script).create() as box, box.session() as session:
+        assert session.execute("a").stdout == "one\n"
+        listener = threading.Thread(target=lambda: session.listen(stop=stop, on_stream=on_stream))
+        listener.start()
+        deadline = time.monotonic() + 10
+        while not session.listening and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert session.listening
+        go.set()
+        wait_for("between one\n")
+        second = session.execute("b")  # (takes the worker over, and gives it back)
+        assert second.stdout == "two\n" and "dropped" not in second.stderr, second
+        wait_for("between two\n")
+        assert "".join(heard) == "between one\nbetween two\n"
+        stop.set()
+        listener.join(5)
+        assert not listener.is_alive() and not session.listening
+
+
 def test_an_answer_given_at_once_is_not_taken_for_a_stale_one() -> None:
     """The worker registers a question before it asks it (unit test of the worker part)."""
     from rewyn_kernel.runtime.worker.frontend import Questions

@@ -15,6 +15,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,57 @@ def test_no_frame_of_the_worker_in_an_interrupts_traceback(
     assert not [frame for frame in frames if "rewyn" in frame], frames
     expected = [plain(e) for e in plain_cell.of_type("error")[0]["content"]["traceback"]]
     assert len(frames) == len(expected), (frames, expected)
+
+
+THREAD_AFTER_ITS_CELL = (
+    "import threading, ipywidgets\n"
+    "bar = ipywidgets.IntProgress(max=3)\n"
+    "display(bar)\n"
+    "def work():\n"
+    "    for step in (1, 2, 3):\n"
+    "        bar.value = step\n"
+    "    print('done in a thread')\n"
+    "threading.Timer(0.5, work).start()"
+)
+
+
+def after_idle(kc: BlockingKernelClient, parent: str, last: str) -> list[tuple[str, Any]]:
+    """What comes on iopub after a cell's idle status, with that cell as its parent, up to a
+    stream holding ``last``: (kind, what) pairs."""
+    seen: list[tuple[str, Any]] = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.2)
+        except Exception:  # queue.Empty
+            continue
+        if msg["parent_header"].get("msg_id") != parent:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "comm_msg":
+            seen.append((kind, content["data"].get("state")))
+        elif kind == "stream":
+            seen.append((kind, content["text"]))
+            if last in content["text"]:
+                return seen
+        else:
+            seen.append((kind, None))
+    raise AssertionError(f"no {last!r} after the cell's end: {seen}")
+
+
+def test_what_a_thread_sends_after_its_cell_reaches_the_frontend_as_on_ipykernel(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient
+) -> None:
+    shown = []
+    for kc in (ipykernel, sandbox):
+        cell = run_cell(kc, THREAD_AFTER_ITS_CELL)  # (returns at the cell's idle)
+        assert cell.reply["content"]["status"] == "ok"
+        parent = cell.reply["parent_header"]["msg_id"]
+        later = after_idle(kc, parent, "done in a thread")
+        bar = [what for kind, what in later if kind == "comm_msg"]
+        assert bar == [{"value": 1}, {"value": 2}, {"value": 3}], later
+        shown.append("".join(what for kind, what in later if kind == "stream"))
+    assert shown[1] == shown[0] == "done in a thread\n"
 
 
 RESTART_NOTE = "Note: you may need to restart the kernel to use updated packages."

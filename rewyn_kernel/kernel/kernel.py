@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import codeop
+import contextlib
 import logging
 import signal
 import sys
 import warnings
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -66,6 +68,9 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._widgets = WidgetPolicy()
         self._turn = asyncio.Lock()
         """Held while a cell or a comm message is in the sandbox (``_parent`` is its)."""
+        self._listener: asyncio.Task[None] | None = None
+        """Between turns: relays what the code's threads send (``_listen``)."""
+        self._listened: StreamRelay | None = None  # (the listener's text, not yet sent)
         self._refused: set[str] = set()  # what this request's note said was not relayed
         for msg_type in ("comm_open", "comm_msg", "comm_close"):
             self.shell_handlers[msg_type] = self._comm_request
@@ -144,8 +149,53 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._last_event = None
         if not code.strip():
             return self._ok()
-        async with self._turn:
+        async with self._sandbox_turn():
             return await self._execute(code, silent, store_history, allow_stdin)
+
+    @contextlib.asynccontextmanager
+    async def _sandbox_turn(self) -> AsyncIterator[None]:
+        """A cell's or a comm message's turn in the sandbox: one at a time, in order. Between
+        turns, what the code's threads send (a print, a progress bar) goes out as it comes,
+        with the last request as its parent, as on ipykernel (``_listen``)."""
+        async with self._turn:
+            if self._listened is not None:
+                self._listened.flush()  # (text a thread printed goes before this turn's)
+            try:
+                yield
+            finally:
+                listener = self._listener
+                if (listener is None or listener.done()) and not self._sandbox.closed:
+                    # (one for as long as the sandbox's worker lives: a turn takes the
+                    # sandbox over from it, and gives it back, without a thread's hop)
+                    self._listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        loop = asyncio.get_running_loop()
+        relay = self._listened = StreamRelay(self._send_stream, loop)
+        noted: set[str] = set()
+
+        def on_output(output: RichOutput) -> None:
+            relay.flush()
+            dropped = set(self._send_rich(output)) - noted
+            if dropped:
+                noted.update(dropped)
+                self._send_stream("stderr", drop_note(sorted(dropped)) + "\n")
+
+        def on_clear(wait: bool) -> None:
+            relay.flush()
+            self._publish("clear_output", {"wait": wait})
+
+        try:
+            await self._session.alisten(
+                on_stream=relay.write,
+                on_output=on_output,
+                on_clear=on_clear,
+                on_comm=lambda frame: self._on_comm(frame, relay),
+            )
+        except Exception:  # (a closed session, say: the next turn starts another)
+            self.log.debug("listening between cells ended", exc_info=True)
+        finally:
+            relay.flush()
 
     async def _execute(
         self, code: str, silent: bool, store_history: bool, allow_stdin: bool
@@ -213,7 +263,7 @@ class SandboxKernel(Kernel, SandboxSettings):
         # ipykernel 7 dispatches comm messages while a cell runs (for async cells awaiting a
         # widget): here they wait their turn, in order, as the sandbox's code takes one thing
         # at a time, and the cell's outputs keep the cell as their parent.
-        async with self._turn:
+        async with self._sandbox_turn():
             await self._deliver(msg_type, parent)
 
     async def _deliver(self, msg_type: str, parent: dict[str, Any]) -> None:
@@ -546,6 +596,7 @@ class SandboxKernel(Kernel, SandboxSettings):
 
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         """Kill and reap the sandbox now: nothing of it may outlive the kernel."""
+        # (The listener between cells ends with the sandbox: its channel ends.)
         await asyncio.to_thread(self._sandbox.close)
         return {"status": "ok", "restart": restart}
 

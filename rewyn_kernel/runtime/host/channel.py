@@ -11,8 +11,11 @@ Everything about the worker's life is decided here, once:
   reach a descriptor number the OS has since given to another sandbox.
 - The host buffers by bytes: at most ``INBOX_BYTES`` of frames plus the one being read; past
   that the thread stops reading, the pipe fills and the worker waits.
-- Frames are kept only while an execution (or a request) wants them. What arrives between
-  executions is read and dropped without being parsed or kept, and counted.
+- Frames are kept only while an execution, a request or a listener wants them. A listener
+  (``listen``) takes what arrives between executions (a thread's print, a progress bar it
+  updates); an execution or a request that comes takes the worker over, and it goes back to
+  the listener after. With no listener, what arrives between executions is read and dropped
+  without being parsed or kept, and counted.
 - Frames are parsed by the consumer (``next_frame``), one at a time.
 """
 
@@ -102,10 +105,15 @@ class LiveWorker:
         self._on_kill = on_kill
         self.ready: ReadyFrame | None = None
         self._ready_event = threading.Event()
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        self._listener_turn = threading.Condition(lock)
+        """(The same lock.) Where a listener waits while an execution or request has the worker,
+        so the frames of a cell do not wake it."""
         self._inbox: deque[tuple[bytes, bytes] | ChannelEnded] = deque()
         self._inbox_bytes = 0
         self._wanted: str | None = None  # what wants frames now: an execution or a request id
+        self._idle: str | None = None  # the listener's key: it wants them between executions
         self._waiting_for_room = False  # the I/O thread stopped reading: the inbox is full
         self.dropped_between = 0
         self._ended: ChannelEnded | None = None
@@ -162,13 +170,42 @@ class LiveWorker:
     # -- frames for an execution -----------------------------------------------------------
 
     def want(self, key: str | None) -> None:
-        """Keep frames from now on for ``key`` (an execution or request id); None: drop them.
+        """Keep frames from now on for ``key`` (an execution or request id); None: for the
+        listener, if there is one, else drop them.
 
         Whatever is queued from before is dropped: it belongs to nothing that is running.
         """
         with self._cond:
-            self._wanted = key
-            self._drop_queued()
+            if key is not None or self._idle is None:
+                self._drop_queued()
+            # (else what came after the execution's end is the listener's: a thread's print)
+            self._wanted = key if key is not None else self._idle
+            self._listener_turn.notify_all()  # (a listener waiting for its turn looks again)
+            waiting = self._waiting_for_room
+        if waiting:
+            self._wake()
+
+    def listen(self, key: str) -> None:
+        """Between executions and requests, keep frames for the listener ``key`` (its
+        ``next_frame`` calls take them), in place of any listener before it."""
+        self._set_listener(key, None)
+
+    def unlisten(self, key: str) -> None:
+        """Stop the listener ``key`` (if it is still the one): frames between executions are
+        dropped again, and its ``next_frame`` returns at once."""
+        self._set_listener(None, key)
+
+    def _set_listener(self, key: str | None, only: str | None) -> None:
+        with self._cond:
+            previous = self._idle
+            if only is not None and previous != only:
+                return
+            self._idle = key
+            if self._wanted is None or self._wanted == previous:
+                self._wanted = key
+                self._drop_queued()
+            self._cond.notify_all()
+            self._listener_turn.notify_all()
             waiting = self._waiting_for_room
         if waiting:
             self._wake()
@@ -179,15 +216,27 @@ class LiveWorker:
             dropped, self.dropped_between = self.dropped_between, 0
         return dropped
 
-    def next_frame(self, timeout: float | None) -> Frame | ChannelEnded | None:
-        """Return the next frame, parsed, or the end; None after ``timeout`` seconds."""
+    def next_frame(
+        self, timeout: float | None, *, listener: str | None = None
+    ) -> Frame | ChannelEnded | None:
+        """Return the next frame, parsed, or the end; None after ``timeout`` seconds.
+
+        ``listener``: the key given to ``listen``. Frames are taken only while no execution or
+        request has the worker, and None comes back at once once the listener is stopped.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while not self._inbox:
+            while True:
+                ended = bool(self._inbox) and isinstance(self._inbox[0], ChannelEnded)
+                if listener is not None and self._idle != listener:
+                    return None
+                turn = listener is None or self._wanted == listener
+                if (turn and self._inbox) or ended:  # (the end is everybody's)
+                    break
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
-                self._cond.wait(remaining)
+                (self._cond if turn else self._listener_turn).wait(remaining)
             item = self._inbox.popleft()
             if isinstance(item, ChannelEnded):
                 self._inbox.appendleft(item)  # the end stays the end for every later reader
@@ -457,6 +506,7 @@ class LiveWorker:
                 self._ended = end
                 self._inbox.append(end)
                 self._cond.notify_all()
+                self._listener_turn.notify_all()
         self._ready_event.set()
 
     def _drop_queued(self) -> None:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from rewyn_kernel.runtime._result import EXIT_KILLED, EXIT_TIMEOUT, Ending
-from rewyn_kernel.runtime.host.channel import ChannelEnded, LiveWorker
+from rewyn_kernel.runtime.host.channel import ChannelEnded, Frame, LiveWorker
 from rewyn_kernel.runtime.host.execution import Execution, describe_exit
 from rewyn_kernel.runtime.host.protocol import (
     ClearOutputFrame,
@@ -126,19 +126,13 @@ def drive(
                 if late is not None:
                     return _timeout(timeout, keep_state, worker_lost=True)
                 return channel_ended(worker, item, memory_limit_mb)
-            frame, data, size = item
-            if isinstance(frame, OutFrame):
-                execution.on_stream(frame.s, data)
-            elif isinstance(frame, DisplayFrame | ResultFrame):
-                execution.on_rich(frame, size)
-            elif isinstance(frame, ClearOutputFrame):
-                execution.on_clear(frame.wait)
+            frame = item[0]
+            if output_frame(execution, item):
+                pass
             elif isinstance(frame, PayloadFrame):
                 execution.on_payload(frame)
             elif isinstance(frame, ErrorFrame):
                 execution.on_error(frame)
-            elif isinstance(frame, CommFrame):
-                execution.on_comm(frame)
             elif isinstance(frame, InputRequestFrame):
                 questions.ask(frame)
             elif isinstance(frame, DoneFrame) and frame.id == execution.id:
@@ -153,6 +147,23 @@ def drive(
                 return outcome_of(frame, memory_limit_mb, keep_state)
     finally:
         worker.want(None)
+
+
+def output_frame(execution: Execution, item: Frame) -> bool:
+    """Hand ``item`` to ``execution`` if it is output (a stream, a display or result, a clear,
+    a comm message); False if it is not."""
+    frame, data, size = item
+    if isinstance(frame, OutFrame):
+        execution.on_stream(frame.s, data)
+    elif isinstance(frame, DisplayFrame | ResultFrame):
+        execution.on_rich(frame, size)
+    elif isinstance(frame, ClearOutputFrame):
+        execution.on_clear(frame.wait)
+    elif isinstance(frame, CommFrame):
+        execution.on_comm(frame)
+    else:
+        return False
+    return True
 
 
 def _timed_out(timeout: float | None, keep_state: bool) -> str:

@@ -30,8 +30,8 @@ from rewyn_kernel.runtime._result import (
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener, emit
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.channel import LiveWorker
-from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive
+from rewyn_kernel.runtime.host.channel import ChannelEnded, LiveWorker
+from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive, output_frame
 from rewyn_kernel.runtime.host.execution import (
     Callbacks,
     ClearCallback,
@@ -64,6 +64,11 @@ MAX_REASON_CHARS = 500
 """At most this much of a supervisor's own word on why it did not start goes in the message
 (all of its stderr is in the result's)."""
 
+LISTEN_WAIT_SECONDS = 5.0
+"""How long ``listen`` waits for an execution that holds the session to end before giving up."""
+LISTEN_POLL_SECONDS = 0.25
+"""How often a listener looks at its ``stop`` event (cancelling ``alisten`` wakes it at once)."""
+
 REFUSED_EXIT = 70
 """The exit status of a supervisor that refuses to start without a protection it was promised
 (worker/supervisor.py's ``fail``)."""
@@ -94,6 +99,7 @@ class Session(Closeable):
         self._next: LiveWorker | Outcome | None = None
         self._filling: threading.Thread | None = None
         self._current: tuple[Execution, LiveWorker] | None = None
+        self._listening: tuple[LiveWorker, str, threading.Event] | None = None
         self._count = 0
         self._used = False
         self._state_lost = False
@@ -346,6 +352,94 @@ class Session(Closeable):
             parent=str(message.get("msg_id") or ""),
             _comm=True,
         )
+
+    @property
+    def listening(self) -> bool:
+        """Whether a ``listen`` call takes what the code sends between executions now."""
+        with self._lock:
+            return self._listening is not None
+
+    def listen(
+        self,
+        *,
+        stop: threading.Event,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+        on_clear: ClearCallback | None = None,
+        on_comm: CommCallback | None = None,
+    ) -> None:
+        """Until ``stop`` is set, hand what the code sends while no execution runs to the
+        callbacks, as it comes: what threads it started print, display or send to its widgets
+        (a progress bar that a thread moves). An execution or a request takes the sandbox over
+        meanwhile and gives it back after; the output is bounded as one execution's is.
+        Returns at once for a session that does not keep state, and when the worker ends or
+        the session closes. Without a listener, such output is dropped, and the next
+        execution's stderr says how much."""
+        if not self.keep_state or not self._exec_lock.acquire(timeout=LISTEN_WAIT_SECONDS):
+            return
+        try:
+            worker = self._next
+            live = isinstance(worker, LiveWorker) and worker.ready is not None
+        finally:
+            self._exec_lock.release()
+        if not live or not isinstance(worker, LiveWorker) or worker.ended:
+            return
+        key = f"listen-{uuid.uuid4().hex}"
+        execution = Execution(
+            code="",
+            spec=self._core.spec,
+            callbacks=Callbacks(on_stream, on_output, None, on_clear, on_comm),
+            count=self._count,
+            comm=True,
+        )
+        worker.listen(key)
+        with self._lock:
+            self._listening = (worker, key, stop)
+        try:
+            while not stop.is_set():
+                item = worker.next_frame(LISTEN_POLL_SECONDS, listener=key)
+                if isinstance(item, ChannelEnded):
+                    return
+                if item is not None:
+                    output_frame(execution, item)
+        finally:
+            worker.unlisten(key)
+            with self._lock:
+                if self._listening is not None and self._listening[1] == key:
+                    self._listening = None
+
+    async def alisten(
+        self,
+        *,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+        on_clear: ClearCallback | None = None,
+        on_comm: CommCallback | None = None,
+    ) -> None:
+        """``listen`` on the event loop's terms: callbacks run on the loop, in order, and
+        cancelling the awaiting task stops it (at once: it returns before the cancellation
+        propagates, so nothing is handed over after)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        stop = threading.Event()
+        await run_in_thread(
+            lambda: self.listen(
+                stop=stop,
+                on_stream=on_loop(loop, on_stream),
+                on_output=on_loop(loop, on_output),
+                on_clear=on_loop(loop, on_clear),
+                on_comm=on_loop(loop, on_comm),
+            ),
+            lambda: self._stop_listening(stop),
+        )
+
+    def _stop_listening(self, stop: threading.Event) -> None:
+        stop.set()
+        with self._lock:
+            listening = self._listening
+        if listening is not None and listening[2] is stop:
+            listening[0].unlisten(listening[1])
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait until the session's worker is up (it starts in the background)."""

@@ -359,12 +359,12 @@ class CodeProcess:
     def flush_loop(self) -> None:
         while True:
             time.sleep(FLUSH_INTERVAL)
-            if self.executing:
-                for stream in (sys.stdout, sys.stderr):
-                    try:
-                        stream.buffer.flush()
-                    except Exception:
-                        pass
+            # (between cells too: what a thread of the code's prints reaches a listener)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.buffer.flush()
+                except Exception:
+                    pass
 
     # -- requests --------------------------------------------------------------------------
 
