@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import venv
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -157,8 +158,9 @@ def lowest_pins() -> list[str]:
     return [f"{name}=={floor}" for name, floor in pins]
 
 
-def test_lowest() -> None:
-    """Run LOWEST_TESTS in a venv holding the lowest declared versions."""
+def prepare_lowest() -> Path:
+    """Create (or keep, if current) the venv holding the lowest declared versions; return its
+    interpreter. Network-bound: ``test`` runs it beside the main suite."""
     python = LOWEST_VENV / "bin" / "python"
     wanted = digest([ROOT / "pyproject.toml"]) + " " + " ".join(LOWEST_TOOLS)
     stamp = LOWEST_VENV / ".rewyn-installed"
@@ -169,6 +171,11 @@ def test_lowest() -> None:
         pip: list[str | Path] = [python, "-m", "pip", "--disable-pip-version-check", "-q"]
         run(*pip, "install", "-e", ".", *LOWEST_TOOLS, *lowest_pins())
         stamp.write_text(wanted)
+    return python
+
+
+def test_lowest(python: Path) -> None:
+    """Run LOWEST_TESTS on ``python`` (``prepare_lowest``'s)."""
     # jupyter_core 5.1 warns that its paths will change unless this is set; warnings fail tests.
     env = {**os.environ, "JUPYTER_PLATFORM_DIRS": "1"}
     run(python, "-m", "pytest", "-p", "no:cacheprovider", "-q", *LOWEST_TESTS, env=env)
@@ -232,15 +239,18 @@ def main(argv: list[str]) -> int:
                 ensure_node_modules()
             except subprocess.CalledProcessError as exc:
                 print(f"tasks.py: npm ci failed ({exc}); the extension rebuild tests will not run")
-            run(BIN / "ruff", "format", "--check", ".")
-            run(BIN / "ruff", "check", ".")
-            run(BIN / "mypy")
-            check_worker()
-            run(BIN / "python", "-m", "pytest", *argv[1:])
-            if argv[1:]:
-                print("tasks.py: a selection of tests: the lowest-versions run is left out")
-            else:
-                test_lowest()
+            with ThreadPoolExecutor(1) as pool:
+                # (the lowest-versions venv is installed meanwhile: it waits on the network)
+                lowest = None if argv[1:] else pool.submit(prepare_lowest)
+                run(BIN / "ruff", "format", "--check", ".")
+                run(BIN / "ruff", "check", ".")
+                run(BIN / "mypy")
+                check_worker()
+                run(BIN / "python", "-m", "pytest", *argv[1:])
+                if lowest is None:
+                    print("tasks.py: a selection of tests: the lowest-versions run is left out")
+                else:
+                    test_lowest(lowest.result())
     except subprocess.CalledProcessError as exc:
         return exc.returncode or 1
     return 0

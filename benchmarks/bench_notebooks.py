@@ -31,6 +31,7 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -45,6 +46,7 @@ import nbformat
 from nbclient import NotebookClient
 
 from benchmarks.bench_kernel import kernels_on_path
+from benchmarks.docker_ipykernel import LABEL as CONTROL_LABEL
 
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = HERE / "notebooks"
@@ -199,7 +201,21 @@ def run_notebook(path: Path, kernel: str, workdir: Path, log: IO[str]) -> Notebo
         except Exception as exc:  # a dead kernel, a start that failed: say so, go on
             run.failure = f"{type(exc).__name__}: {first_line(str(exc))}"
     run.seconds = time.perf_counter() - began
+    if kernel == DOCKER_PLAIN:
+        remove_control_containers()
     return run
+
+
+def remove_control_containers() -> None:
+    """Remove the docker controls left running (a hung kernel is killed through its client)."""
+    found = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label={CONTROL_LABEL}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    if found:
+        subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
 
 
 def show_kinds(cell: CellRun | None) -> str:

@@ -14,11 +14,15 @@ from __future__ import annotations
 import os
 import sys
 
+LABEL = "io.rewyn-kernel.bench-control=1"
+"""On every control container: a kernel that hangs is killed through its ``docker run``
+client, which leaves the container running; the benchmark removes these after each notebook."""
+
 
 def main(argv: list[str]) -> None:
     connection_file, image = os.path.abspath(argv[0]), argv[1]
     folder = os.getcwd()
-    command = ["docker", "run", "--rm", "--init", "--network", "host"]
+    command = ["docker", "run", "--rm", "--init", "--network", "host", "--label", LABEL]
     command += ["-v", f"{connection_file}:{connection_file}:ro", "-v", f"{folder}:{folder}"]
     command += ["-w", folder, "-e", "MPLBACKEND=module://matplotlib_inline.backend_inline"]
     command += [image, "python3", "-m", "ipykernel_launcher", "-f", connection_file]

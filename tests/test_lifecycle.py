@@ -232,12 +232,14 @@ def test_a_listener_takes_what_comes_between_executions_and_nothing_of_one() -> 
         go.set()
         wait_for("between one\n")
         second = session.execute("b")  # (takes the worker over, and gives it back)
-        assert second.stdout == "two\n" and "dropped" not in second.stderr, second
+        assert second.stdout == "two\n", second
+        assert "dropped" not in second.stderr, second
         wait_for("between two\n")
         assert "".join(heard) == "between one\nbetween two\n"
         stop.set()
         listener.join(5)
-        assert not listener.is_alive() and not session.listening
+        assert not listener.is_alive()
+        assert not session.listening
 
 
 def test_an_answer_given_at_once_is_not_taken_for_a_stale_one() -> None:

@@ -276,12 +276,14 @@ def test_an_install_runs_offline_and_one_that_needs_the_network_says_why(
             continue  # (no uv, or an IPython without %uv: nothing ran, nothing to explain)
         assert RESTART_NOTE not in cell.stream(), code
         assert len(notes(cell)) == 1, (code, notes(cell))
-        assert "network='none'" in notes(cell)[0] and "pip install failed" in notes(cell)[0]
+        assert "network='none'" in notes(cell)[0]
+        assert "pip install failed" in notes(cell)[0]
         assert run_cell(sandbox, "print(_exit_code)").stream() != "0\n", code
     # conda has no offline install worth running: refused at once, saying why, and only that.
     conda = run_cell(sandbox, "%conda install numpy")
     assert shape(conda) == [], shape(conda)
-    assert len(notes(conda)) == 1 and "conda install needs the network" in notes(conda)[0]
+    assert len(notes(conda)) == 1
+    assert "conda install needs the network" in notes(conda)[0]
 
 
 def test_ipykernels_own_magics_work_in_the_sandbox(
@@ -298,15 +300,19 @@ def test_ipykernels_own_magics_work_in_the_sandbox(
     for code in ("%less paged.txt", "%more paged.txt"):
         plain_cell, sandboxed = both(ipykernel, sandbox, code)
         pages = [c.reply["content"]["payload"] for c in (plain_cell, sandboxed)]
-        assert pages[1] == pages[0] and pages[0][0]["data"]["text/plain"] == "first\nsecond\n"
+        assert pages[1] == pages[0]
+        assert pages[0][0]["data"]["text/plain"] == "first\nsecond\n"
     # The connection stays on the host: how to connect, never the key.
     plain_cell, sandboxed = both(ipykernel, sandbox, "%connect_info")
     assert '"key"' in plain_cell.stream()
-    assert shape(sandboxed)[0][:2] == ("stream", "stdout") and len(shape(sandboxed)) == 1
-    assert "--existing" in sandboxed.stream() and "key\"" not in sandboxed.stream()
+    assert shape(sandboxed)[0][:2] == ("stream", "stdout")
+    assert len(shape(sandboxed)) == 1
+    assert "--existing" in sandboxed.stream()
+    assert 'key"' not in sandboxed.stream()
     # A program on the host is not the code's to start (not run on ipykernel: it would).
     qtconsole = run_cell(sandbox, "%qtconsole")
-    assert shape(qtconsole) == [] and "jupyter qtconsole --existing" in notes(qtconsole)[0]
+    assert shape(qtconsole) == []
+    assert "jupyter qtconsole --existing" in notes(qtconsole)[0]
 
 
 @pytest.mark.parametrize(
