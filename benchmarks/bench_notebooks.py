@@ -53,7 +53,7 @@ NOTEBOOKS = HERE / "notebooks"
 CORPORA = {"handbook": NOTEBOOKS, "round2": HERE / "notebooks2"}
 """The first corpus (PythonDataScienceHandbook) and the second (SymPy printing, interactive
 matplotlib, widgets, pandas' Styler, shell commands: see notebooks2/README.md)."""
-DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm-2")
+DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm-3")
 PLAIN, SANDBOX = "rewyn-bench-ipykernel", "rewyn-bench-sandbox"
 DOCKER_PLAIN, DOCKER_SANDBOX = "rewyn-bench-ipykernel-docker", "rewyn-bench-sandbox-docker"
 LABELS = {

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 IMAGE="${REWYN_TEST_IMAGE:-rewyn-test-python:3.11}"
-DS_IMAGE="${REWYN_DS_IMAGE:-rewyn-datascience:bookworm-2}"
+DS_IMAGE="${REWYN_DS_IMAGE:-rewyn-datascience:bookworm-3}"
 LOG_DIR="${REWYN_ENGINE_LOGS:-/var/log/rewyn-kernel}"
 
 if [ "$(id -u)" != 0 ]; then
@@ -66,21 +66,22 @@ if [ $have_docker_image = 0 ] || [ $have_podman_image = 0 ]; then
     [ $have_podman_image = 1 ] || tar -C "$rootfs" -c . | podman import --change "$change" - "$IMAGE" >/dev/null
 fi
 # The data-science image the container kernels are tested on: IPython, NumPy, pandas and
-# matplotlib (with its inline backend), SymPy, tqdm, pip, git and file from Debian's packages, and
-# from PyPI ipywidgets and ipykernel (the benchmarks' plain kernel, with the same packages); no
-# image registry. (Its tag changes with what it holds: a machine that built the last one
-# builds this.)
+# matplotlib (with its inline backend), SymPy, tqdm, Jinja2 (pandas' Styler), pip, git and file
+# from Debian's packages, and from PyPI ipywidgets, ipympl and ipykernel (the benchmarks' plain
+# kernel, with the same packages); no image registry. (Its tag changes with what it holds: a
+# machine that built the last one builds this.)
 if ! docker image inspect "$DS_IMAGE" >/dev/null 2>&1; then
     ds_rootfs=$(mktemp -d /tmp/rewyn-ds-rootfs.XXXXXX)
     trap 'rm -rf "$ds_rootfs" ${rootfs:+"$rootfs"}' EXIT
     mirror=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
     echo "+ debootstrap a data-science image ($DS_IMAGE)"
     debootstrap --variant=minbase \
-        --include=python3,ipython3,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline,python3-sympy,python3-tqdm,python3-pip,git,file \
+        --include=python3,ipython3,python3-numpy,python3-pandas,python3-matplotlib,python3-matplotlib-inline,python3-sympy,python3-tqdm,python3-jinja2,python3-pip,git,file \
         bookworm "$ds_rootfs" ${mirror:+"$mirror"} >"$LOG_DIR/debootstrap-ds.log" 2>&1 \
         || { tail -20 "$LOG_DIR/debootstrap-ds.log" >&2; exit 1; }
-    # ipywidgets 8 (Debian's is 6, which only ipykernel's own comms carry) and ipykernel 6
-    # (Debian's fails to configure in a minbase chroot) from PyPI, by the image's pip.
+    # ipywidgets 8 (Debian's is 6, which only ipykernel's own comms carry), ipympl (not in
+    # Debian) and ipykernel 6 (Debian's fails to configure in a minbase chroot) from PyPI, by
+    # the image's pip.
     # (The host's name servers and its certificate authorities, for the install only: a
     # registry reached through a TLS proxy is trusted by the host's bundle, not by Debian's,
     # and Debian's pip reads the system's bundle whatever --cert says.)
@@ -89,7 +90,7 @@ if ! docker image inspect "$DS_IMAGE" >/dev/null 2>&1; then
     cp "$bundle" "$ds_rootfs/tmp/debian-ca.crt"
     cp "${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}" "$bundle"
     chroot "$ds_rootfs" python3 -m pip install -q --no-cache-dir --break-system-packages \
-        --no-warn-script-location "ipywidgets>=8.1,<9" "ipykernel>=6.29,<7" \
+        --no-warn-script-location "ipywidgets>=8.1,<9" "ipykernel>=6.29,<7" "ipympl>=0.9,<0.10" \
         >"$LOG_DIR/pip-ds.log" 2>&1 \
         || { tail -20 "$LOG_DIR/pip-ds.log" >&2; exit 1; }
     mv "$ds_rootfs/tmp/debian-ca.crt" "$bundle"

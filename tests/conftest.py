@@ -27,7 +27,7 @@ from rewyn_kernel.runtime.sandbox import (
 PROVIDERS = ("subprocess", "bubblewrap", "docker", "docker+runsc", "podman")
 """Every provider the shared behaviour tests run against; containers use TEST_IMAGE."""
 TEST_IMAGE = os.environ.get("REWYN_TEST_IMAGE", "rewyn-test-python:3.11")
-DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm-2")
+DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm-3")
 """IPython, NumPy, pandas and matplotlib (scripts/container-engines.sh builds it)."""
 PODMAN_OCI_RUNTIME = os.environ.get("REWYN_PODMAN_RUNTIME", "/usr/sbin/runc")
 

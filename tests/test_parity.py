@@ -315,6 +315,21 @@ def test_ipykernels_own_magics_work_in_the_sandbox(
     assert "jupyter qtconsole --existing" in notes(qtconsole)[0]
 
 
+def test_the_widget_backend_without_ipympl_fails_as_on_ipykernel(
+    ipykernel: BlockingKernelClient, sandbox: BlockingKernelClient
+) -> None:
+    # (ipympl hidden, as where it is not installed: there is nothing to fall back from)
+    code = "import sys\nsys.modules['ipympl'] = None\n%matplotlib widget"
+    plain_cell, sandboxed = both(ipykernel, sandbox, code)
+    # (matplotlib 3.9 and later: RuntimeError, not a backend it knows; before, as on the
+    # data-science image: the import's)
+    failures = {("error", "RuntimeError"), ("error", "ModuleNotFoundError")}
+    assert shape(plain_cell) in ([f] for f in failures), shape(plain_cell)
+    assert shape(sandboxed) in ([f] for f in failures), shape(sandboxed)
+    assert notes(sandboxed) == []
+    both(ipykernel, sandbox, "del sys.modules['ipympl']")
+
+
 @pytest.mark.parametrize(
     "choose",
     [

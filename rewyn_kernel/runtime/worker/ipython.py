@@ -443,6 +443,8 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
 
         def enable_matplotlib(self, gui: Any = None) -> Any:
             interactive = isinstance(gui, str) and gui.lower() not in (*NON_INTERACTIVE, "auto")
+            if interactive and gui.lower() in ("widget", "ipympl") and not _has("ipympl"):
+                interactive = False  # (fails as on ipykernel: "No module named 'ipympl'")
             if interactive and not gui.startswith("module://matplotlib_inline"):
                 runner.backend_fallback(gui)
                 gui = "inline"
