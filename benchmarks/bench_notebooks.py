@@ -11,8 +11,10 @@ sandbox kernel against this interpreter's ipykernel, and a docker sandbox kernel
 data-science image against that image's own ipykernel (``docker_ipykernel.py``), so each
 pair runs the same packages.
 
-Per code cell it compares the outcome (error or not) and the set of output kinds: the stream's
-name for a stream, each MIME type of a ``display_data``, ``execute_result`` plus
+Each kernel's replies are awaited in one-second polls (``PromptClient``: nbclient can wait
+out a widget cell's whole timeout for a reply that has come). Per code cell it compares the
+outcome (error or not) and the set of output kinds: the stream's name for a stream, each MIME
+type of a ``display_data``, ``execute_result`` plus
 ``execute_result:<MIME>`` for each of its types, ``error``, and ``payload:<source>`` for each
 payload of the ``execute_reply`` (the pager: ``%prun``, ``?``). A stderr stream of the sandbox
 made only of ``[rewyn: ...]`` lines (what its output filter says it dropped) is a *filter
@@ -39,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from queue import Empty
 from typing import IO, Any
 from unittest.mock import patch
 
@@ -105,6 +108,37 @@ class NotebookRun:
     seconds: float = 0.0  # kernel start to shutdown
     failure: str | None = None  # why it stopped before its last cell, if it did
     isolation: str = ""  # the sandbox's own word on where its cells ran
+
+
+SHELL_POLL = 1.0
+"""Seconds: the longest wait for a shell reply in one poll (see ``PromptClient``)."""
+
+
+class PromptClient(NotebookClient):
+    """nbclient waiting for each reply in polls of ``SHELL_POLL`` seconds.
+
+    nbclient sometimes waits out a cell's whole timeout for an ``execute_reply`` that has
+    arrived, on widget cells and on every kernel (jupyter/nbclient#312; ipykernel as often
+    as the sandbox here); polling again finds it, so such a cell costs a second, not 120 s,
+    and the times compare kernels, not that stall."""
+
+    async def async_start_new_kernel_client(self) -> Any:
+        kc = await super().async_start_new_kernel_client()
+        channel = kc.shell_channel
+        get_msg = channel.get_msg
+
+        async def polling_get_msg(timeout: float | None = None) -> Any:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                remaining = SHELL_POLL if deadline is None else deadline - time.monotonic()
+                try:
+                    return await get_msg(timeout=max(0.0, min(SHELL_POLL, remaining)))
+                except Empty:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise
+
+        channel.get_msg = polling_get_msg
+        return kc
 
 
 def write_spec(root: Path, name: str) -> None:
@@ -182,7 +216,7 @@ def run_notebook(path: Path, kernel: str, workdir: Path, log: IO[str]) -> Notebo
                 f"{key} {isolation[key]}" for key in ("provider", "network") if key in isolation
             )
 
-    client = NotebookClient(
+    client = PromptClient(
         nb,
         timeout=CELL_TIMEOUT,
         interrupt_on_timeout=True,
