@@ -126,6 +126,9 @@ def check_worker() -> None:
         )
 
 
+PARALLEL = ["-n", "2", "--dist", "loadgroup"]
+"""The main suite on two processes (pytest-xdist): the tests of one ``xdist_group`` (the
+browser's, Ray's) stay in one."""
 LOWEST_VENV = VENV / "lowest"
 LOWEST_TESTS = [
     "tests/test_kernel.py",
@@ -246,7 +249,7 @@ def main(argv: list[str]) -> int:
                 run(BIN / "ruff", "check", ".")
                 run(BIN / "mypy")
                 check_worker()
-                run(BIN / "python", "-m", "pytest", *argv[1:])
+                run(BIN / "python", "-m", "pytest", *PARALLEL, *argv[1:])
                 if lowest is None:
                     print("tasks.py: a selection of tests: the lowest-versions run is left out")
                 else:

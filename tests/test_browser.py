@@ -43,7 +43,7 @@ from tests.jupyter_browser import (
 )
 from tests.kernel_client import write_spec
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 SANDBOX_KERNEL = "rewyn-browser"
 OTHER_KERNEL = "forging"  # an IPython kernel whose replies carry made-up rewyn_kernel events

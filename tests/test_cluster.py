@@ -22,6 +22,8 @@ except ImportError:  # pragma: no cover
 from rewyn_kernel.runtime import SandboxSpec
 from rewyn_kernel.runtime.cluster import RaySandboxPool
 
+pytestmark = pytest.mark.xdist_group("ray")  # (one local cluster at a time)
+
 NODE: dict[str, Any] = {
     "num_cpus": 1,
     "object_store_memory": 80 * 2**20,

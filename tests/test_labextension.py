@@ -19,6 +19,8 @@ import rewyn_kernel
 from rewyn_kernel.kernel.record import METADATA_KEY, cell_record, set_cell_record
 from tests.conftest import unavailable
 
+pytestmark = pytest.mark.xdist_group("browser")  # (it builds what the browser tests load)
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "labextension"
 BUILT = ROOT / "rewyn_kernel" / "labextension"
