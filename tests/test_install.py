@@ -19,7 +19,7 @@ from rewyn_kernel.runtime.providers.bubblewrap import probe_bubblewrap
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("install")]  # (one wheel, built once)
 
 
 @pytest.fixture(scope="module")
