@@ -220,14 +220,10 @@ def test_a_listener_takes_what_comes_between_executions_and_nothing_of_one() -> 
         with arrived:
             assert arrived.wait_for(lambda: text in "".join(heard), timeout=10), heard
 
-    stop = threading.Event()
     with ScriptedProvider(script).create() as box, box.session() as session:
         assert session.execute("a").stdout == "one\n"
-        listener = threading.Thread(target=lambda: session.listen(stop=stop, on_stream=on_stream))
-        listener.start()
-        deadline = time.monotonic() + 10
-        while not session.listening and time.monotonic() < deadline:
-            time.sleep(0.01)
+        listening = session.listen(on_stream=on_stream)
+        assert listening is not None
         assert session.listening
         go.set()
         wait_for("between one\n")
@@ -236,9 +232,7 @@ def test_a_listener_takes_what_comes_between_executions_and_nothing_of_one() -> 
         assert "dropped" not in second.stderr, second
         wait_for("between two\n")
         assert "".join(heard) == "between one\nbetween two\n"
-        stop.set()
-        listener.join(5)
-        assert not listener.is_alive()
+        listening.stop()
         assert not session.listening
 
 

@@ -11,11 +11,11 @@ Everything about the worker's life is decided here, once:
   reach a descriptor number the OS has since given to another sandbox.
 - The host buffers by bytes: at most ``INBOX_BYTES`` of frames plus the one being read; past
   that the thread stops reading, the pipe fills and the worker waits.
-- Frames are kept only while an execution, a request or a listener wants them. A listener
-  (``listen``) takes what arrives between executions (a thread's print, a progress bar it
-  updates); an execution or a request that comes takes the worker over, and it goes back to
-  the listener after. With no listener, what arrives between executions is read and dropped
-  without being parsed or kept, and counted.
+- Frames are kept only while an execution or a request wants them. Between them, a listener
+  (``listen``) is handed each frame as it is read, on this thread (a thread's print, a
+  progress bar it moves): no thread of its own waits, and an execution or request that comes
+  takes the worker over and gives it back after. With no listener, what arrives between
+  executions is read and dropped without being parsed or kept, and counted.
 - Frames are parsed by the consumer (``next_frame``), one at a time.
 """
 
@@ -64,6 +64,8 @@ class ChannelEnded:
 
 Frame = tuple[WorkerFrame, bytes, int]
 """A parsed frame: the header model, its raw payload, and the header's size in bytes."""
+Sink = Callable[[Frame], object]
+"""What a listener is handed frames by (on the reading thread)."""
 
 
 class _Assembler:
@@ -105,15 +107,14 @@ class LiveWorker:
         self._on_kill = on_kill
         self.ready: ReadyFrame | None = None
         self._ready_event = threading.Event()
-        lock = threading.RLock()
-        self._cond = threading.Condition(lock)
-        self._listener_turn = threading.Condition(lock)
-        """(The same lock.) Where a listener waits while an execution or request has the worker,
-        so the frames of a cell do not wake it."""
+        self._cond = threading.Condition()
         self._inbox: deque[tuple[bytes, bytes] | ChannelEnded] = deque()
         self._inbox_bytes = 0
         self._wanted: str | None = None  # what wants frames now: an execution or a request id
         self._idle: str | None = None  # the listener's key: it wants them between executions
+        self._sink: Sink | None = None  # ... and what it is handed them by
+        self._sink_lock = threading.Lock()
+        """Held while frames go to the listener (taken before ``_cond``): they go in order."""
         self._waiting_for_room = False  # the I/O thread stopped reading: the inbox is full
         self.dropped_between = 0
         self._ended: ChannelEnded | None = None
@@ -170,45 +171,70 @@ class LiveWorker:
     # -- frames for an execution -----------------------------------------------------------
 
     def want(self, key: str | None) -> None:
-        """Keep frames from now on for ``key`` (an execution or request id); None: for the
-        listener, if there is one, else drop them.
+        """Keep frames from now on for ``key`` (an execution or request id); None: hand them to
+        the listener, if there is one, else drop them.
 
-        Whatever is queued from before is dropped: it belongs to nothing that is running.
+        Whatever is queued from before is dropped (it belongs to nothing that is running), but
+        for what came after an execution's end, which is the listener's (a thread's print).
         """
-        with self._cond:
-            if key is not None or self._idle is None:
-                self._drop_queued()
-            # (else what came after the execution's end is the listener's: a thread's print)
-            self._wanted = key if key is not None else self._idle
-            self._listener_turn.notify_all()  # (a listener waiting for its turn looks again)
-            waiting = self._waiting_for_room
-        if waiting:
-            self._wake()
+        with self._sink_lock:
+            with self._cond:
+                after: list[tuple[bytes, bytes]] = []
+                sink = self._sink if key is None else None
+                if sink is not None:
+                    after = [item for item in self._inbox if not isinstance(item, ChannelEnded)]
+                    self._inbox = deque(i for i in self._inbox if isinstance(i, ChannelEnded))
+                    self._inbox_bytes = 0
+                else:
+                    self._drop_queued()
+                self._wanted = key if key is not None else self._idle
+                waiting = self._waiting_for_room
+            if waiting:
+                self._wake()
+            for body, payload in after:
+                self._hand(sink, body, payload)
 
-    def listen(self, key: str) -> None:
-        """Between executions and requests, keep frames for the listener ``key`` (its
-        ``next_frame`` calls take them), in place of any listener before it."""
-        self._set_listener(key, None)
-
-    def unlisten(self, key: str) -> None:
-        """Stop the listener ``key`` (if it is still the one): frames between executions are
-        dropped again, and its ``next_frame`` returns at once."""
-        self._set_listener(None, key)
-
-    def _set_listener(self, key: str | None, only: str | None) -> None:
-        with self._cond:
-            previous = self._idle
-            if only is not None and previous != only:
-                return
-            self._idle = key
+    def listen(self, key: str, sink: Sink) -> None:
+        """Between executions and requests, hand each frame to ``sink`` as it is read, in place
+        of any listener before (``key`` names this one). ``sink`` is called on the reading
+        thread, in order: it must be quick and must not block."""
+        with self._sink_lock, self._cond:
+            previous, self._idle, self._sink = self._idle, key, sink
             if self._wanted is None or self._wanted == previous:
                 self._wanted = key
                 self._drop_queued()
-            self._cond.notify_all()
-            self._listener_turn.notify_all()
-            waiting = self._waiting_for_room
-        if waiting:
-            self._wake()
+
+    def unlisten(self, key: str) -> None:
+        """Stop the listener ``key`` (if it is still the one): frames between executions are
+        dropped again; its sink is not called after this returns."""
+        with self._sink_lock, self._cond:
+            if self._idle != key:
+                return
+            self._idle = self._sink = None
+            if self._wanted == key:
+                self._wanted = None
+                self._drop_queued()
+
+    def listening(self, key: str) -> bool:
+        """Whether ``key`` is the listener (and the channel not over)."""
+        with self._cond:
+            return self._idle == key and self._ended is None and not self._killed.is_set()
+
+    def _hand(self, sink: Sink | None, body: bytes, payload: bytes) -> None:
+        """(With ``_sink_lock`` held.) Give a frame to the listener; one that does not parse is
+        dropped and counted, as between executions."""
+        if sink is None or sink is not self._sink:
+            return
+        try:
+            frame = decode_header(body)
+        except ProtocolError:
+            with self._cond:
+                self.dropped_between += 1
+            return
+        try:
+            sink((frame, payload, len(body)))
+        except Exception:  # (the listener's own failure is not the channel's)
+            logger.exception("a listener failed on a frame between executions")
 
     def take_dropped(self) -> int:
         """Return how many frames were dropped since the last call (between executions)."""
@@ -216,27 +242,15 @@ class LiveWorker:
             dropped, self.dropped_between = self.dropped_between, 0
         return dropped
 
-    def next_frame(
-        self, timeout: float | None, *, listener: str | None = None
-    ) -> Frame | ChannelEnded | None:
-        """Return the next frame, parsed, or the end; None after ``timeout`` seconds.
-
-        ``listener``: the key given to ``listen``. Frames are taken only while no execution or
-        request has the worker, and None comes back at once once the listener is stopped.
-        """
+    def next_frame(self, timeout: float | None) -> Frame | ChannelEnded | None:
+        """Return the next frame, parsed, or the end; None after ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while True:
-                ended = bool(self._inbox) and isinstance(self._inbox[0], ChannelEnded)
-                if listener is not None and self._idle != listener:
-                    return None
-                turn = listener is None or self._wanted == listener
-                if (turn and self._inbox) or ended:  # (the end is everybody's)
-                    break
+            while not self._inbox:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return None
-                (self._cond if turn else self._listener_turn).wait(remaining)
+                self._cond.wait(remaining)
             item = self._inbox.popleft()
             if isinstance(item, ChannelEnded):
                 self._inbox.appendleft(item)  # the end stays the end for every later reader
@@ -495,9 +509,14 @@ class LiveWorker:
             if not frame.keep or self._wanted is None:
                 self.dropped_between += 1
                 return None
-            self._inbox.append((body, payload))
-            self._inbox_bytes += len(body) + len(payload)
-            self._cond.notify_all()
+            sink = self._sink if self._wanted == self._idle else None
+            if sink is None:
+                self._inbox.append((body, payload))
+                self._inbox_bytes += len(body) + len(payload)
+                self._cond.notify_all()
+                return None
+        with self._sink_lock:  # (after any frames ``want`` is handing over: in order)
+            self._hand(sink, body, payload)
         return None
 
     def _finish(self, end: ChannelEnded) -> None:
@@ -506,7 +525,6 @@ class LiveWorker:
                 self._ended = end
                 self._inbox.append(end)
                 self._cond.notify_all()
-                self._listener_turn.notify_all()
         self._ready_event.set()
 
     def _drop_queued(self) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,7 +31,7 @@ from rewyn_kernel.runtime._result import (
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener, emit
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.channel import ChannelEnded, LiveWorker
+from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive, output_frame
 from rewyn_kernel.runtime.host.execution import (
     Callbacks,
@@ -66,8 +67,8 @@ MAX_REASON_CHARS = 500
 
 LISTEN_WAIT_SECONDS = 5.0
 """How long ``listen`` waits for an execution that holds the session to end before giving up."""
-LISTEN_POLL_SECONDS = 0.25
-"""How often a listener looks at its ``stop`` event (cancelling ``alisten`` wakes it at once)."""
+LISTEN_POLL_SECONDS = 0.5
+"""How often ``alisten`` looks whether its worker still lives (cancelling it stops it at once)."""
 
 REFUSED_EXIT = 70
 """The exit status of a supervisor that refuses to start without a protection it was promised
@@ -80,6 +81,22 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True)
+class Listening:
+    """A listener of ``Session.listen``: ``stop()`` ends it (after it returns, no callback
+    is called); ``active`` is False once stopped or once its worker ended."""
+
+    worker: LiveWorker
+    key: str
+
+    @property
+    def active(self) -> bool:
+        return self.worker.listening(self.key)
+
+    def stop(self) -> None:
+        self.worker.unlisten(self.key)
 
 
 class Session(Closeable):
@@ -99,7 +116,7 @@ class Session(Closeable):
         self._next: LiveWorker | Outcome | None = None
         self._filling: threading.Thread | None = None
         self._current: tuple[Execution, LiveWorker] | None = None
-        self._listening: tuple[LiveWorker, str, threading.Event] | None = None
+        self._listening: Listening | None = None
         self._count = 0
         self._used = False
         self._state_lost = False
@@ -355,36 +372,36 @@ class Session(Closeable):
 
     @property
     def listening(self) -> bool:
-        """Whether a ``listen`` call takes what the code sends between executions now."""
+        """Whether a listener (``listen``) is handed what the code sends between executions."""
         with self._lock:
-            return self._listening is not None
+            listening = self._listening
+        return listening is not None and listening.active
 
     def listen(
         self,
         *,
-        stop: threading.Event,
         on_stream: StreamCallback | None = None,
         on_output: OutputCallback | None = None,
         on_clear: ClearCallback | None = None,
         on_comm: CommCallback | None = None,
-    ) -> None:
-        """Until ``stop`` is set, hand what the code sends while no execution runs to the
-        callbacks, as it comes: what threads it started print, display or send to its widgets
-        (a progress bar that a thread moves). An execution or a request takes the sandbox over
-        meanwhile and gives it back after; the output is bounded as one execution's is.
-        Returns at once for a session that does not keep state, and when the worker ends or
-        the session closes. Without a listener, such output is dropped, and the next
-        execution's stderr says how much."""
+    ) -> Listening | None:
+        """Hand what the code sends while no execution runs to the callbacks, as it comes: what
+        threads it started print, display or send to its widgets (a progress bar that a thread
+        moves), until ``stop()`` on what this returns, or the worker ends. An execution or a
+        request takes the sandbox over meanwhile and gives it back after; the output is
+        bounded as one execution's is. The callbacks are called on the thread that reads the
+        sandbox, in order: they must be quick and must not block (``alisten`` runs them on an
+        event loop). None for a session that does not keep state, or with no live worker.
+        Without a listener, such output is dropped, and the next execution's stderr says how
+        much."""
         if not self.keep_state or not self._exec_lock.acquire(timeout=LISTEN_WAIT_SECONDS):
-            return
+            return None
         try:
             worker = self._next
-            live = isinstance(worker, LiveWorker) and worker.ready is not None
         finally:
             self._exec_lock.release()
-        if not live or not isinstance(worker, LiveWorker) or worker.ended:
-            return
-        key = f"listen-{uuid.uuid4().hex}"
+        if not isinstance(worker, LiveWorker) or worker.ready is None or worker.ended:
+            return None
         execution = Execution(
             code="",
             spec=self._core.spec,
@@ -392,21 +409,11 @@ class Session(Closeable):
             count=self._count,
             comm=True,
         )
-        worker.listen(key)
+        listening = Listening(worker, f"listen-{uuid.uuid4().hex}")
+        worker.listen(listening.key, lambda item: output_frame(execution, item))
         with self._lock:
-            self._listening = (worker, key, stop)
-        try:
-            while not stop.is_set():
-                item = worker.next_frame(LISTEN_POLL_SECONDS, listener=key)
-                if isinstance(item, ChannelEnded):
-                    return
-                if item is not None:
-                    output_frame(execution, item)
-        finally:
-            worker.unlisten(key)
-            with self._lock:
-                if self._listening is not None and self._listening[1] == key:
-                    self._listening = None
+            self._listening = listening
+        return listening
 
     async def alisten(
         self,
@@ -416,30 +423,24 @@ class Session(Closeable):
         on_clear: ClearCallback | None = None,
         on_comm: CommCallback | None = None,
     ) -> None:
-        """``listen`` on the event loop's terms: callbacks run on the loop, in order, and
-        cancelling the awaiting task stops it (at once: it returns before the cancellation
-        propagates, so nothing is handed over after)."""
+        """``listen`` with the callbacks run on the event loop, in order, for as long as the
+        worker lives; cancelling the awaiting task stops it (nothing is handed over after)."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        stop = threading.Event()
-        await run_in_thread(
-            lambda: self.listen(
-                stop=stop,
-                on_stream=on_loop(loop, on_stream),
-                on_output=on_loop(loop, on_output),
-                on_clear=on_loop(loop, on_clear),
-                on_comm=on_loop(loop, on_comm),
-            ),
-            lambda: self._stop_listening(stop),
+        listening = self.listen(
+            on_stream=on_loop(loop, on_stream),
+            on_output=on_loop(loop, on_output),
+            on_clear=on_loop(loop, on_clear),
+            on_comm=on_loop(loop, on_comm),
         )
-
-    def _stop_listening(self, stop: threading.Event) -> None:
-        stop.set()
-        with self._lock:
-            listening = self._listening
-        if listening is not None and listening[2] is stop:
-            listening[0].unlisten(listening[1])
+        if listening is None:
+            return
+        try:
+            while listening.active:
+                await asyncio.sleep(LISTEN_POLL_SECONDS)
+        finally:
+            listening.stop()
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait until the session's worker is up (it starts in the background)."""
