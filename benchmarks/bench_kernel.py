@@ -169,7 +169,7 @@ def execute(kc: BlockingKernelClient, code: str, timeout: float = 300, after: Af
 
 SLIDER = (
     "import ipywidgets\n"
-    "_bench_slider = ipywidgets.IntSlider()\n"
+    "_bench_slider = ipywidgets.IntSlider(max=10**6)\n"
     "_bench_slider.observe(lambda change: print(change['new']), 'value')\n"
     "print(_bench_slider.comm.comm_id)"
 )
@@ -182,13 +182,16 @@ def slider_moved(kc: BlockingKernelClient, comm_id: str, value: int) -> float:
     message = kc.session.msg("comm_msg", content)
     began = time.perf_counter()
     kc.shell_channel.send(message)
+    printed = ""  # (ipykernel may send "5" and "\n" apart)
     while time.perf_counter() - began < 30:
         try:
             msg = kc.get_iopub_msg(timeout=1)
         except Empty:
             continue
         ours = msg["parent_header"].get("msg_id") == message["header"]["msg_id"]
-        if ours and msg["msg_type"] == "stream" and msg["content"]["text"] == f"{value}\n":
+        if ours and msg["msg_type"] == "stream":
+            printed += msg["content"]["text"]
+        if ours and msg["msg_type"] == "stream" and printed == f"{value}\n":
             seconds = time.perf_counter() - began
             while not (
                 ours and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle"

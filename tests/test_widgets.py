@@ -7,6 +7,7 @@ slider moved). What the policy refuses is said in the cell, once.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Iterator
@@ -14,6 +15,8 @@ from typing import Any
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
+
+from rewyn_kernel.kernel._relay import StreamRelay
 
 from .conftest import DATASCIENCE_IMAGE, engine_problem, unavailable
 from .kernel_client import Cell, run_cell, running_kernel, write_spec
@@ -253,3 +256,23 @@ def test_comm_messages_beside_a_cell_take_their_turn(kc: BlockingKernelClient) -
     cell = run_cell(kc, "import time\ntime.sleep(0.5)\nprint('done')", timeout=30)
     assert cell.status == "ok"
     assert cell.stream() == "done\n"
+
+
+def test_a_comm_handlers_text_goes_out_at_once_then_merged_in_order() -> None:
+    """A widget's feedback: the first text at once; what follows within the gap at the loop's
+    next turn, merged by stream, in order."""
+    sent: list[tuple[str, str]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        relay = StreamRelay(lambda *piece: sent.append(piece), loop, interval=0)
+        relay.write("stdout", "a")
+        assert sent == [("stdout", "a")]
+        for name, text in (("stdout", "b"), ("stdout", "c"), ("stderr", "d"), ("stdout", "e")):
+            relay.write(name, text)
+        assert len(sent) == 1
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert sent == [("stdout", "a"), ("stdout", "bc"), ("stderr", "d"), ("stdout", "e")]
+
+    asyncio.run(main())

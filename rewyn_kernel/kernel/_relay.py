@@ -12,6 +12,9 @@ import asyncio
 from collections.abc import Callable
 
 SendStream = Callable[[str, str], None]
+LEADING_GAP = 0.005
+"""With ``interval`` 0 (a comm message's handler): text goes out as it comes when nothing went
+in the last 5 ms, else at the loop's next turn, merged with what comes meanwhile."""
 
 
 class StreamRelay:
@@ -32,6 +35,7 @@ class StreamRelay:
         self._pieces: list[tuple[str, str]] = []
         self._size = 0
         self._timer: asyncio.TimerHandle | None = None
+        self._sent = -LEADING_GAP  # (the loop's time of the last send)
 
     def write(self, name: str, text: str) -> None:
         """Queue ``text`` for ``name``; called on the loop (the runtime's async callbacks are)."""
@@ -42,7 +46,10 @@ class StreamRelay:
         if self._size >= self._max_buffer:
             self.flush()
         elif self._timer is None:
-            self._timer = self._loop.call_later(self._interval, self.flush)
+            if self._interval == 0 and self._loop.time() - self._sent >= LEADING_GAP:
+                self.flush()  # (a widget's feedback: at once, not a turn of the loop later)
+            else:
+                self._timer = self._loop.call_later(self._interval, self.flush)
 
     def flush(self) -> None:
         """Send everything queued now, one message per run of the same stream."""
@@ -59,3 +66,4 @@ class StreamRelay:
             run.append(text)
         if run:
             self._send(run_name, "".join(run))
+            self._sent = self._loop.time()
