@@ -179,14 +179,10 @@ class LiveWorker:
         """
         with self._sink_lock:
             with self._cond:
-                after: list[tuple[bytes, bytes]] = []
                 sink = self._sink if key is None else None
-                if sink is not None:
-                    after = [item for item in self._inbox if not isinstance(item, ChannelEnded)]
-                    self._inbox = deque(i for i in self._inbox if isinstance(i, ChannelEnded))
-                    self._inbox_bytes = 0
-                else:
-                    self._drop_queued()
+                after = self._take_queued()
+                if sink is None:
+                    self.dropped_between += len(after)
                 self._wanted = key if key is not None else self._idle
                 waiting = self._waiting_for_room
             if waiting:
@@ -218,7 +214,7 @@ class LiveWorker:
     def listening(self, key: str) -> bool:
         """Whether ``key`` is the listener (and the channel not over)."""
         with self._cond:
-            return self._idle == key and self._ended is None and not self._killed.is_set()
+            return self._idle == key and not self.ended
 
     def _hand(self, sink: Sink | None, body: bytes, payload: bytes) -> None:
         """(With ``_sink_lock`` held.) Give a frame to the listener; one that does not parse is
@@ -529,10 +525,15 @@ class LiveWorker:
 
     def _drop_queued(self) -> None:
         """(With ``_cond`` held.) Drop queued frames, keeping an end."""
-        kept = [item for item in self._inbox if isinstance(item, ChannelEnded)]
-        self.dropped_between += len(self._inbox) - len(kept)
-        self._inbox = deque(kept[:1])
+        self.dropped_between += len(self._take_queued())
+
+    def _take_queued(self) -> list[tuple[bytes, bytes]]:
+        """(With ``_cond`` held.) Take the queued frames out, keeping an end."""
+        taken = [item for item in self._inbox if not isinstance(item, ChannelEnded)]
+        ends = [item for item in self._inbox if isinstance(item, ChannelEnded)]
+        self._inbox = deque(ends[:1])
         self._inbox_bytes = 0
+        return taken
 
 
 _CUT_SHORT = "the sandbox's channel ended in the middle of a frame"

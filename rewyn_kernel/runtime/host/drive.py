@@ -126,10 +126,10 @@ def drive(
                 if late is not None:
                     return _timeout(timeout, keep_state, worker_lost=True)
                 return channel_ended(worker, item, memory_limit_mb)
-            frame = item[0]
             if output_frame(execution, item):
-                pass
-            elif isinstance(frame, PayloadFrame):
+                continue
+            frame = item[0]
+            if isinstance(frame, PayloadFrame):
                 execution.on_payload(frame)
             elif isinstance(frame, ErrorFrame):
                 execution.on_error(frame)

@@ -7,8 +7,8 @@ as an update), ``clear_output`` a ``clear_output`` frame, the last expression's 
 ``result`` frame, a traceback an ``error`` frame, and the pager, ``set_next_input`` and
 ``exit()`` ``payload`` frames that the host decides about. Shell commands (``!ls``, ``%%bash``)
 run in the sandbox, under its limits; ipykernel's own magics and the install magics are in
-``magics``. Imported only where IPython is installed (the subprocess provider runs the kernel's own
-environment; a container, when its image has it).
+``magics``. Imported only where IPython is installed (the subprocess provider runs the kernel's
+own environment; a container, when its image has it).
 """
 
 from __future__ import annotations
@@ -84,7 +84,6 @@ class IPythonRunner:
         self.output = output
         self.flush = flush
         self.gate = gate
-        self.network = network
         self.kernel_version = kernel_version or "0"
         if "MPLBACKEND" not in os.environ and _has("matplotlib_inline"):
             # As ipykernel: figures are shown inline, after each cell and by plt.show().
@@ -432,7 +431,7 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
             exit_code = run_system(self.var_expand(cmd, depth=1))
             self.user_ns["_exit_code"] = exit_code
             if installer is not None:
-                runner.installs.failed(installer, exit_code, self)
+                runner.installs.failed(installer, exit_code)
             if getattr(self, "system_raise_on_error", False) and exit_code != 0:
                 from subprocess import CalledProcessError
 

@@ -90,7 +90,7 @@ class Installs:
         shell.user_ns["_exit_code"] = 1
         return True
 
-    def failed(self, installer: str, exit_code: int, shell: Any) -> None:
+    def failed(self, installer: str, exit_code: int) -> None:
         """After a shell command that ran ``installer``: say why it failed, if it did."""
         if exit_code != 0 and not self.in_magic:
             self.explain(OFFLINE_FAILED, installer)
