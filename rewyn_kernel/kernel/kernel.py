@@ -273,7 +273,8 @@ class SandboxKernel(Kernel, SandboxSettings):
             return
         self._parent = parent
         loop = asyncio.get_running_loop()
-        # (sent at the loop's next turn, not 50 ms on: a slider's feedback is felt)
+        # (interval 0: the first text at once, the rest at the loop's next turn, not 50 ms on:
+        # a slider's feedback is felt)
         relay = StreamRelay(self._send_stream, loop, interval=0.0)
         self._refused = set()
 
