@@ -27,11 +27,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >"$LOG_DIR/apt.log"
 fi
 
-# gVisor refuses to start here without --network=none in its runtime arguments.
+# gVisor refuses to start here without --network=none in its runtime arguments; --host-uds=open
+# lets a sandbox connect to a Unix socket mounted into it (the network allow-list's proxy).
 mkdir -p /etc/docker
-if ! grep -q runsc /etc/docker/daemon.json 2>/dev/null; then
-    echo '{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}}' \
-        >/etc/docker/daemon.json
+if ! grep -q host-uds /etc/docker/daemon.json 2>/dev/null; then
+    echo '{"runtimes": {"runsc": {"path": "/usr/bin/runsc",
+      "runtimeArgs": ["--network=none", "--host-uds=open"]}}}' >/etc/docker/daemon.json
     pkill -HUP -x dockerd 2>/dev/null || true
 fi
 

@@ -79,9 +79,11 @@ class Isolation(_Model):
     """What a provider actually applied to a sandbox (never what was merely requested)."""
 
     provider: str
-    network: Literal["isolated", "allowed", "not_isolated"] = Field(
-        description="isolated: no network at all; allowed: network='allow'; not_isolated: "
-        "network='none' was asked for but could not be enforced here."
+    network: Literal["isolated", "filtered", "allowed", "not_isolated"] = Field(
+        description="isolated: no network at all; filtered: no network but a proxy on the host "
+        "that lets through the hosts of its allow-list (network=[...]); allowed: "
+        "network='allow'; not_isolated: the network cut was asked for but could not be "
+        "enforced here (an allow-list is then only followed by code that uses the proxy)."
     )
     pid_namespace: bool = Field(description="The sandbox has its own process tree.")
     user_namespace: bool = Field(description="The sandbox runs in its own user namespace.")
@@ -118,6 +120,43 @@ class Isolation(_Model):
         "Python (asked for, or IPython is not installed in the sandbox).",
     )
     notes: tuple[str, ...] = Field(default=(), description="Protections that were not applied.")
+
+
+class NetworkAttempt(_Model):
+    """One connection the code tried through its sandbox's proxy (``network=[...]``)."""
+
+    host: str = Field(description="The host as the code asked for it (a name or an address).")
+    port: int
+    protocol: Literal["connect", "http", "socks5", "unknown"] = Field(
+        description="How it asked: HTTP CONNECT (TLS), a plain HTTP request, SOCKS5; unknown: "
+        "what it sent was neither."
+    )
+    verdict: Literal["allowed", "refused", "failed"] = Field(
+        description="allowed: connected; refused: the policy or a limit said no; failed: "
+        "allowed, but the host did not answer (no address, refused, timed out)."
+    )
+    reason: str = Field(default="", description="Why it was refused or failed, in words.")
+    address: str | None = Field(default=None, description="The address it connected to.")
+    bytes_out: int = Field(default=0, description="Bytes from the code to the host.")
+    bytes_in: int = Field(default=0, description="Bytes from the host to the code.")
+    method: str | None = Field(default=None, description="A plain HTTP request's method.")
+    open: bool = Field(
+        default=False, description="Still open when the execution ended (its bytes so far)."
+    )
+
+
+class NetworkLog(_Model):
+    """What the code tried on the network during one execution (``network=[...]`` only)."""
+
+    attempts: tuple[NetworkAttempt, ...] = ()
+    omitted: int = Field(default=0, description="Attempts past the record's bound, not listed.")
+    limit_reached: str = Field(
+        default="", description="A limit that stopped the code's traffic, in words; '' if none."
+    )
+
+    @property
+    def refused(self) -> tuple[NetworkAttempt, ...]:
+        return tuple(attempt for attempt in self.attempts if attempt.verdict == "refused")
 
 
 class WorkspaceFiles(_Model):
@@ -194,6 +233,11 @@ class SandboxResult(_Model):
         default=False,
         description="The scratch quota (disk_limit_mb) was used up when the execution ended: "
         "the code's writes past it failed with ENOSPC.",
+    )
+    network: NetworkLog | None = Field(
+        default=None,
+        description="Every connection the code tried through its proxy, allowed or refused "
+        "(None unless the sandbox has an allow-list).",
     )
     execution_id: str = ""
     provider: str = ""

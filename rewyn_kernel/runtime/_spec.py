@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from rewyn_kernel.runtime.egress.policy import NetworkPolicy
+
 DEFAULT_INHERIT_ENV: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 """Parent variables a sandbox inherits unless told otherwise: locale, time zone and PATH only.
 
@@ -89,10 +91,12 @@ class SandboxSpec(BaseModel):
         default=30.0,
         description="Seconds one execution may run before the sandbox is killed; none: no limit.",
     )
-    network: Literal["none", "allow"] = Field(
+    network: Literal["none", "allow"] | NetworkPolicy = Field(
         default="none",
-        description='"none" cuts the sandbox off every network, loopback included; "allow" '
-        "removes that containment.",
+        description='"none" cuts the sandbox off every network, loopback included; a list of '
+        "hosts ('pypi.org', '*.example.org:443', '!bad.example.org' to deny; on a command line "
+        "comma-separated) lets the code reach those only, through a proxy on the host; "
+        '"allow" removes the containment.',
     )
     memory_limit_mb: Annotated[int, Field(ge=32, le=1024 * 1024)] | None = Field(
         default=DEFAULT_MEMORY_MB,
@@ -168,6 +172,21 @@ class SandboxSpec(BaseModel):
         "inline plots) where the sandbox's Python has it, else as plain Python with a note. "
         "One-shot execute() always runs plain Python.",
     )
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _check_network(cls, value: Any) -> Any:
+        """A list of hosts, or their comma form, is an allow-list (see egress/policy.py)."""
+        if isinstance(value, str) and value not in ("none", "allow"):
+            return NetworkPolicy.model_validate(value)
+        if isinstance(value, (list, tuple)):
+            return NetworkPolicy.model_validate(value)
+        return value
+
+    @property
+    def allow_list(self) -> NetworkPolicy | None:
+        """The network's allow-list, where it is one."""
+        return self.network if isinstance(self.network, NetworkPolicy) else None
 
     @field_validator("env")
     @classmethod
@@ -266,7 +285,9 @@ class SandboxSpec(BaseModel):
         """Return a description safe to log: env names only, never values."""
         return {
             "timeout": self.timeout,
-            "network": self.network,
+            "network": self.network
+            if isinstance(self.network, str)
+            else self.network.model_dump(mode="json"),
             "memory_limit_mb": self.memory_limit_mb,
             "pids_limit": self.pids_limit,
             "disk_limit_mb": self.disk_limit_mb,

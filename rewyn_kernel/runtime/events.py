@@ -19,7 +19,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rewyn_kernel.runtime._result import Ending, ErrorInfo, Isolation, WorkspaceFiles
+from rewyn_kernel.runtime._result import (
+    Ending,
+    ErrorInfo,
+    Isolation,
+    NetworkLog,
+    WorkspaceFiles,
+)
 
 __all__ = [
     "EVENT_TYPE",
@@ -77,6 +83,11 @@ class SandboxEvent(BaseModel):
     memory_exceeded: bool
     disk_full: bool = False
     files: WorkspaceFiles | None = None
+    network: NetworkLog | None = Field(
+        default=None,
+        description="Every connection the code tried through its proxy, with its host, port, "
+        "bytes each way and verdict (network=[...] only).",
+    )
     state_lost: bool
     sandbox_restarted: bool
     message: str

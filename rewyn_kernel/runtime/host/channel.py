@@ -30,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rewyn_kernel.errors import ProtocolError
 from rewyn_kernel.runtime.host.protocol import (
@@ -44,6 +44,9 @@ from rewyn_kernel.runtime.host.protocol import (
     encode_frame,
 )
 from rewyn_kernel.runtime.providers.base import WorkerProcess
+
+if TYPE_CHECKING:
+    from rewyn_kernel.runtime.egress.proxy import Door
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +108,9 @@ class LiveWorker:
     ) -> None:
         self.process = process
         self._on_kill = on_kill
+        self.egress: Door | None = None
+        """The worker's way out through the host's proxy (network=[...]): set by its sandbox,
+        closed by it when the worker is gone, its record read after each execution."""
         self.ready: ReadyFrame | None = None
         self._ready_event = threading.Event()
         self._cond = threading.Condition()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from rewyn_kernel.runtime._result import ErrorInfo, Isolation, Payload, RichOutput, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.egress.proxy import SERVICE
 from rewyn_kernel.runtime.events import EventListener, OutputSummary, SandboxEvent, ToolResult
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.channel import LiveWorker
@@ -89,7 +90,20 @@ class SandboxCore:
             if self._cleaned:
                 raise RuntimeError("the sandbox is closed")
             name = f"rewyn-{self.id}-{next(self._names)}"
-        process = self.provider.launch(self.spec, self.workdir, name)
+        door = None
+        policy = self.spec.allow_list
+        if policy is not None:  # (the worker's way out, through this process's proxy)
+            door = SERVICE.open_door(policy)
+        try:
+            process = (
+                self.provider.launch(self.spec, self.workdir, name, egress=door.folder)
+                if door is not None
+                else self.provider.launch(self.spec, self.workdir, name)
+            )
+        except BaseException:
+            if door is not None:
+                door.close()
+            raise
         cells = getattr(process, "workspace", None)
         if isinstance(cells, WorkspaceCells):  # (the sandbox's, for all of its workers)
             cells.budget = self.budget
@@ -100,7 +114,8 @@ class SandboxCore:
             **getattr(process, "settings", {}),
             "fork_per_exec": fork_per_exec,
             "shell": "ipython" if self.spec.ipython and not fork_per_exec else "python",
-            "network": self.spec.network,
+            # ("proxy": an allow-list, reached through the proxy's variables)
+            "network": self.spec.network if isinstance(self.spec.network, str) else "proxy",
             "memory_limit_mb": self.spec.memory_limit_mb,
             "kernel_version": ipykernel_version(),
             "max_rich_bytes": MAX_HEADER_BYTES - 4096,
@@ -118,7 +133,12 @@ class SandboxCore:
         except BaseException:
             process.kill()
             process.close()
+            if door is not None:
+                door.close()
             raise
+        worker.egress = door
+        if door is not None and worker.kill_reason is not None:  # (killed while it started)
+            door.close()
         if isinstance(cells, WorkspaceCells):
             cells.watch(worker.kill)  # (the quota, while the code writes in its workspace)
         with self._lock:
@@ -136,6 +156,8 @@ class SandboxCore:
     def _forget(self, worker: LiveWorker) -> None:
         with self._lock:
             self._live.discard(worker)
+        if worker.egress is not None:  # (its record stays readable: see Door.take)
+            worker.egress.close()
 
     def cleanup(self) -> None:
         """Kill every worker still running and remove what the sandbox put on disk."""

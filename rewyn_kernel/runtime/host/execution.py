@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from rewyn_kernel.runtime._result import (
     ErrorInfo,
     Isolation,
+    NetworkLog,
     Payload,
     RichOutput,
     SandboxResult,
@@ -233,6 +234,7 @@ class Execution:
         sandbox_restarted: bool,
         disk_full: bool = False,
         files: WorkspaceFiles | None = None,
+        network: NetworkLog | None = None,
     ) -> SandboxResult:
         """Make the result from what arrived and how it ended (``outcome``); ``disk_full``:
         the scratch quota was used up when it ended; ``files``: what it changed in its
@@ -325,6 +327,7 @@ class Execution:
             memory_exceeded=memory_exceeded,
             disk_full=disk_full,
             files=files,
+            network=network,
             execution_id=self.id,
             provider=provider,
             isolation=isolation,
@@ -387,6 +390,7 @@ class Execution:
             memory_exceeded=result.memory_exceeded,
             disk_full=result.disk_full,
             files=result.files,
+            network=result.network,
             state_lost=result.state_lost,
             sandbox_restarted=result.sandbox_restarted,
             message=result.message,

@@ -274,6 +274,7 @@ WORKER_MODULES = (
     "comms",
     "child",
     "mounter",
+    "relay",
     "supervisor",
     "main",
 )

@@ -25,6 +25,7 @@ from rewyn_kernel.runtime._result import (
     EXIT_INTERRUPTED,
     EXIT_KILLED,
     Isolation,
+    NetworkLog,
     SandboxResult,
     WorkspaceFiles,
 )
@@ -233,6 +234,7 @@ class Session(Closeable):
             raised: BaseException | None = None
             restarted = False
             files: WorkspaceFiles | None = None
+            network: NetworkLog | None = None
             taken = self._cancelled() if execution.cancel.is_set() else self._take(execution)
             if isinstance(taken, Outcome):
                 outcome = taken
@@ -263,6 +265,8 @@ class Session(Closeable):
                         self._current = None
                 restarted = self._after(worker, outcome)
                 files = published(worker, execution.id[:8]) if not _comm else None
+                if worker.egress is not None and not _comm:  # (a comm's: the next cell's)
+                    network = worker.egress.take()
             result = execution.result(
                 outcome,
                 (time.monotonic() - started) * 1000,
@@ -271,6 +275,7 @@ class Session(Closeable):
                 sandbox_restarted=restarted,
                 disk_full=self._core.quota is not None and self._core.quota.full(),
                 files=files if not isinstance(taken, Outcome) else None,
+                network=network,
             )
         if not _comm:  # (a comm message is no execution of code: no event, no count)
             emit(execution.event(result, self._core.id, self.id), self._core.listeners)

@@ -99,8 +99,16 @@ class SandboxProvider(Protocol):
         None) and ``cwd`` (the scratch directory as the worker sees it)."""
         ...
 
-    def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> WorkerProcess:
-        """Start a worker running ``BOOTSTRAP`` with its channel on stdin/stdout."""
+    def launch(
+        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+    ) -> WorkerProcess:
+        """Start a worker running ``BOOTSTRAP`` with its channel on stdin/stdout.
+
+        ``egress`` (only where ``spec.network`` is an allow-list): a host folder holding the
+        proxy's Unix socket for this worker. The provider shows it to the sandbox, gives the
+        sandbox no network of its own, and returns in the process's ``settings`` where the
+        sandbox sees it (``{"egress": {"folder": ...}}``). A provider that cannot raises
+        ProviderUnavailableError."""
         ...
 
     def check(self) -> Sequence[CheckItem]:

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.egress import EGRESS_FOLDER, EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
@@ -148,7 +149,7 @@ def probe_bubblewrap(path: str | None = None) -> Bubblewrap:
             fds = (setup_namespace(),)
         except OSError as exc:
             return Bubblewrap(bwrap, False, False, f"as root, no user namespace of its own: {exc}")
-    base = [bwrap, *namespace_options(fds[0] if fds else None, "none")]
+    base = [bwrap, *namespace_options(fds[0] if fds else None, share_net=False)]
     base += [*system_view(), "--proc", "/proc"]
     errors = []
     for extra, caps in ((["--uid", "0", "--gid", "0", "--cap-add", "ALL"], True), ([], False)):
@@ -166,15 +167,16 @@ def probe_bubblewrap(path: str | None = None) -> Bubblewrap:
     return Bubblewrap(bwrap, False, False, "bwrap failed here: " + " | ".join(errors))
 
 
-def namespace_options(userns: int | None, network: str) -> list[str]:
-    """bwrap's namespace options: every namespace new; the user namespace ``userns`` (a
-    descriptor: a root host's, see host/identity.py) instead of one bwrap makes."""
+def namespace_options(userns: int | None, share_net: bool) -> list[str]:
+    """bwrap's namespace options: every namespace new (the network's too unless
+    ``share_net``); the user namespace ``userns`` (a descriptor: a root host's, see
+    host/identity.py) instead of one bwrap makes."""
     if userns is None:
         argv = ["--unshare-all"]
-        return [*argv, "--share-net"] if network != "none" else argv
+        return [*argv, "--share-net"] if share_net else argv
     argv = ["--userns", str(userns), "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     argv.append("--unshare-cgroup-try")
-    return [*argv, "--unshare-net"] if network == "none" else argv
+    return argv if share_net else [*argv, "--unshare-net"]
 
 
 def ancestors(paths: Iterable[str], made: Sequence[str]) -> list[str]:
@@ -234,8 +236,11 @@ class BubblewrapProvider:
                     f"{spec.workspace} is read-write for the code (setuid bwrap: no view of it "
                     "of its own, so no earlier version is kept)"
                 )
-        network: Literal["isolated", "allowed"] = "isolated"
-        if spec.network != "none":
+        network: Literal["isolated", "filtered", "allowed"] = "isolated"
+        if spec.allow_list is not None:
+            network = "filtered"
+            notes.append(EGRESS_NOTE)
+        elif spec.network == "allow":
             network = "allowed"
             notes.append(
                 "network='allow' shares the host's network namespace, and with it the host's "
@@ -306,7 +311,8 @@ class BubblewrapProvider:
         # terminal is shared: its standard streams are pipes), so killing that group reaches
         # the supervisor, and the namespace goes with it.
         userns = setup_namespace() if identity().dedicated else None
-        argv = [found.path, *namespace_options(userns, spec.network), "--as-pid-1"]
+        share_net = spec.network == "allow"
+        argv = [found.path, *namespace_options(userns, share_net), "--as-pid-1"]
         if found.caps:  # (the supervisor drops them all before any code runs)
             argv += ["--uid", "0", "--gid", "0", "--cap-add", "ALL"]
         argv += ["--hostname", "sandbox", *system_view()]
@@ -320,7 +326,7 @@ class BubblewrapProvider:
             argv += ["--perms", "0755", "--dir", folder]
         for prefix in python_prefixes(python):
             argv += ["--ro-bind", prefix, prefix]
-        if spec.network != "none" and os.path.exists("/etc/resolv.conf"):
+        if share_net and os.path.exists("/etc/resolv.conf"):
             # (often a link into /run, which the code does not see: the file it names)
             argv += ["--ro-bind", os.path.realpath("/etc/resolv.conf"), "/etc/resolv.conf"]
         for shown in spec.read_dirs:  # (more of the host's folders, read-only by choice)
@@ -337,11 +343,17 @@ class BubblewrapProvider:
                 argv += ["--ro-bind", inner, inner]
         return argv
 
-    def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
+    def launch(
+        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+    ) -> PopenWorker:
+        """``egress``: the folder of the host proxy's socket for this worker (network=[...]),
+        shown to the sandbox at EGRESS_FOLDER."""
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR="/tmp", REWYN_SANDBOX=name)
         env.update(spec.env)
         settings: dict[str, Any] = {}
+        if egress is not None:
+            settings["egress"] = {"folder": EGRESS_FOLDER}
         cells = None
         mounts: list[HostMount] = []
         group = None
@@ -375,6 +387,8 @@ class BubblewrapProvider:
             if group is not None:
                 group.remove(0)
             raise
+        if egress is not None:  # (read-only: connecting to a socket is no write to its mount)
+            argv += ["--ro-bind", str(egress), EGRESS_FOLDER]
         argv += ["--ro-bind-data", str(users[0]), "/etc/passwd"]
         argv += ["--ro-bind-data", str(users[1]), "/etc/group"]
         # The sandbox's root (a tmpfs bwrap made to hold the mount points) read-only last: the

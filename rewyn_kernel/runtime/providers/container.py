@@ -32,6 +32,7 @@ from typing import Any, Literal
 from rewyn_kernel.errors import ProviderUnavailableError
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.egress import EGRESS_FOLDER, EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, views
 from rewyn_kernel.runtime.host.base import BaseSandbox
@@ -263,6 +264,13 @@ class ContainerProvider:
             notes.append("the code shares the host's kernel (use oci_runtime='runsc' for gVisor)")
         if spec.network == "allow":
             notes.append("network='allow': the container uses the engine's default network")
+        elif spec.allow_list is not None:
+            notes.append(EGRESS_NOTE)
+            if self._gvisor():
+                notes.append(
+                    "gVisor reaches the proxy's socket only where runsc runs with "
+                    "--host-uds=open (the engine's runtimeArgs for runsc)"
+                )
         if spec.workspace is not None:
             if self._workspace_view(spec):
                 notes.append(workspace_note(spec, in_sandbox=False))
@@ -282,7 +290,11 @@ class ContainerProvider:
         return Isolation(
             provider=self.name,
             files="isolated",
-            network="allowed" if spec.network == "allow" else "isolated",
+            network="allowed"
+            if spec.network == "allow"
+            else "filtered"
+            if spec.allow_list is not None
+            else "isolated",
             pid_namespace=True,
             user_namespace=False,
             memory=memory,
@@ -420,7 +432,11 @@ class ContainerProvider:
             *("--label", f"{BOOT_LABEL}={_boot_id()}", "--label", f"{PIDNS_LABEL}={_pid_ns()}"),
         ]
 
-    def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ContainerWorker:
+    def launch(
+        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+    ) -> ContainerWorker:
+        """``egress``: the folder of the host proxy's socket for this worker (network=[...]),
+        mounted read-only at EGRESS_FOLDER."""
         owned = spec.workdir is None  # never re-own a directory the caller chose
         uid, gid = self._code(spec)
         if owned and os.getuid() == 0 and workdir.stat().st_uid != uid:
@@ -442,7 +458,7 @@ class ContainerProvider:
         if self.oci_runtime and Path(self.runtime).name not in DAEMONLESS:
             argv += ["--runtime", self.oci_runtime]
         argv += ["--pull", self.pull]
-        argv += ["--network", "none"] if spec.network == "none" else []
+        argv += [] if spec.network == "allow" else ["--network", "none"]
         argv += ["--read-only", "--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
         # The supervisor starts as root with these three only, takes a user of its own and
         # makes each code process the code's user, with none (see worker/supervisor.py).
@@ -462,6 +478,9 @@ class ContainerProvider:
         argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"]
         files, cells, mounts, settings = self._workspace_mounts(spec)
         argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *files]
+        if egress is not None:
+            argv += ["--volume", f"{egress}:{EGRESS_FOLDER}:ro"]
+            settings = {**settings, "egress": {"folder": EGRESS_FOLDER}}
         for folder in spec.read_dirs:  # (more of the host's folders, read-only by choice)
             argv += ["--volume", f"{folder}:{folder}:ro"]
         argv += ["--workdir", str(spec.workspace) if spec.workspace is not None else SCRATCH]

@@ -259,7 +259,13 @@ class ScriptedProvider:
     def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
         return {"memory_limit_bytes": None, "cwd": str(workdir)}
 
-    def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> ScriptedProcess:
+    def launch(
+        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+    ) -> ScriptedProcess:
+        if egress is not None:
+            from rewyn_kernel.errors import ProviderUnavailableError
+
+            raise ProviderUnavailableError("a scripted worker has no proxy (network=[...])")
         script = self._scripts[min(len(self.processes), len(self._scripts) - 1)]
         process = ScriptedProcess(script, read_program=self._read_program)
         self.processes.append(process)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.egress import EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
@@ -128,12 +129,12 @@ class Namespaces:
     """What ``unshare`` can do on this machine, found by trying it once."""
 
     prefix: tuple[str, ...]
-    """The unshare argv for network="none" (empty: no namespaces)."""
+    """The unshare argv with a network namespace of its own (empty: no namespaces)."""
     user: bool
     detail: str
 
-    def argv(self, network: str) -> list[str]:
-        if network == "allow":
+    def argv(self, *, share_net: bool) -> list[str]:
+        if share_net:  # (network="allow"; "none" and an allow-list have their own)
             return [arg for arg in self.prefix if arg != "--net"]
         return list(self.prefix)
 
@@ -295,9 +296,17 @@ class SubprocessProvider:
                     f"{spec.workspace} is read-write for the code (no mount namespace: no view "
                     "of it of its own, so no earlier version is kept)"
                 )
-        network: Literal["isolated", "allowed", "not_isolated"] = "allowed"
+        network: Literal["isolated", "filtered", "allowed", "not_isolated"] = "allowed"
         if spec.network == "none":
             network = "isolated" if ns.prefix or cut_already else "not_isolated"
+        elif spec.allow_list is not None:
+            network = "filtered" if ns.prefix else "not_isolated"
+            notes.append(
+                EGRESS_NOTE
+                if ns.prefix
+                else "network=[...] is NOT enforced: without a network namespace the code can "
+                "connect anywhere; only programs that use the proxy variables go through it"
+            )
         return Isolation(
             provider=self.name,
             files="open",
@@ -345,7 +354,11 @@ class SubprocessProvider:
         the host's /dev/mqueue folder where there is one, else in the sandbox's own /tmp."""
         return "/dev/mqueue" if os.path.isdir("/dev/mqueue") else MQUEUE_IN_TMP
 
-    def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
+    def launch(
+        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+    ) -> PopenWorker:
+        """``egress``: the folder of the host proxy's socket for this worker (network=[...]);
+        the sandbox sees the host's paths, so it is reached where it is."""
         ns = self._namespaces(spec)
         if identity().dedicated and not ns.prefix:
             from rewyn_kernel.errors import ProviderUnavailableError
@@ -361,7 +374,7 @@ class SubprocessProvider:
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR=str(tmp), REWYN_SANDBOX=name)
         env.update(spec.env)
-        prefix = ns.argv(spec.network)
+        prefix = ns.argv(share_net=spec.network == "allow")
         argv = [*prefix, self._python(spec), "-I", "-c", BOOTSTRAP]
         # With namespaces, PopenWorker.kill signals unshare's process group; unshare's death
         # kills the namespace's first process (the supervisor, which runs no code and so cannot
@@ -371,7 +384,7 @@ class SubprocessProvider:
         farewell = 0.0 if prefix else FAREWELL_SECONDS
         fds = (setup_namespace(),) if identity().dedicated else ()
         mounts: list[HostMount] = []
-        settings: dict[str, Any] = {}
+        settings: dict[str, Any] = {"egress": {"folder": str(egress)}} if egress else {}
         cells = None
         try:
             if prefix:

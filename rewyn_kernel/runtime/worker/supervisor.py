@@ -35,6 +35,7 @@ import sys
 from . import mounter, system
 from .child import run_child
 from .mounter import Mounter
+from .relay import Relay, start_relay
 from .wire import CHUNK, HEADER, encode_header, frame_kind, read_exact, write_all
 
 TYPE_CHECKING = False
@@ -123,6 +124,7 @@ class Supervisor:
         self.notes: List[str] = []
         self.shell = "stdlib"  # what runs the cells: "ipython" once a session's process says so
         self.mounter: Optional[Mounter] = None  # renews the workspace's view (ordinary host)
+        self.relay: Optional[Relay] = None  # the proxy's end (network=[...])
 
     # -- set-up ----------------------------------------------------------------------------
 
@@ -143,6 +145,9 @@ class Supervisor:
         system.libc()
         if self.config.get("ns_root") and not system.become_namespace_root():
             self.fail("the supervisor could not take its user namespace's root")
+        # The proxy's end (network=[...]): the loopback is brought up while this process may,
+        # and the proxy's folder held before anything covers or hides it.
+        self.relay = start_relay(self.selector, self.config, self.notes.append)
         if self.config.get("own_ipc"):
             # Still root of the sandbox's own namespaces here: bound what shared memory the
             # code can pin outside its processes (it all goes with the namespaces).
@@ -378,6 +383,8 @@ class Supervisor:
             if self.mounter is not None:
                 os.close(self.mounter.commands)
                 os.close(self.mounter.replies)
+            if self.relay is not None:
+                self.relay.close_in_child()
             for fd in (out_r, err_r):
                 os.close(fd)
             os.close(self.diag)

@@ -1,0 +1,351 @@
+"""NetworkPolicy: the hosts a sandbox may reach through its proxy, and the addresses it may not.
+
+An entry names a host and, optionally, its ports:
+
+- ``pypi.org``: that name exactly, on ports 80 and 443 (the web's);
+- ``pypi.org:8080``, ``pypi.org:*``: one port, or any;
+- ``*.githubusercontent.com``: every name *under* it (not the name itself); a bare ``*`` is
+  refused, as is a ``*`` anywhere but a leading ``*.``;
+- ``203.0.113.7``, ``[2001:db8::1]:443``, ``10.0.0.0/8``, ``[fd00::/8]:443``: addresses.
+
+A connection is allowed when an ``allow`` entry matches its host and port and no ``deny``
+entry does. The proxy resolves names itself and connects only to the addresses it checked:
+those that are not public (loopback, private, link-local and the cloud metadata address,
+carrier-grade NAT, unique-local IPv6, multicast, unspecified...) only where an address entry
+of ``allow`` covers them. So a name that resolves to the host's own services (DNS rebinding,
+a redirect to ``localhost``) is refused, unless an entry names those addresses.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+WEB_PORTS = frozenset({80, 443})
+"""The ports an entry without one allows."""
+_LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_6TO4 = ipaddress.ip_network("2002::/16")
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """One parsed entry of an allow or deny list."""
+
+    text: str
+    name: str = ""
+    """The name (``pypi.org``), or the suffix under which names match (``*.x.org``: ``x.org``)."""
+    wildcard: bool = False
+    network: IPNetwork | None = None
+    ports: frozenset[int] | None = WEB_PORTS
+    """None: any port."""
+
+    def matches_port(self, port: int) -> bool:
+        return self.ports is None or port in self.ports
+
+    def matches_name(self, name: str) -> bool:
+        if self.network is not None:
+            return False
+        if self.wildcard:
+            return name.endswith("." + self.name)
+        return name == self.name
+
+    def covers(self, address: IPAddress) -> bool:
+        return (
+            self.network is not None
+            and address.version == self.network.version
+            and (address in self.network)
+        )
+
+    def matches(self, host: str | IPAddress, port: int) -> bool:
+        if not self.matches_port(port):
+            return False
+        if isinstance(host, str):
+            return self.matches_name(host)
+        return self.covers(host)
+
+
+def parse_rule(text: str) -> HostRule:
+    """Parse one entry (see the module's docstring); ValueError says what is wrong with it."""
+    entry = text.strip()
+    if not entry:
+        raise ValueError("an empty host entry")
+    if any(c.isspace() for c in entry):
+        raise ValueError(f"{text!r}: a host entry has no spaces")
+    host, ports = _split_port(entry)
+    if host in ("*", "*.", ""):
+        raise ValueError(
+            f"{text!r}: a bare '*' would allow every host (that is network='allow'); name the "
+            "hosts, or '*.example.org' for the names under one"
+        )
+    network = _as_network(host)
+    if network is not None:
+        return HostRule(entry, network=network, ports=ports)
+    wildcard = host.startswith("*.")
+    name = normal_name(host[2:] if wildcard else host)
+    if "*" in name:
+        raise ValueError(f"{text!r}: '*' may only start an entry, as in '*.example.org'")
+    if not name:
+        raise ValueError(f"{text!r} names no host")
+    return HostRule(entry, name=name, wildcard=wildcard, ports=ports)
+
+
+def _split_port(entry: str) -> tuple[str, frozenset[int] | None]:
+    """(host, ports) of ``entry``: ``[v6]:port``, ``name:port``, a bare IPv6 address."""
+    if entry.startswith("["):
+        close = entry.find("]")
+        if close < 0:
+            raise ValueError(f"{entry!r}: an IPv6 entry is written '[address]:port'")
+        host, rest = entry[1:close], entry[close + 1 :]
+        if rest and not rest.startswith(":"):
+            raise ValueError(f"{entry!r}: only ':port' may follow ']'")
+        return host, _ports(rest[1:], entry) if rest else WEB_PORTS
+    if entry.count(":") > 1:  # a bare IPv6 address or network: no port
+        return entry, WEB_PORTS
+    host, sep, port = entry.partition(":")
+    return host, _ports(port, entry) if sep else WEB_PORTS
+
+
+def _ports(text: str, entry: str) -> frozenset[int] | None:
+    if text == "*":
+        return None
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"{entry!r}: the port must be a number from 1 to 65535, or '*'")
+    return frozenset({int(text)})
+
+
+def _as_network(host: str) -> IPNetwork | None:
+    try:
+        return ipaddress.ip_network(host, strict=False) if "/" in host else _single(host)
+    except ValueError:
+        if "/" in host:
+            raise ValueError(f"{host!r} is not an address range such as '10.0.0.0/8'") from None
+        return None
+
+
+def _single(host: str) -> IPNetwork:
+    address = unmapped(ipaddress.ip_address(host))
+    return ipaddress.ip_network(address)
+
+
+def normal_name(name: str) -> str:
+    """``name`` as the rules compare it: lower case, IDNA (punycode), no trailing dot.
+    ValueError for what is not a host name."""
+    name = name.rstrip(".").lower()
+    try:
+        ascii_name = name.encode("idna").decode("ascii") if not name.isascii() else name
+    except UnicodeError:
+        raise ValueError(f"{name!r} is not a host name") from None
+    labels = ascii_name.split(".")
+    if len(ascii_name) > 253 or not all(_LABEL.match(label) for label in labels if label != "*"):
+        raise ValueError(f"{name!r} is not a host name")
+    return ascii_name
+
+
+def unmapped(address: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4), else ``address``: a check
+    of ``::ffff:127.0.0.1`` is a check of ``127.0.0.1``."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return address.ipv4_mapped
+        if address in _NAT64:
+            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if address in _6TO4 and address.sixtofour is not None:
+            return address.sixtofour
+    return address
+
+
+def not_public(address: IPAddress) -> str:
+    """Why ``address`` is not a public one ('' when it is): loopback, private, link-local..."""
+    address = unmapped(address)
+    for test, what in (
+        ("is_loopback", "a loopback address (this machine)"),
+        ("is_link_local", "a link-local address (cloud metadata lives there)"),
+        ("is_unspecified", "the unspecified address (this machine)"),
+        ("is_multicast", "a multicast address"),
+        ("is_private", "a private address"),
+        ("is_reserved", "a reserved address"),
+    ):
+        if getattr(address, test):
+            return what
+    if not address.is_global:  # (carrier-grade NAT, benchmarking, documentation ranges...)
+        return "not a public address"
+    return ""
+
+
+def parse_host(host: str) -> str | IPAddress:
+    """A request's host as the rules compare it: an address (unmapped), or a normal name."""
+    text = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        return unmapped(ipaddress.ip_address(text))
+    except ValueError:
+        return normal_name(text)
+
+
+Rules = tuple[HostRule, ...]
+
+
+class NetworkPolicy(BaseModel):
+    """``network=[...]``: the hosts the code may reach, through a proxy on the host."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow: tuple[str, ...] = Field(
+        min_length=1,
+        description="Hosts the code may reach: 'name', 'name:port', '*.domain', addresses "
+        "and ranges ('10.0.0.0/8', '[fd00::/8]:443'); without a port, 80 and 443.",
+    )
+    deny: tuple[str, ...] = Field(
+        default=(), description="Hosts refused even where an allow entry matches them."
+    )
+    max_connections: Annotated[int, Field(ge=1, le=4096)] = Field(
+        default=64, description="Connections open at once; past it new ones are refused."
+    )
+    max_bytes: Annotated[int, Field(ge=1024)] | None = Field(
+        default=4 * 1024**3,
+        description="Bytes each way together per execution; past it connections are closed "
+        "and new ones refused until the next execution. None: no limit.",
+    )
+    idle_timeout: Annotated[float, Field(gt=0, le=86400)] = Field(
+        default=120.0, description="Seconds a connection may pass nothing before it is closed."
+    )
+
+    @field_validator("allow", "deny", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("allow", "deny")
+    @classmethod
+    def _check(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            parse_rule(entry)
+        return tuple(entry.strip() for entry in value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return policy_fields(data.split(","))
+        if isinstance(data, (list, tuple)):
+            return policy_fields(data)
+        return data
+
+    @property
+    def allow_rules(self) -> Rules:
+        return tuple(parse_rule(entry) for entry in self.allow)
+
+    @property
+    def deny_rules(self) -> Rules:
+        return tuple(parse_rule(entry) for entry in self.deny)
+
+    def __str__(self) -> str:
+        """The comma form ``network`` takes on a command line: ``a,b,!c`` (``!``: deny)."""
+        return ",".join([*self.allow, *(f"!{entry}" for entry in self.deny)])
+
+
+def policy_fields(entries: Any) -> dict[str, Any]:
+    """The fields of a list of entries, those starting with ``!`` denied: the comma form
+    ``'pypi.org,*.pythonhosted.org,!bad.pypi.org'`` split, or a list as given."""
+    parts = [str(part).strip() for part in entries if str(part).strip()]
+    return {
+        "allow": [part for part in parts if not part.startswith("!")],
+        "deny": [part[1:].strip() for part in parts if part.startswith("!")],
+    }
+
+
+Verdict = Literal["allowed", "refused"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether a host and port may be reached: ``reason`` says why not, in words."""
+
+    verdict: Verdict
+    reason: str = ""
+    explicit: Rules = ()
+    """The address entries of ``allow`` that match the port (they let non-public addresses in)."""
+
+
+class Gate:
+    """A policy's rules, parsed once; decides names first, then each resolved address."""
+
+    def __init__(self, policy: NetworkPolicy) -> None:
+        self.policy = policy
+        self.allow = policy.allow_rules
+        self.deny = policy.deny_rules
+
+    def decide(self, host: str, port: int) -> Decision:
+        """Whether ``host`` (as a client wrote it) on ``port`` may be reached at all."""
+        try:
+            target = parse_host(host)
+        except ValueError as exc:
+            return Decision("refused", str(exc))
+        if not 0 < port < 65536:
+            return Decision("refused", f"port {port} is not a port")
+        for rule in self.deny:
+            if rule.matches(target, port):
+                return Decision("refused", f"denied by the entry {rule.text!r}")
+        explicit = tuple(rule for rule in self.allow if rule.network is not None)
+        explicit = tuple(rule for rule in explicit if rule.matches_port(port))
+        if not any(rule.matches(target, port) for rule in self.allow):
+            other = [rule for rule in self.allow if _any_port(rule, target)]
+            if other:
+                return Decision(
+                    "refused",
+                    f"port {port} is not allowed for this host (the entry {other[0].text!r} "
+                    f"allows {_port_text(other[0])})",
+                )
+            return Decision("refused", "not in the allow-list")
+        return Decision("allowed", explicit=explicit)
+
+    def check_address(self, decision: Decision, address: IPAddress, port: int) -> str:
+        """Why ``address`` (one the host resolved to) may not be connected to, or ''."""
+        address = unmapped(address)
+        for rule in self.deny:
+            if rule.covers(address) and rule.matches_port(port):
+                return f"{address} is denied by the entry {rule.text!r}"
+        why = not_public(address)
+        if why and not any(rule.covers(address) for rule in decision.explicit):
+            return (
+                f"{address} is {why}; only an allow entry naming it (such as "
+                f"'{_entry_for(address, port)}') lets the sandbox reach it"
+            )
+        return ""
+
+
+def _any_port(rule: HostRule, target: str | IPAddress) -> bool:
+    if isinstance(target, str):
+        return rule.matches_name(target)
+    return rule.covers(target)
+
+
+def _port_text(rule: HostRule) -> str:
+    if rule.ports is None:
+        return "any port"
+    ports = sorted(rule.ports)
+    return ("port " if len(ports) == 1 else "ports ") + ", ".join(map(str, ports))
+
+
+def _entry_for(address: IPAddress, port: int) -> str:
+    return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+
+
+def entry_for(host: str, port: int) -> str:
+    """The allow entry that names ``host`` on ``port`` (for a note that says how to allow it)."""
+    try:
+        target = parse_host(host)
+    except ValueError:
+        return f"{host}:{port}"
+    if isinstance(target, str):
+        return target if port in WEB_PORTS else f"{target}:{port}"
+    return _entry_for(target, port)

@@ -1,0 +1,215 @@
+"""The sandbox's end of its proxy: a loopback port relayed to the host's Unix socket.
+
+Where the sandbox's ``network`` is an allow-list, its network namespace holds nothing but a
+loopback; the host's proxy (host: runtime/egress/proxy.py) is reached through a Unix socket the
+provider shows here. Programs expect a proxy at a host and port, so the supervisor listens on
+``127.0.0.1`` and relays each connection to that socket, in its own selector loop (no thread:
+the code's processes are forked from it). The proxy variables of the code's environment point
+at the port. This end decides nothing: the host's proxy checks every request.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import selectors
+import socket
+import struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Callable, Dict, Optional
+
+CHUNK = 256 * 1024
+BACKLOG = 128
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+_AGAIN = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINPROGRESS)
+
+
+def loopback_up() -> str:
+    """Bring up the loopback of this (new) network namespace, as bubblewrap and container
+    engines do and ``unshare`` does not; '' when it is up, else why not."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            request = struct.pack("16sH14s", b"lo", 0, b"")
+            (flags,) = struct.unpack("16sH", fcntl.ioctl(sock, SIOCGIFFLAGS, request)[:18])[1:]
+            if not flags & IFF_UP:
+                fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
+
+
+def proxy_environment(port: int) -> Dict[str, str]:
+    """The variables that send the code's HTTP, HTTPS and SOCKS clients to the relay (both
+    cases: curl reads only the lower-case ``http_proxy``; ``NO_PROXY``: the sandbox's own
+    loopback is reached directly)."""
+    http = "http://127.0.0.1:%d" % port
+    names = {
+        "HTTP_PROXY": http,
+        "HTTPS_PROXY": http,
+        "ALL_PROXY": "socks5h://127.0.0.1:%d" % port,
+        "NO_PROXY": "localhost,127.0.0.1,::1",
+    }
+    found = dict(names)
+    found.update((name.lower(), value) for name, value in names.items())
+    return found
+
+
+class _Side:
+    """One socket of a relayed pair and what waits to be written to it."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.pending = b""
+        self.ended = False  # its peer will send nothing more (EOF read on the other side)
+        self.eof_read = False
+        self.mask = 0
+
+
+class Relay:
+    """Accepts on a loopback port and joins each connection to the proxy's socket."""
+
+    def __init__(self, selector: selectors.BaseSelector, folder: str) -> None:
+        self.selector = selector
+        # The proxy's folder, held open: the socket is reached through it once the set-up
+        # has hidden or covered the path (the subprocess provider hides the host's folders).
+        self.folder = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.socket_path = "/proc/self/fd/%d/proxy.sock" % self.folder
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(BACKLOG)
+        self.listener.setblocking(False)
+        self.port = int(self.listener.getsockname()[1])
+        self.peers: Dict[int, _Side] = {}
+        self.sides: Dict[int, _Side] = {}
+        selector.register(self.listener, selectors.EVENT_READ, self.on_accept)
+
+    def close_in_child(self) -> None:
+        """Close this relay's descriptors in a forked code process (the supervisor's stay
+        open: nothing is shut down, only this process's copies go)."""
+        self.listener.close()
+        for side in self.sides.values():
+            side.sock.close()
+        os.close(self.folder)
+
+    def on_accept(self, fd: int) -> None:
+        for _ in range(64):  # (a burst, without starving the supervisor's other work)
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                upstream.connect(self.socket_path)  # (a local socket: at once or never)
+            except OSError:
+                upstream.close()
+                client.close()  # (the client sees its connection reset)
+                continue
+            one, two = _Side(client), _Side(upstream)
+            for side, peer in ((one, two), (two, one)):
+                side.sock.setblocking(False)
+                self.sides[side.fd] = side
+                self.peers[side.fd] = peer
+                self._watch(side, selectors.EVENT_READ)
+
+    def _watch(self, side: _Side, mask: int) -> None:
+        if mask == side.mask:
+            return
+        if side.mask and mask:
+            self.selector.modify(side.fd, mask, self.on_ready)
+        elif mask:
+            self.selector.register(side.fd, mask, self.on_ready)
+        else:
+            self.selector.unregister(side.fd)
+        side.mask = mask
+
+    def on_ready(self, fd: int) -> None:
+        side = self.sides.get(fd)
+        if side is None:
+            return
+        peer = self.peers[fd]
+        try:
+            self._flush(side)
+            if not side.eof_read and not peer.pending:
+                self._read(side, peer)
+        except OSError:
+            self._close(side)
+            return
+        self._settle(side, peer)
+
+    def _read(self, side: _Side, peer: _Side) -> None:
+        try:
+            data = side.sock.recv(CHUNK)
+        except OSError as exc:
+            if exc.errno in _AGAIN:
+                return
+            raise
+        if not data:
+            side.eof_read = True
+            peer.ended = True
+        else:
+            peer.pending = data
+        self._flush(peer)
+
+    def _flush(self, side: _Side) -> None:
+        if side.pending:
+            try:
+                sent = side.sock.send(side.pending)
+            except OSError as exc:
+                if exc.errno not in _AGAIN:
+                    raise
+                sent = 0
+            side.pending = side.pending[sent:]
+        if side.ended and not side.pending:
+            try:
+                side.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def _settle(self, side: _Side, peer: _Side) -> None:
+        """Watch each socket for what it waits on; close the pair once both ways ended."""
+        if side.eof_read and peer.eof_read and not side.pending and not peer.pending:
+            self._close(side)
+            return
+        for one, other in ((side, peer), (peer, side)):
+            mask = 0
+            if not one.eof_read and not other.pending:
+                mask |= selectors.EVENT_READ
+            if one.pending:
+                mask |= selectors.EVENT_WRITE
+            self._watch(one, mask)
+
+    def _close(self, side: _Side) -> None:
+        for one in (side, self.peers.get(side.fd)):
+            if one is None or one.fd not in self.sides:
+                continue
+            self._watch(one, 0)
+            del self.sides[one.fd]
+            del self.peers[one.fd]
+            one.sock.close()
+
+
+def start_relay(
+    selector: selectors.BaseSelector, config: Dict[str, object], note: Callable[[str], None]
+) -> Optional[Relay]:
+    """The relay the config asks for (``egress``: the proxy's folder here), its variables set
+    in this process's environment for the code's processes; None (and a note) if it cannot."""
+    egress = config.get("egress")
+    if not isinstance(egress, dict):
+        return None
+    why = loopback_up()
+    if why:
+        note("the loopback could not be brought up (%s): the proxy may be unreachable" % why)
+    try:
+        relay = Relay(selector, str(egress["folder"]))
+    except OSError as exc:
+        note("the network proxy could not be reached from here: %s" % exc)
+        return None
+    os.environ.update(proxy_environment(relay.port))
+    return relay
