@@ -285,7 +285,7 @@ def _flag_values(value: object) -> list[str]:
     # a List takes one flag per item, or the literal [] for none.
     if isinstance(value, tuple):
         return [str(item) for item in value] or ["[]"]
-    return [str(value)]
+    return [str(value)]  # (an allow-list: its comma form, see NetworkPolicy.__str__)
 
 
 # -- command-line options ------------------------------------------------------------------------
@@ -310,7 +310,7 @@ OPTIONS: dict[str, Option] = {
     "memory_limit_mb": Option("--memory", "MB|none"),
     "pids_limit": Option("--pids", "N|none"),
     "disk_limit_mb": Option("--disk", "MB|none"),
-    "network": Option("--network"),
+    "network": Option("--network", "none|allow|HOST,..."),
     "inherit_env": Option("--inherit-env", "NAME,..."),
     "env": Option("--env", "NAME=VALUE"),
     "output_limit_bytes": Option("--output-limit", "BYTES"),
@@ -373,12 +373,16 @@ def option_arguments(
         kind, nullable = plain_type(field.annotation)
         text = (field.description or "").rstrip(".")
         kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS}
+        if name == "network":
+            arguments += _host_arguments()
         if option.const is not None:
             kwargs.update(action="store_const", const=option.const)
             if option.const is False:  # the flag turns off what is on by default
                 text = f"turn off (on by default): {text[:1].lower()}{text[1:]}"
         elif typing.get_origin(kind) is Literal:
             kwargs["choices"] = typing.get_args(kind)
+        elif name == "network":
+            kwargs["type"] = _network
         elif kind in (float, int):
             kwargs["type"] = _number_or_none(kind) if nullable else kind
         elif name in ("inherit_env", "protected", "read_dirs"):
@@ -392,6 +396,75 @@ def option_arguments(
         kwargs["help"] = text.replace("%", "%%")
         arguments.append(((option.flag,), kwargs))
     return arguments
+
+
+def _host_arguments() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    """``--allow-host`` and ``--deny-host``: an allow-list's entries one flag at a time (they
+    make ``network`` that list; see runtime/egress/policy.py for the entries' syntax)."""
+    return [
+        (
+            ("--allow-host",),
+            {
+                "dest": "allow_hosts",
+                "action": "append",
+                "type": _host,
+                "metavar": "HOST",
+                "default": argparse.SUPPRESS,
+                "help": "let the code reach HOST (a name, name:port, *.domain, an address or "
+                "a range; without a port, 80 and 443) through a proxy on the host, and no "
+                "other: the network becomes an allow-list (repeat for more hosts)",
+            },
+        ),
+        (
+            ("--deny-host",),
+            {
+                "dest": "deny_hosts",
+                "action": "append",
+                "type": _host,
+                "metavar": "HOST",
+                "default": argparse.SUPPRESS,
+                "help": "refuse HOST even where an --allow-host entry matches it",
+            },
+        ),
+    ]
+
+
+def _host(text: str) -> str:
+    from rewyn_kernel.runtime.egress.policy import parse_rule
+
+    try:
+        parse_rule(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
+
+
+def _network(text: str) -> str:
+    from rewyn_kernel.runtime.egress.policy import NetworkPolicy
+
+    if text in ("none", "allow"):
+        return text
+    try:
+        NetworkPolicy.model_validate(text)
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(describe_error(exc)) from None
+    return text
+
+
+def _with_hosts(values: dict[str, Any], namespace: argparse.Namespace) -> None:
+    """Fold ``--allow-host``/``--deny-host`` into ``values["network"]`` (its comma form)."""
+    allow = list(getattr(namespace, "allow_hosts", None) or ())
+    deny = list(getattr(namespace, "deny_hosts", None) or ())
+    if not allow and not deny:
+        return
+    given = values.get("network")
+    if given in ("none", "allow"):
+        raise ValueError(f"--network {given} and --allow-host/--deny-host: give one or the other")
+    if given:
+        allow[:0] = [part for part in str(given).split(",") if part.strip()]
+    if not [entry for entry in allow if not entry.startswith("!")]:
+        raise ValueError("--deny-host needs at least one --allow-host (or --network HOST,...)")
+    values["network"] = ",".join([*allow, *(f"!{entry}" for entry in deny)])
 
 
 def add_options(
@@ -437,6 +510,12 @@ def from_options(
     }
     if "env" in values:
         values["env"] = dict(values["env"])
+    try:
+        _with_hosts(values, namespace)
+    except ValueError as exc:
+        if error is None:
+            raise
+        error(str(exc))
     stray = [OPTIONS[name].flag for name in _CONTAINER_ONLY if name in values]
     provider = values.get("provider", base.provider if base else "subprocess")
     try:

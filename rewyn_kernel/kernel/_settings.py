@@ -24,7 +24,9 @@ def trait_for(name: str) -> TraitType[Any, Any]:
     default = field.get_default(call_default_factory=True)
     text = field.description or ""
     trait: TraitType[Any, Any]
-    if typing.get_origin(kind) is Literal:
+    if name == "network":  # "none", "allow", or an allow-list in its comma form
+        trait = Unicode(str(default), help=text)
+    elif typing.get_origin(kind) is Literal:
         trait = Enum(list(typing.get_args(kind)), default_value=default, help=text)
     elif kind is bool:
         trait = Bool(default, help=text)

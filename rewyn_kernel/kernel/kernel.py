@@ -39,7 +39,9 @@ from rewyn_kernel.kernel.record import (
 )
 from rewyn_kernel.kernel.safety import WIDGET_VIEW_MIME, drop_note, filter_bundle
 from rewyn_kernel.kernel.widgets import WidgetPolicy
+from rewyn_kernel.runtime._result import NetworkLog
 from rewyn_kernel.runtime._spec import not_a_workspace
+from rewyn_kernel.runtime.egress.policy import entry_for
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import (
     CommFrame,
@@ -420,6 +422,10 @@ class SandboxKernel(Kernel, SandboxSettings):
         return reply
 
     def _reply(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
+        if result.network is not None and not silent:
+            note = refused_note(result.network)
+            if note:
+                self._send_stream("stderr", note)
         error = cell_error(result, self.timeout)
         payload = [] if silent else self._payloads(result)
         if error is None:
@@ -604,3 +610,23 @@ class SandboxKernel(Kernel, SandboxSettings):
 
 def _discard(name: str, text: str) -> None:
     """Output of a silent execution goes nowhere."""
+
+
+def refused_note(log: NetworkLog) -> str:
+    """A note for the person on what the sandbox's proxy refused in a cell: the hosts, why, and
+    the setting that would allow each ('' when nothing was refused)."""
+    refused: dict[str, str] = {}
+    for attempt in log.refused:
+        if attempt.host and attempt.port:
+            refused.setdefault(entry_for(attempt.host, attempt.port), attempt.reason)
+    lines = []
+    for entry, reason in list(refused.items())[:5]:
+        lines.append(
+            f"[rewyn: the sandbox may not reach {entry} ({reason}); to allow it, install the "
+            f"kernel with --allow-host {entry}]\n"
+        )
+    if len(refused) > 5:
+        lines.append(f"[rewyn: and {len(refused) - 5} more hosts refused]\n")
+    if log.limit_reached:
+        lines.append(f"[rewyn: the network stopped: {log.limit_reached}]\n")
+    return "".join(lines)

@@ -9,15 +9,19 @@ risk      sandbox
 LOW       container (any OCI runtime), or bubblewrap with its seccomp filter: network
           isolated, no secret-named variable
 MEDIUM    subprocess, network isolated (namespaces applied), no secret-named variable; or
-          bubblewrap where libseccomp could not be loaded (no filter)
+          bubblewrap where libseccomp could not be loaded (no filter); or a container or
+          bubblewrap whose network is an allow-list, no secret-named variable
 HIGH      network isolated, but a secret-named variable is passed in
+HIGH      an allow-list, and a secret-named variable or the host's files (subprocess)
 HIGH      container with the network reachable, no secret-named variable
 CRITICAL  network reachable, and a secret-named variable or the host's files (subprocess)
 ========  ==========================================================================
 
-"Network reachable" is ``network="allow"``, or ``network="none"`` that could not be enforced
-here (``isolation.network == "not_isolated"``: a subprocess without namespaces). CRITICAL is
-the pair that lets code *take* something: a subprocess reads every file its user can (SSH keys,
+"Network reachable" is ``network="allow"``, or a cut that could not be enforced here
+(``isolation.network == "not_isolated"``: a subprocess without namespaces). An allow-list
+(``network=[...]``, ``isolation.network == "filtered"``) lets the code reach its hosts only: it
+can still send what it reads or was given to one of them, so it sits a level above no network.
+CRITICAL is the pair that lets code *take* something: a subprocess reads every file its user can (SSH keys,
 ``~/.aws``, browser profiles), so with a network it can send them anywhere; a container sees
 only its scratch directory, so it needs a secret passed in for the same. Without a network a
 secret can still leave through the tool's own result, which goes to the model: that is HIGH.
@@ -156,7 +160,8 @@ def assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str
     # a fresh one, unless the caller gave their own (a home directory, say), which then counts
     # as the host's files.
     confined = isolation.files == "isolated" and spec.workdir is None
-    network = isolation.network != "isolated"
+    network = isolation.network in ("allowed", "not_isolated")
+    filtered = isolation.network == "filtered"
     secrets = _secret_names(spec)
     reasons = []
     if spec.workdir is not None and isolation.files == "isolated":
@@ -171,15 +176,22 @@ def assess(isolation: Isolation, spec: SandboxSpec) -> tuple[RiskLevel, list[str
     if isolation.network == "allowed":
         reasons.append("network='allow': the code can reach the network")
     elif network:
-        reasons.append("network='none' is not enforced here: the code can reach the network")
+        reasons.append("the network cut is not enforced here: the code can reach the network")
+    elif filtered and spec.allow_list is not None:
+        reasons.append(
+            "network=[...]: the code can reach these hosts, and no other: "
+            + ", ".join(spec.allow_list.allow)
+        )
     if secrets:
         reasons.append(f"secret-named variables are passed in: {', '.join(secrets)}")
     if not confined:
         reasons.append(f"{isolation.provider}: the code can read this user's files")
     if network and (secrets or not confined):
         return RiskLevel.CRITICAL, reasons
-    if network or secrets:
+    if network or secrets or (filtered and not confined):
         return RiskLevel.HIGH, reasons
+    if filtered:
+        return RiskLevel.MEDIUM, [*reasons, "no secret-named variables"]
     if not confined:
         return RiskLevel.MEDIUM, [*reasons, "no network, no secret-named variables"]
     if isolation.provider in UNFILTERED_WITHOUT_SECCOMP and isolation.seccomp is None:
