@@ -21,10 +21,11 @@ CRITICAL  network reachable, and a secret-named variable or the host's files (su
 (``isolation.network == "not_isolated"``: a subprocess without namespaces). An allow-list
 (``network=[...]``, ``isolation.network == "filtered"``) lets the code reach its hosts only: it
 can still send what it reads or was given to one of them, so it sits a level above no network.
-CRITICAL is the pair that lets code *take* something: a subprocess reads every file its user can (SSH keys,
-``~/.aws``, browser profiles), so with a network it can send them anywhere; a container sees
-only its scratch directory, so it needs a secret passed in for the same. Without a network a
-secret can still leave through the tool's own result, which goes to the model: that is HIGH.
+CRITICAL is the pair that lets code *take* something: a subprocess reads every file its user
+can (SSH keys, ``~/.aws``, browser profiles), so with a network it can send them anywhere; a
+container sees only its scratch directory, so it needs a secret passed in for the same. Without
+a network a secret can still leave through the tool's own result, which goes to the model: that
+is HIGH.
 
 A variable is secret-named when its name contains KEY, TOKEN, SECRET, PASS, CREDENTIAL, AUTH,
 PRIVATE, COOKIE, SESSION or DSN (in any case). Values are never read: ``DATA_DIR`` stays
