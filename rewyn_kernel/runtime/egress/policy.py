@@ -2,7 +2,8 @@
 
 An entry names a host and, optionally, its ports:
 
-- ``pypi.org``: that name exactly, on ports 80 and 443 (the web's);
+- ``pypi.org``: that name exactly, on ports 80 and 443 (the web's; a deny entry without a
+  port covers every port);
 - ``pypi.org:8080``, ``pypi.org:*``: one port, or any;
 - ``*.githubusercontent.com``: every name *under* it (not the name itself); a bare ``*`` is
   refused, as is a ``*`` anywhere but a leading ``*.``;
@@ -72,14 +73,17 @@ class HostRule:
         return self.covers(host)
 
 
-def parse_rule(text: str) -> HostRule:
-    """Parse one entry (see the module's docstring); ValueError says what is wrong with it."""
+def parse_rule(text: str, *, deny: bool = False) -> HostRule:
+    """Parse one entry (see the module's docstring); ValueError says what is wrong with it.
+    ``deny``: a deny entry, which without a port covers every port."""
     entry = text.strip()
     if not entry:
         raise ValueError("an empty host entry")
     if any(c.isspace() for c in entry):
         raise ValueError(f"{text!r}: a host entry has no spaces")
     host, ports = _split_port(entry)
+    if deny and ports == WEB_PORTS and not _has_port(entry):
+        ports = None
     if host in ("*", "*.", ""):
         raise ValueError(
             f"{text!r}: a bare '*' would allow every host (that is network='allow'); name the "
@@ -95,6 +99,12 @@ def parse_rule(text: str) -> HostRule:
     if not name:
         raise ValueError(f"{text!r} names no host")
     return HostRule(entry, name=name, wildcard=wildcard, ports=ports)
+
+
+def _has_port(entry: str) -> bool:
+    if entry.startswith("["):
+        return "]:" in entry
+    return entry.count(":") == 1
 
 
 def _split_port(entry: str) -> tuple[str, frozenset[int] | None]:
@@ -246,7 +256,7 @@ class NetworkPolicy(BaseModel):
 
     @property
     def deny_rules(self) -> Rules:
-        return tuple(parse_rule(entry) for entry in self.deny)
+        return tuple(parse_rule(entry, deny=True) for entry in self.deny)
 
     def __str__(self) -> str:
         """The comma form ``network`` takes on a command line: ``a,b,!c`` (``!``: deny)."""

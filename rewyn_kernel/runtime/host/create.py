@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.egress.policy import NetworkPolicy
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.session import UNSET
 from rewyn_kernel.runtime.providers.base import Sandbox, SandboxProvider
@@ -55,7 +56,7 @@ def create(
     provider: SandboxProvider | None = None,
     listeners: Sequence[EventListener] = (),
     timeout: float | None = UNSET,
-    network: Literal["none", "allow"] = UNSET,
+    network: Literal["none", "allow"] | Sequence[str] | Mapping[str, Any] | NetworkPolicy = UNSET,
     memory_limit_mb: int | None = UNSET,
     pids_limit: int | None = UNSET,
     disk_limit_mb: int | None = UNSET,
@@ -106,7 +107,7 @@ async def acreate(
     provider: SandboxProvider | None = None,
     listeners: Sequence[EventListener] = (),
     timeout: float | None = UNSET,
-    network: Literal["none", "allow"] = UNSET,
+    network: Literal["none", "allow"] | Sequence[str] | Mapping[str, Any] | NetworkPolicy = UNSET,
     memory_limit_mb: int | None = UNSET,
     pids_limit: int | None = UNSET,
     disk_limit_mb: int | None = UNSET,

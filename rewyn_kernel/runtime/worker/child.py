@@ -173,6 +173,12 @@ class CodeProcess:
         sys.path[:0] = extra
         try:
             user_site = site.getusersitepackages()
+            if self.config.get("network") == "proxy":
+                # Installs reach the index through the proxy; they go where the code may
+                # write and import from: the user's site-packages under HOME (the sandbox's
+                # own scratch), made now so that what is installed later imports at once.
+                os.makedirs(user_site, exist_ok=True)
+                os.environ.setdefault("PIP_TARGET", user_site)
             if os.path.isdir(user_site) and user_site not in sys.path:
                 site.addsitedir(user_site)
         except Exception:

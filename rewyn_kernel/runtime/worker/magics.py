@@ -48,6 +48,16 @@ OFFLINE_ENVIRONMENT = (
 )
 """What makes pip and uv work from what is installed and on disk, without trying a network
 that a sandbox does not have (and so failing at once rather than after retries)."""
+PROXIED_DONE = (
+    "[rewyn: installed into %s, the sandbox's own site-packages (under its HOME): it imports "
+    "from there at once, and goes with the sandbox]\n"
+)
+PROXIED_FAILED = (
+    "[rewyn: %s failed. This sandbox reaches only the hosts of its allow-list (network=[...]) "
+    "through a proxy, which refuses the others (pip may say only that no version was found): "
+    "the index and its files' host must be listed, as in --allow-host pypi.org --allow-host "
+    "files.pythonhosted.org]\n"
+)
 RESTART_NOTE = "Note: you may need to restart the kernel to use updated packages."
 """What IPython prints after ``%pip`` and its kin (left out after a failed install)."""
 CONNECT_INFO = (
@@ -69,6 +79,7 @@ class Installs:
 
     def __init__(self, network: str) -> None:
         self.offline = network == "none"
+        self.proxied = network == "proxy"  # (an allow-list: see child.set_path)
         self.in_magic = False  # (a magic's own wrapper says why, after the tool's output)
         if self.offline:
             for name, value in OFFLINE_ENVIRONMENT:
@@ -77,22 +88,36 @@ class Installs:
     def installer(self, command: str) -> Optional[str]:
         """The installer ``command`` runs ("pip", "uv pip", "conda" ...) when it installs
         packages in a sandbox with no network; None otherwise."""
-        match = INSTALL.search(command) if self.offline else None
+        match = INSTALL.search(command) if self.offline or self.proxied else None
         if match is None:
             return None
         return re.sub(r"\s+", " ", match.group(2))
 
     def refuse(self, installer: str, shell: Any) -> bool:
         """Say, and return True, when ``installer`` cannot work offline at all."""
-        if installer.split(maxsplit=1)[0] not in NEEDS_INDEX:
+        if self.proxied or installer.split(maxsplit=1)[0] not in NEEDS_INDEX:
             return False
         self.explain(NO_NETWORK, installer)
         shell.user_ns["_exit_code"] = 1
         return True
 
     def failed(self, installer: str, exit_code: int) -> None:
-        """After a shell command that ran ``installer``: say why it failed, if it did."""
-        if exit_code != 0 and not self.in_magic:
+        """After a shell command that ran ``installer``: say why it failed, if it did (or,
+        through the proxy, where it installed)."""
+        if not self.in_magic:
+            self.after(installer, exit_code == 0)
+
+    def after(self, installer: str, ok: bool) -> None:
+        """Say where an install through the proxy went, or why an install failed."""
+        if self.proxied:
+            sys.stdout.flush()
+            target = os.environ.get("PIP_TARGET", "")
+            if ok and target and installer.split(maxsplit=1)[0] in ("pip", "pip3", "python"):
+                sys.stderr.write(PROXIED_DONE % target)
+            elif not ok:
+                sys.stderr.write(PROXIED_FAILED % (installer.rsplit(maxsplit=1)[-1] + " install"))
+            sys.stderr.flush()
+        elif not ok:
             self.explain(OFFLINE_FAILED, installer)
 
     def explain(self, words: str, installer: str) -> None:
@@ -190,10 +215,11 @@ def _wrap_install_magics(shell: Any, installs: Installs) -> None:
             text = captured.getvalue()
             if shell.user_ns.get("_exit_code", 0) == 0:
                 sys.stdout.write(text)
+                installs.after(installer, True)
                 return result
             head, note, tail = text.rpartition(RESTART_NOTE)
             sys.stdout.write(head + tail.lstrip("\n") if note else text)
-            installs.explain(OFFLINE_FAILED, installer)
+            installs.after(installer, False)
             return None
 
         shell.register_magic_function(magic, "line", name)
