@@ -172,11 +172,13 @@ def test_an_item_whose_sandbox_did_not_start_runs_once_more_in_a_fresh_one() -> 
     class FailsOnce(SubprocessProvider):
         launches = 0
 
-        def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
+        def launch(
+            self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+        ) -> PopenWorker:
             type(self).launches += 1
             if type(self).launches == 1:
                 raise OSError("the engine went away")
-            return super().launch(spec, workdir, name)
+            return super().launch(spec, workdir, name, egress=egress)
 
     with SandboxPool(provider=FailsOnce(), size=1, warm=0) as pool:
         (result,) = pool.map(["print('ran')"])
@@ -184,7 +186,9 @@ def test_an_item_whose_sandbox_did_not_start_runs_once_more_in_a_fresh_one() -> 
     assert FailsOnce.launches == 2
 
     class AlwaysFails(SubprocessProvider):
-        def launch(self, spec: SandboxSpec, workdir: Path, name: str) -> PopenWorker:
+        def launch(
+            self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+        ) -> PopenWorker:
             raise OSError("the engine went away")
 
     with SandboxPool(provider=AlwaysFails(), size=1, warm=0) as pool:
