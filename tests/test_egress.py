@@ -416,3 +416,31 @@ def test_the_proxy_closes_with_its_workers(servers: Servers) -> None:
     box.close()
     assert all(door is not None and door._closed for door in doors)
     assert not any(folder.exists() for folder in folders)
+
+
+def test_a_kernel_installed_with_allow_host_names_each_refused_host(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """``install --allow-host`` writes the list into the kernelspec; a cell reaches the listed
+    host, and a refused one gets a note naming it and the flag that would allow it."""
+    import argparse
+
+    from rewyn_kernel.settings import add_options, from_options
+    from tests.kernel_client import run_cell, running_kernel, write_spec
+
+    http = servers.http_port
+    parser = argparse.ArgumentParser()
+    add_options(parser, ["network"])
+    hosts = ["--allow-host", f"files.test:{http}", "--allow-host", f"127.0.0.1:{http}"]
+    settings = from_options(parser.parse_args(hosts))
+    assert settings.flags() == [f"--SandboxKernel.network=files.test:{http},127.0.0.1:{http}"]
+    write_spec(tmp_path, "rewyn-egress", settings.flags())
+    with running_kernel(tmp_path, "rewyn-egress") as (_, kc):
+        cell = run_cell(kc, FETCH + f'print(fetch("http://files.test:{http}/k")[1])')
+        assert cell.stream() == f"hello from files.test:{http} /k\n"
+        refused = run_cell(kc, FETCH + 'print(fetch("http://elsewhere.test/data.csv")[0])')
+        assert refused.stream() == "403\n"
+        assert refused.stream("stderr") == (
+            "[rewyn: the sandbox may not reach elsewhere.test (not in the allow-list); to allow "
+            "it, install the kernel with --allow-host elsewhere.test]\n"
+        )
