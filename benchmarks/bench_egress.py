@@ -1,0 +1,133 @@
+"""Print what the network allow-list's proxy costs, against a direct download in the same run.
+
+Never asserts on timings. A local server on 127.0.0.1 (tests/egress_servers.py) serves both
+runs; the same code downloads from it in two default-provider sandboxes: one with
+``network="allow"`` (bubblewrap shares the host's network: the direct path) and one whose
+allow-list names the server (the path through the relay and the host's proxy).
+
+- throughput of one download (100 MiB by default), over plain HTTP (the proxy parses each
+  request and answer with h11) and over HTTPS (a CONNECT tunnel: bytes relayed as they are),
+  the median of N runs each; the target is at least 0.8x the direct figure;
+- latency: N small requests one after the other, each on a new connection (as urllib makes
+  them), the added time per request (through the proxy minus direct); the target is < 1 ms.
+
+    python -m benchmarks.bench_egress            # 100 MiB, 5 downloads and 300 requests each
+    python -m benchmarks.bench_egress --quick    # 20 MiB, 2 downloads and 50 requests each
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+from rewyn_kernel.runtime import create
+from rewyn_kernel.runtime.egress.proxy import TEST_HOSTS
+from rewyn_kernel.runtime.sandbox import Sandbox
+from tests.egress_servers import Servers, local_servers
+
+DOWNLOAD = """
+import json, time, urllib.request
+def download(url):
+    started = time.perf_counter()
+    got = 0
+    with urllib.request.urlopen(url, timeout=120) as answer:
+        while True:
+            chunk = answer.read(1 << 20)
+            if not chunk:
+                break
+            got += len(chunk)
+    return got, time.perf_counter() - started
+def requests(url, count):
+    started = time.perf_counter()
+    for _ in range(count):
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            answer.read()
+    return (time.perf_counter() - started) / count
+"""
+
+
+RESOLVE_LOCALLY = """
+import socket
+_resolve = socket.getaddrinfo
+def _local(host, *rest, **kw):
+    return _resolve("127.0.0.1" if host == "files.test" else host, *rest, **kw)
+socket.getaddrinfo = _local
+"""
+"""The direct path's name resolution (the sandbox shares the host's resolver, which does not
+know the test name): the same URLs, to the same server."""
+
+
+def measure(
+    box: Sandbox, servers: Servers, size: int, runs: int, count: int, *, direct: bool = False
+) -> dict[str, float]:
+    name = "files.test"
+    code = (
+        (RESOLVE_LOCALLY if direct else "")
+        + DOWNLOAD
+        + f"""
+plain = [download("http://{name}:{servers.http_port}/bytes?n={size}") for _ in range({runs})]
+secure = [download("https://{name}:{servers.https_port}/bytes?n={size}") for _ in range({runs})]
+each = requests("http://{name}:{servers.http_port}/small", {count})
+assert all(got == {size} for got, _ in plain + secure)
+print(json.dumps([[s for _, s in plain], [s for _, s in secure], each]))
+"""
+    )
+    result = box.execute(code, timeout=3600)
+    if result.exit_code != 0:
+        raise SystemExit(f"the benchmark's code failed:\n{result.stderr}")
+    plain, secure, each = json.loads(result.stdout.strip().splitlines()[-1])
+    return {
+        "plain": size / statistics.median(plain),
+        "secure": size / statistics.median(secure),
+        "request_ms": each * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    size, runs, count = (20 << 20, 2, 50) if args.quick else (100 << 20, 5, 300)
+    os.environ[TEST_HOSTS] = "files.test=127.0.0.1"
+    folder = Path(tempfile.mkdtemp(prefix="rewyn-bench-egress-"))
+    folder.chmod(0o755)
+    try:
+        with local_servers(folder) as servers:
+            ca = str(servers.ca_file)
+            common = {"env": {"SSL_CERT_FILE": ca}, "read_dirs": [folder], "timeout": 3600.0}
+            http, https = servers.http_port, servers.https_port
+            with create(network="allow", **common) as direct_box:
+                direct = measure(direct_box, servers, size, runs, count, direct=True)
+            listed = [
+                f"files.test:{http}",
+                f"files.test:{https}",
+                f"127.0.0.1:{http}",
+                f"127.0.0.1:{https}",
+            ]
+            with create(network=listed, **common) as proxied_box:
+                provider = proxied_box.isolation.provider
+                proxied = measure(proxied_box, servers, size, runs, count)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    mib = 1 << 20
+    print(f"allow-list proxy, {provider} provider, {size >> 20} MiB x {runs}, {count} requests")
+    for key, label in (("plain", "HTTP (h11)"), ("secure", "HTTPS (CONNECT)")):
+        ratio = proxied[key] / direct[key]
+        print(
+            f"  {label:16} direct {direct[key] / mib:8.1f} MiB/s   proxy "
+            f"{proxied[key] / mib:8.1f} MiB/s   {ratio:.2f}x  (target >= 0.8x)"
+        )
+    added = proxied["request_ms"] - direct["request_ms"]
+    print(
+        f"  per request      direct {direct['request_ms']:.2f} ms   proxy "
+        f"{proxied['request_ms']:.2f} ms   added {added:.2f} ms  (target < 1 ms)"
+    )
+
+
+if __name__ == "__main__":
+    main()
