@@ -71,6 +71,9 @@ def test_help_names_every_command(fresh: Path) -> None:
 def test_doctor_finds_the_provider_the_kernelspec_and_the_extension(fresh: Path) -> None:
     text = command(fresh, "doctor")
     assert "subprocess: usable" in text
+    # (each usable provider proved by a real sandbox, with the venv's own interpreter)
+    assert f"   [ok] python: {fresh}/python" in text
+    assert text.count("   [ok] start: a sandbox ran Python 3.") >= 1 + probe_bubblewrap().works
     found = probe_bubblewrap()
     assert ("bubblewrap: usable" in text) is found.works, text
     default = "bubblewrap" if found.works else "subprocess"

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from rewyn_kernel.runtime.providers.bubblewrap import probe_bubblewrap
 from rewyn_kernel.runtime.providers.local import local_python
 from rewyn_kernel.runtime.sandbox import SandboxProvider
+
+from .conftest import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,3 +110,63 @@ def test_local_python_keeps_the_venvs_link_and_resolves_the_folders(
     assert local_python("python3") == shutil.which("python3")
     assert local_python("no-such-python-here") == "no-such-python-here"
     assert local_python() == local_python(sys.executable)
+
+
+def test_doctor_starts_a_sandbox_with_the_interpreter_and_shows_why_it_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interpreter whose pieces all check out but that does not start: doctor says the
+    local providers are NOT usable, with what the start wrote to stderr."""
+    from rewyn_kernel.cli import main
+
+    if not probe_bubblewrap().works:
+        unavailable("bubblewrap is not usable here: apt-get install bubblewrap")
+    broken = tmp_path / "python3"
+    broken.write_text("#!/bin/sh\necho 'this python is broken' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    main(["doctor", "--python", str(broken)])
+    text = capsys.readouterr().out
+    found = sections(text)
+    for name in ("bubblewrap", "subprocess"):
+        assert found[name] == "NOT usable", text
+        assert f"[ok] python: {broken}" in found[f"{name} items"]
+        assert (
+            "[!!] start: the sandbox did not start: it exited with code 3 before it was ready\n"
+            "stderr| this python is broken"
+        ) in found[f"{name} items"], text
+
+
+def sections(text: str) -> dict[str, str]:
+    """doctor's output by provider: ``NAME`` gives its verdict, ``NAME items`` its lines."""
+    found: dict[str, str] = {}
+    name = ""
+    for line in text.splitlines():
+        if not line.startswith(" "):
+            name, _, verdict = line.partition(": ")
+            found[name], found[f"{name} items"] = verdict, ""
+        elif name:
+            found[f"{name} items"] += line.strip() + "\n"
+    return found
+
+
+def test_doctor_run_by_a_relative_path_starts_its_sandboxes(tmp_path: Path) -> None:
+    """The issue's run: ``../venv/bin/python`` from another folder; doctor's trial sandboxes
+    start with that interpreter, as the sandboxes of that run do."""
+    if not probe_bubblewrap().works:
+        unavailable("bubblewrap is not usable here: apt-get install bubblewrap")
+    project_venv(tmp_path / "venv")
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run(
+        ["../venv/bin/python", "-m", "rewyn_kernel.cli", "doctor"],
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    found = sections(done.stdout)
+    for name in ("bubblewrap", "subprocess"):
+        assert found[name] == "usable", done.stdout
+        assert f"[ok] python: {tmp_path}/venv/bin/python\n" in found[f"{name} items"]
+        assert "[ok] start: a sandbox ran Python 3." in found[f"{name} items"]
