@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.session import ClientRequestContext, ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
@@ -289,11 +290,8 @@ def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) ->
             tmp_path / "run.jsonl", "--max-sessions", "2", "--timeout", "5"
         ) as c:
             calls: list[tuple[str, dict[str, Any], str]] = [
-                ("run_python", {"code": 123}, "valid string"),
-                ("run_python", {}, "Field required"),
                 ("run_python", {"code": "1", "session": "../x"}, "bad session name"),
                 ("run_python", {"code": "1", "timeout": 60}, "over this server's limit"),
-                ("run_python", {"code": "1", "timeout": -1}, "greater than 0"),
                 ("read_file", {"path": "../../etc/passwd"}, "leads out"),
                 ("read_file", {"path": "/etc/passwd"}, "relative"),
                 ("read_file", {"path": "missing.txt"}, "no such file"),
@@ -330,6 +328,81 @@ def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) ->
             assert "is new: the previous one was closed by close_session" in (
                 again.structured_content["note"] or ""
             )
+
+    run(body)
+
+
+def test_argument_errors_say_what_sandbox_tool_says_and_name_unknown_arguments(
+    tmp_path: Path,
+) -> None:
+    """The SDK's checks of a call's arguments read as sandbox_tool's (the argument, what is
+    wrong; no pydantic text, no URL), and an argument the tool does not take is refused by
+    name instead of dropped: a misspelt timeout does not run the code without one."""
+    from rewyn_kernel.runtime import create, sandbox_tool
+    from rewyn_kernel.runtime.sandbox import SubprocessProvider
+    from rewyn_kernel.tools import ToolArgumentsError
+
+    same_schema: list[dict[str, Any]] = [
+        {"code": 123},
+        {},
+        {"code": "1", "timeout": -1},
+        {"code": "1", "timeout": "x"},
+    ]
+    expected = []
+    with create(provider=SubprocessProvider(), timeout=5) as box:
+        tool = sandbox_tool(box, "run_python")
+        for arguments in same_schema:
+            with pytest.raises(ToolArgumentsError) as raised:
+                tool.validate(arguments)
+            expected.append(str(raised.value))
+    assert expected[0] == (
+        "invalid arguments for tool 'run_python': 'code' must be a string, not an integer"
+    )
+    others: list[tuple[str, dict[str, Any], str]] = [
+        (
+            "run_python",
+            {"source": "print(1)"},
+            "invalid arguments for tool 'run_python': missing required argument 'code'; "
+            "unknown argument 'source' (allowed: 'code', 'session', 'timeout')",
+        ),
+        (
+            "run_python",
+            {"code": "print('ran')", "timout": 1},
+            "invalid arguments for tool 'run_python': unknown argument 'timout' (allowed: "
+            "'code', 'session', 'timeout')",
+        ),
+        (
+            "read_file",
+            {"path": "x", "encoding": "utf8", "max_bytes": 0},
+            "invalid arguments for tool 'read_file': 'max_bytes' must be greater than 0 (got 0); "
+            "'encoding' must be one of 'auto', 'text', 'base64'",
+        ),
+        (
+            "write_file",
+            {"path": 7, "content": None},
+            "invalid arguments for tool 'write_file': 'path' must be a string, not an integer; "
+            "'content' must be a string, not null",
+        ),
+    ]
+
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl", "--timeout", "5") as c:
+            for listed in (await c.list_tools()).tools:
+                assert listed.input_schema["additionalProperties"] is False, listed.name
+            for arguments, said in zip(same_schema, expected, strict=True):
+                result = await c.call_tool("run_python", arguments)
+                assert result.is_error
+                assert text_of(result) == said
+            for name, arguments, said in others:
+                result = await c.call_tool(name, arguments)
+                assert result.is_error
+                assert text_of(result) == said
+            listing = await c.call_tool("list_sessions", {})
+            assert listing.structured_content is not None
+            assert listing.structured_content["sessions"] == []  # (nothing ran)
+            fine = await c.call_tool("run_python", {"code": "print(6 * 7)", "timeout": "3"})
+            assert fine.structured_content is not None  # (a number as a string: still taken)
+            assert fine.structured_content["stdout"] == "42\n"
 
     run(body)
 
