@@ -802,3 +802,104 @@ def test_review_of_an_mcp_run_shows_what_the_agent_saw_per_session(tmp_path: Pat
     # It reads without any kernel: rendered to HTML with nothing installed for it.
     html, _ = HTMLExporter().from_notebook_node(nb)  # type: ignore[no-untyped-call]
     assert "alpha one" in html
+
+
+def start_http(run_log: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``rewyn-kernel mcp --http PORT`` with no token given, once it listens."""
+    process = subprocess.Popen(
+        [sys.executable, *server_args(run_log, "--http", str(port))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+            return process
+        except httpx2.TransportError:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the server did not listen"
+            time.sleep(0.1)
+
+
+def stop_http(process: subprocess.Popen[bytes]) -> str:
+    """Stop the server; what it wrote to stderr."""
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=20)
+    return stderr.decode()
+
+
+def test_a_token_made_once_is_kept_for_every_start(tmp_path: Path) -> None:
+    """Without --token the server makes one at its first start and keeps it in the Jupyter
+    data directory (0600), saying where; the next start takes the same one, so a client's
+    saved header keeps working. A kept token others can read is refused, with the fix."""
+    data = tmp_path / "jupyter-data"
+    env = {k: v for k, v in os.environ.items() if k != "REWYN_MCP_TOKEN"}
+    env["JUPYTER_DATA_DIR"] = str(data)
+    kept = data / "rewyn-kernel" / "mcp-token"
+    accept = {"Accept": "application/json, text/event-stream"}
+    tokens = []
+    for start in ("made now", "made earlier"):
+        port = free_port()
+        process = start_http(tmp_path / "run.jsonl", port, env)
+        try:
+            token = kept.read_text().strip()
+            tokens.append(token)
+            url = f"http://127.0.0.1:{port}/mcp"
+            refused = httpx2.post(url, json=HELLO, headers=accept, timeout=5)
+            assert refused.status_code == 401
+            good = {**accept, "Authorization": f"Bearer {token}"}
+            assert httpx2.post(url, json=HELLO, headers=good, timeout=5).status_code == 200
+        finally:
+            stderr = stop_http(process)
+        assert f"bearer token: in {kept} ({start};" in stderr
+        assert token not in stderr  # (its file is named; the token itself is not logged)
+    assert tokens[0] == tokens[1]
+    assert len(tokens[0]) >= 32
+    assert oct(kept.stat().st_mode & 0o777) == oct(0o600)
+    assert oct(kept.parent.stat().st_mode & 0o777) == oct(0o700)
+    assert [path.name for path in kept.parent.iterdir()] == ["mcp-token"]  # (no staged file)
+
+    kept.chmod(0o644)
+    done = subprocess.run(
+        [sys.executable, *server_args(tmp_path / "run.jsonl", "--http", str(free_port()))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{kept} can be read by other users (mode 0644): delete {kept}" in done.stderr
+
+
+def test_servers_that_start_together_keep_one_token_and_a_link_is_refused(tmp_path: Path) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rewyn_kernel.mcp.token import TokenError, kept_token
+
+    path = tmp_path / "data" / "mcp-token"
+    gate = threading.Barrier(8)
+
+    def start() -> tuple[str, bool]:
+        gate.wait()
+        return kept_token(path)
+
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda _: start(), range(8)))
+    assert len({token for token, _ in found}) == 1
+    assert sum(made for _, made in found) == 1
+    assert [p.name for p in path.parent.iterdir()] == ["mcp-token"]
+
+    elsewhere = tmp_path / "elsewhere"
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere)
+    with pytest.raises(TokenError, match="cannot be read"):
+        kept_token(path)
+    path.unlink()
+    path.write_text("short\n")
+    path.chmod(0o600)
+    with pytest.raises(TokenError, match="holds no token"):
+        kept_token(path)

@@ -6,15 +6,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import secrets
 import sys
 from pathlib import Path
 
 from rewyn_kernel.mcp.options import MCP_TIMEOUT, SANDBOX_OPTIONS, ServerOptions, default_run_log
+from rewyn_kernel.mcp.token import MIN_CHARS, TOKEN_VARIABLE, TokenError, kept_token, token_file
 from rewyn_kernel.settings import add_options, from_options
 from rewyn_kernel.tools import RiskLevel
 
-TOKEN_VARIABLE = "REWYN_MCP_TOKEN"
 LEVELS = [level.value for level in RiskLevel]
 
 
@@ -37,8 +36,8 @@ def add_parser(
     )
     parser.add_argument(
         "--token",
-        help=f"the bearer token for --http (default: ${TOKEN_VARIABLE}, else one is made and "
-        "printed to stderr)",
+        help=f"the bearer token for --http (default: ${TOKEN_VARIABLE}, else the one kept in "
+        "<Jupyter data dir>/rewyn-kernel/mcp-token, made there (0600) at the first start)",
     )
     parser.add_argument(
         "--max-sessions", type=int, default=8, help="sessions open at once, at most (default 8)"
@@ -117,6 +116,27 @@ def address(text: str, parser: argparse.ArgumentParser) -> tuple[str, int]:
     return host, int(port)
 
 
+def bearer_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
+    """The token every HTTP request must carry: given, else the kept one (``token.py``), whose
+    file stderr names; None when the kept one cannot be used (stderr says why)."""
+    token: str | None = args.token or os.environ.get(TOKEN_VARIABLE)
+    if token:
+        if len(token) < MIN_CHARS:
+            parser.error(f"the token must be at least {MIN_CHARS} characters")
+        return token
+    try:
+        token, made = kept_token()
+    except TokenError as exc:
+        print(f"rewyn-kernel mcp: {exc}", file=sys.stderr)
+        return None
+    print(
+        f"bearer token: in {token_file()} ({'made now' if made else 'made earlier'}; the same "
+        f"at every start, readable by this user only); --token or ${TOKEN_VARIABLE} give another",
+        file=sys.stderr,
+    )
+    return token
+
+
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     options = options_from(args, parser)
     try:
@@ -131,6 +151,13 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             file=sys.stderr,
         )
         return 2
+    http: tuple[str, int, str] | None = None
+    if args.http is not None:
+        where = address(args.http, parser)
+        token = bearer_token(args, parser)
+        if token is None:
+            return 2
+        http = (*where, token)
     options = dataclasses.replace(options, run_log=options.run_log or default_run_log())
     level, reasons = risk_of_server(options)
     server = build_server(options)
@@ -139,18 +166,12 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         f"run log: {options.run_log}",
         file=sys.stderr,
     )
-    if args.http is None:
+    if http is None:
         import anyio
 
         anyio.run(serve_stdio, server)
         return 0
-    host, port = address(args.http, parser)
-    token = args.token or os.environ.get(TOKEN_VARIABLE)
-    if not token:
-        token = secrets.token_urlsafe(32)
-        print(f"bearer token (--token or ${TOKEN_VARIABLE} choose one): {token}", file=sys.stderr)
-    elif len(token) < 16:
-        parser.error("the token must be at least 16 characters")
+    host, port, token = http
     print(f"serving MCP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
     serve_http(server, host, port, token)
     return 0
