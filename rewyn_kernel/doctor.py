@@ -4,8 +4,9 @@ Each provider first checks its pieces (the interpreter, bwrap and the namespaces
 and its image). A provider whose pieces are all there then starts a real sandbox, with the
 interpreter it will use, and runs code in it: only a provider that did is reported usable, and
 one that did not shows what its start wrote to stderr (a path the sandbox cannot see, an
-interpreter that fails). Then the kernel's own pieces: the kernelspec Jupyter would start and
-the JupyterLab extension.
+interpreter that fails). Then which provider ``create()``, the kernel and ``rewyn-kernel mcp``
+choose here, and the kernel's own pieces: the kernelspec Jupyter would start and the JupyterLab
+extension.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rewyn_kernel.kernel import kernelspec
+from rewyn_kernel.mcp.provider_choice import choose
 from rewyn_kernel.runtime import BubblewrapProvider, local_provider
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
 from rewyn_kernel.runtime.host.cgroup import cgroup_support
@@ -100,6 +102,7 @@ def doctor(image: str, oci_runtimes: Sequence[str], *, python: str | None = None
     print(f"default provider (create() and the kernel's provider=auto): {default.name}")
     if isinstance(default, SubprocessProvider) and default.instead_of_bubblewrap:
         print(f"   the host's files are open to the code: {default.instead_of_bubblewrap}")
+    print(f"rewyn-kernel mcp without --provider (and --image {image}): {choose(image).said}")
     print("jupyter:")
     print_items(jupyter_checks())
     return 0 if usable else 1

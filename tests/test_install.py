@@ -92,6 +92,12 @@ def test_doctor_says_when_bubblewrap_is_missing_and_the_files_are_open(fresh: Pa
     assert "bwrap is not installed (the package bubblewrap)" in text
     assert "default provider (create() and the kernel's provider=auto): subprocess\n" in text
     assert "the host's files are open to the code: bwrap is not installed" in text
+    assert (
+        "rewyn-kernel mcp without --provider (and --image python:3.13-slim): subprocess, which "
+        "leaves the host's files open to the code (bubblewrap cannot run here: bwrap is not "
+        "installed (the package bubblewrap); no container engine answers with the image "
+        "python:3.13-slim: docker: binary: docker is not on PATH;"
+    ) in text
 
 
 def test_install_run_and_review(fresh: Path, tmp_path: Path) -> None:

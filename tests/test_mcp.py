@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -21,12 +22,13 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.session import ClientRequestContext, ElicitationFnT
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from rewyn_kernel.runtime.events import JsonlRunLog
 
-from .conftest import processes_with, wait_until_gone
+from .conftest import TEST_IMAGE, engine_problem, processes_with, unavailable, wait_until_gone
 
 PNG = b"\x89PNG\r\n\x1a\n"
 Elicitor = ElicitationFnT
@@ -38,15 +40,19 @@ def server_args(run_log: Path, *extra: str) -> list[str]:
 
 @asynccontextmanager
 async def stdio_server(
-    run_log: Path, *extra: str, elicit: Elicitor | None = None, errlog: Path | None = None
+    run_log: Path,
+    *extra: str,
+    elicit: Elicitor | None = None,
+    errlog: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
+    """The server over stdio, as a client starts it; its stderr goes to ``errlog``."""
     params = StdioServerParameters(
-        command=sys.executable, args=server_args(run_log, *extra), env=dict(os.environ)
+        command=sys.executable, args=server_args(run_log, *extra), env=env or dict(os.environ)
     )
     with open(errlog or os.devnull, "w") as err:
-        async with Client(params, elicitation_callback=elicit) as client:
+        async with Client(stdio_client(params, errlog=err), elicitation_callback=elicit) as client:
             yield client
-    _ = err
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -903,3 +909,85 @@ def test_servers_that_start_together_keep_one_token_and_a_link_is_refused(tmp_pa
     path.chmod(0o600)
     with pytest.raises(TokenError, match="holds no token"):
         kept_token(path)
+
+
+# -- where the sandboxes run -------------------------------------------------------------------
+
+
+def without_bubblewrap(tmp_path: Path, *tools: str) -> dict[str, str]:
+    """An environment whose PATH holds only ``tools`` (links to the host's): no bwrap, as on
+    macOS, Windows or a Linux without the package."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in tools:
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (folder / tool).symlink_to(found)
+    return {**os.environ, "PATH": str(folder)}
+
+
+def test_without_bubblewrap_the_server_runs_in_a_container_an_engine_answers_for(
+    tmp_path: Path,
+) -> None:
+    """No bwrap, docker answering with the image: the sandboxes are containers (low risk, so
+    the default policy runs the calls), and the server says so when it starts."""
+    if (problem := engine_problem("docker")) is not None:
+        unavailable(f"docker is not usable here ({problem}); run scripts/container-engines.sh")
+    env = without_bubblewrap(tmp_path, "docker")
+    errlog = tmp_path / "stderr.txt"
+
+    async def body() -> None:
+        async with stdio_server(
+            tmp_path / "run.jsonl", "--image", TEST_IMAGE, errlog=errlog, env=env
+        ) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert listed["run_python"].title == "Run Python (low risk)"
+            assert "(container/docker; network isolated;" in (
+                listed["run_python"].description or ""
+            )
+            ran = await client.call_tool(
+                "run_python",
+                {"code": "import os\nprint(os.getcwd(), os.path.exists('/.dockerenv'))"},
+            )
+            assert ran.structured_content is not None
+            assert ran.structured_content["stdout"] == "/scratch True\n"
+
+    run(body)
+    said = errlog.read_text()
+    assert (
+        f"rewyn-kernel mcp: sandboxes run on container/docker, image {TEST_IMAGE} (bubblewrap "
+        "cannot run here: bwrap is not installed (the package bubblewrap); docker answers and "
+        "has the image)\n"
+    ) in said
+    assert "rewyn-kernel mcp: run_python is low risk (container/docker: no network" in said
+
+
+def test_without_bubblewrap_or_an_engine_with_the_image_the_server_says_what_would_fix_it(
+    tmp_path: Path,
+) -> None:
+    """docker answers but has no such image (podman is not there): the local fallback, and a
+    start line that names each engine's problem and the fix."""
+    if (problem := engine_problem("docker")) is not None:
+        unavailable(f"docker is not usable here ({problem}); run scripts/container-engines.sh")
+    env = without_bubblewrap(tmp_path, "docker")
+    errlog = tmp_path / "stderr.txt"
+    image = "rewyn-no-such-image:0"
+
+    async def body() -> None:
+        async with stdio_server(
+            tmp_path / "run.jsonl", "--image", image, errlog=errlog, env=env
+        ) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert "(subprocess;" in (listed["run_python"].description or "")
+
+    run(body)
+    said = errlog.read_text()
+    assert (
+        "rewyn-kernel mcp: sandboxes run on subprocess, which leaves the host's files open to "
+        "the code (bubblewrap cannot run here: bwrap is not installed (the package "
+        f"bubblewrap); no container engine answers with the image {image}: docker: image: "
+        f"{image} is not present: docker pull {image}; podman: binary: podman is not on PATH; "
+        "nerdctl: binary: nerdctl is not on PATH). To keep them out of reach, install "
+        "bubblewrap (Linux), or run Docker Desktop or podman with the image (docker pull "
+        f"{image}, or --image NAME for one you have), then restart the server\n"
+    ) in said
