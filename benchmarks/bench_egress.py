@@ -99,9 +99,9 @@ def main() -> None:
     try:
         with local_servers(folder) as servers:
             ca = str(servers.ca_file)
-            common = {"env": {"SSL_CERT_FILE": ca}, "read_dirs": [folder], "timeout": 3600.0}
+            env, shown = {"SSL_CERT_FILE": ca}, [folder]
             http, https = servers.http_port, servers.https_port
-            with create(network="allow", **common) as direct_box:
+            with create(network="allow", env=env, read_dirs=shown, timeout=3600.0) as direct_box:
                 direct = measure(direct_box, servers, size, runs, count, direct=True)
             listed = [
                 f"files.test:{http}",
@@ -109,7 +109,7 @@ def main() -> None:
                 f"127.0.0.1:{http}",
                 f"127.0.0.1:{https}",
             ]
-            with create(network=listed, **common) as proxied_box:
+            with create(network=listed, env=env, read_dirs=shown, timeout=3600.0) as proxied_box:
                 provider = proxied_box.isolation.provider
                 proxied = measure(proxied_box, servers, size, runs, count)
     finally:

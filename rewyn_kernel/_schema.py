@@ -9,7 +9,7 @@ tool is made, a schema that uses anything else, so that no keyword is silently l
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 OBJECT_KEYWORDS = frozenset(
@@ -68,50 +68,90 @@ def check_schema(schema: Mapping[str, Any]) -> None:
 def problems(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> list[str]:
     """Return what is wrong with ``arguments`` under ``schema``, in words; [] when valid."""
     properties: Mapping[str, Any] = schema.get("properties", {})
-    found = [
-        f"missing required argument {name!r}"
-        for name in schema.get("required", ())
-        if name not in arguments
-    ]
+    found = [missing(name) for name in schema.get("required", ()) if name not in arguments]
     if schema.get("additionalProperties", True) is False:
         extra = sorted(set(arguments) - set(properties))
         if extra:
-            allowed = ", ".join(repr(name) for name in properties) or "none"
-            found.append(
-                f"unknown argument{'s' if len(extra) > 1 else ''} "
-                f"{', '.join(repr(name) for name in extra)} (allowed: {allowed})"
-            )
+            found.append(unknown(extra, properties))
     for name, value in arguments.items():
         if name in properties:
             found.extend(_value_problems(name, properties[name], value))
     return found
 
 
+def message(tool: str, found: Sequence[str]) -> str:
+    """The one line that refuses a call to ``tool`` for the ``found`` problems."""
+    return f"invalid arguments for tool {tool!r}: " + "; ".join(found)
+
+
+# -- the words for each problem (the MCP server's argument errors use them too) -----------------
+
+
+def missing(name: str) -> str:
+    return f"missing required argument {name!r}"
+
+
+def unknown(extra: Sequence[str], allowed: Iterable[str]) -> str:
+    """Arguments the tool does not take, named, with the ones it does."""
+    names = ", ".join(repr(name) for name in allowed) or "none"
+    plural = "s" if len(extra) > 1 else ""
+    return f"unknown argument{plural} {', '.join(repr(name) for name in extra)} (allowed: {names})"
+
+
+def wrong_type(name: str, kind: str, value: Any) -> str:
+    """``kind``: a JSON Schema type (string, number, integer, boolean)."""
+    return f"{name!r} must be {_JSON_TYPES[kind]}, not {_describe(value)}"
+
+
+def not_one_of(name: str, allowed: Iterable[Any]) -> str:
+    return f"{name!r} must be one of {', '.join(map(repr, allowed))}"
+
+
+def not_finite(name: str) -> str:
+    return f"{name!r} must be a finite number"
+
+
+def out_of_bounds(name: str, keyword: str, limit: Any, value: Any) -> str:
+    """``keyword``: the JSON Schema bound the value breaks (minimum, exclusiveMinimum, maximum,
+    exclusiveMaximum, minLength, maxLength); ``value``: the argument."""
+    if keyword == "minLength":
+        return f"{name!r} must have at least {limit:,} characters"
+    if keyword == "maxLength":
+        return f"{name!r} must have at most {limit:,} characters (got {len(value):,})"
+    return f"{name!r} must be {_BOUNDS[keyword]} {limit} (got {value})"
+
+
+_BOUNDS = {
+    "minimum": "at least",
+    "exclusiveMinimum": "greater than",
+    "maximum": "at most",
+    "exclusiveMaximum": "less than",
+}
+
+
 def _value_problems(name: str, prop: Mapping[str, Any], value: Any) -> list[str]:
     kind = prop["type"]
     if not _has_type(value, kind):
-        return [f"{name!r} must be {_JSON_TYPES[kind]}, not {_describe(value)}"]
+        return [wrong_type(name, kind, value)]
     if "enum" in prop and value not in prop["enum"]:
-        return [f"{name!r} must be one of {', '.join(map(repr, prop['enum']))}"]
+        return [not_one_of(name, prop["enum"])]
     found = []
     if kind in ("number", "integer"):
         if not math.isfinite(value):
-            return [f"{name!r} must be a finite number"]
+            return [not_finite(name)]
         if "minimum" in prop and value < prop["minimum"]:
-            found.append(f"{name!r} must be at least {prop['minimum']} (got {value})")
+            found.append(out_of_bounds(name, "minimum", prop["minimum"], value))
         if "exclusiveMinimum" in prop and value <= prop["exclusiveMinimum"]:
-            found.append(f"{name!r} must be greater than {prop['exclusiveMinimum']} (got {value})")
+            found.append(out_of_bounds(name, "exclusiveMinimum", prop["exclusiveMinimum"], value))
         if "maximum" in prop and value > prop["maximum"]:
-            found.append(f"{name!r} must be at most {prop['maximum']} (got {value})")
+            found.append(out_of_bounds(name, "maximum", prop["maximum"], value))
         if "exclusiveMaximum" in prop and value >= prop["exclusiveMaximum"]:
-            found.append(f"{name!r} must be less than {prop['exclusiveMaximum']} (got {value})")
+            found.append(out_of_bounds(name, "exclusiveMaximum", prop["exclusiveMaximum"], value))
     if kind == "string":
         if "minLength" in prop and len(value) < prop["minLength"]:
-            found.append(f"{name!r} must have at least {prop['minLength']:,} characters")
+            found.append(out_of_bounds(name, "minLength", prop["minLength"], value))
         if "maxLength" in prop and len(value) > prop["maxLength"]:
-            found.append(
-                f"{name!r} must have at most {prop['maxLength']:,} characters (got {len(value):,})"
-            )
+            found.append(out_of_bounds(name, "maxLength", prop["maxLength"], value))
     return found
 
 

@@ -16,15 +16,8 @@ from jupyter_core.paths import jupyter_path
 
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel import kernelspec
-from rewyn_kernel.runtime import BubblewrapProvider, JsonlRunLog, create, local_provider
-from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
-from rewyn_kernel.runtime.host.cgroup import cgroup_support
-from rewyn_kernel.runtime.sandbox import (
-    CheckItem,
-    SandboxProvider,
-    SandboxResult,
-    SubprocessProvider,
-)
+from rewyn_kernel.runtime import JsonlRunLog, create
+from rewyn_kernel.runtime.sandbox import SandboxResult
 from rewyn_kernel.settings import SANDBOX_SETTINGS, KernelSettings, add_options, from_options
 
 DESCRIPTION = (
@@ -120,80 +113,6 @@ def demo() -> int:
             for note in isolation.notes:
                 print(f"   note: {note}")
     return 0
-
-
-def doctor(image: str, oci_runtimes: Sequence[str]) -> int:
-    """Say, per provider, what works on this machine and what is missing; then the kernel's
-    own pieces: the kernelspec Jupyter would start, and the JupyterLab extension."""
-    providers: list[SandboxProvider] = [BubblewrapProvider(), SubprocessProvider()]
-    for cli in ("docker", "podman", "nerdctl"):
-        providers.append(ContainerProvider(image=image, runtime=cli))
-        providers += [
-            ContainerProvider(image=image, runtime=cli, oci_runtime=oci) for oci in oci_runtimes
-        ]
-    usable = 0
-    for provider in providers:
-        items = provider.check()
-        ok = all(item.ok for item in items)
-        usable += ok
-        print(f"{provider.name}: {'usable' if ok else 'NOT usable'}")
-        _print_items(items)
-    support = cgroup_support()
-    mark = "ok" if support.parent is not None else "!!"
-    print("memory cgroups (one memory cap for all of a local sandbox's processes):")
-    print(f"   [{mark}] {support.detail}" + ("" if support.parent else ": the cap is per process"))
-    default = local_provider()
-    print(f"default provider (create() and the kernel's provider=auto): {default.name}")
-    if isinstance(default, SubprocessProvider) and default.instead_of_bubblewrap:
-        print(f"   the host's files are open to the code: {default.instead_of_bubblewrap}")
-    print("jupyter:")
-    _print_items(_jupyter_checks())
-    return 0 if usable else 1
-
-
-def _print_items(items: Sequence[CheckItem]) -> None:
-    for item in items:
-        print(f"   [{'ok' if item.ok else '!!'}] {item.name}: {item.detail}")
-
-
-def _jupyter_checks() -> list[CheckItem]:
-    """The sandbox kernel's kernelspecs Jupyter finds here, and the frontend extension."""
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    manager = KernelSpecManager()
-    ours = []
-    for name, folder in sorted(manager.find_kernel_specs().items()):
-        try:
-            argv = manager.get_kernel_spec(name).argv
-        except (OSError, ValueError):
-            continue
-        if kernelspec.launches_sandbox_kernel(list(argv)):
-            ours.append(f"{name} ({folder})")
-    items = [
-        CheckItem(
-            "kernelspec",
-            bool(ours),
-            "; ".join(ours)
-            or f"none: pip install rewyn-kernel puts {kernelspec.KERNEL_NAME} in place, or "
-            "rewyn-kernel install --user",
-        )
-    ]
-    extension = [
-        Path(folder) / "rewyn-kernel" / "package.json"
-        for folder in jupyter_path("labextensions")
-        if (Path(folder) / "rewyn-kernel" / "package.json").is_file()
-    ]
-    items.append(
-        CheckItem(
-            "labextension",
-            bool(extension),
-            str(extension[0].parent)
-            if extension
-            else "not found: JupyterLab and Notebook 7 will not keep events in cell metadata "
-            "(reinstall rewyn-kernel into the environment Jupyter runs in)",
-        )
-    )
-    return items
 
 
 SETTING_OPTIONS = (
@@ -347,19 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"rewyn-kernel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the runtime's examples in real sandboxes")
-    check = commands.add_parser(
-        "doctor",
-        help="check what each provider can do here, the kernelspec and the JupyterLab extension",
-    )
-    check.add_argument(
-        "--image", default=DEFAULT_IMAGE, help=f"image the containers use (default {DEFAULT_IMAGE})"
-    )
-    check.add_argument(
-        "--oci-runtime",
-        action="append",
-        default=[],
-        help="also check this OCI runtime (e.g. runsc for gVisor); repeatable",
-    )
+    from rewyn_kernel import doctor
+
+    doctor.add_parser(commands)
     install_parser = _add_install_parser(commands)
     run_parser = _add_run_parser(commands)
     from rewyn_kernel.notebooks import review  # here, so importing cli does not load nbformat
@@ -384,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return mcp_command.main(args, mcp_parser)
     if args.command == "files":
         return files_command.main(args, files_parser)
-    return doctor(args.image, args.oci_runtime)
+    return doctor.main(args)
 
 
 if __name__ == "__main__":

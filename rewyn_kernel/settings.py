@@ -39,6 +39,7 @@ from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
 
 __all__ = [
     "CONTAINER_CLIS",
+    "CONTAINER_ONLY",
     "KERNEL_CLASS",
     "KERNEL_TIMEOUT",
     "KernelSettings",
@@ -72,8 +73,9 @@ SANDBOX_SETTINGS = (
 )
 """The settings of where the code runs and under which limits, in the order commands list
 their options (``rewyn-kernel install``/``run``/``mcp`` and the magic take these and more)."""
-_CONTAINER_ONLY = ("image", "container_runtime", "oci_runtime")
-_PROVIDER_FIELDS = ("provider", *_CONTAINER_ONLY)
+CONTAINER_ONLY = ("image", "container_runtime", "oci_runtime")
+"""The settings only the container provider reads."""
+_PROVIDER_FIELDS = ("provider", *CONTAINER_ONLY)
 # One argv token that no CLI can read as an option: no leading '-', no whitespace, and no
 # leading quote (traitlets strips a pair of surrounding quotes from string values).
 _TOKEN = re.compile(r"^[A-Za-z0-9_./][^\s]*$")
@@ -186,7 +188,7 @@ class KernelSettings(SandboxSpec):
 
     @model_validator(mode="after")
     def _check_provider(self) -> KernelSettings:
-        stray = [name for name in _CONTAINER_ONLY if name in self.model_fields_set]
+        stray = [name for name in CONTAINER_ONLY if name in self.model_fields_set]
         if stray and self.provider != "container":
             raise ValueError(
                 f"only the container provider uses {', '.join(stray)}: "
@@ -516,7 +518,7 @@ def from_options(
         if error is None:
             raise
         error(str(exc))
-    stray = [OPTIONS[name].flag for name in _CONTAINER_ONLY if name in values]
+    stray = [OPTIONS[name].flag for name in CONTAINER_ONLY if name in values]
     provider = values.get("provider", base.provider if base else "subprocess")
     try:
         if stray and provider != "container":

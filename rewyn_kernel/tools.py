@@ -199,9 +199,7 @@ class Tool:
             )
         found = _schema.problems(self.input_schema, arguments)
         if found:
-            raise ToolArgumentsError(
-                f"invalid arguments for tool {self.name!r}: " + "; ".join(found)
-            )
+            raise ToolArgumentsError(_schema.message(self.name, found))
         return dict(arguments)
 
     def call(self, arguments: str | bytes | Mapping[str, Any]) -> dict[str, Any]:

@@ -196,6 +196,7 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "rewyn_kernel.settings": [
         "CONTAINER_CLIS",
+        "CONTAINER_ONLY",
         "KERNEL_CLASS",
         "KERNEL_TIMEOUT",
         "KernelSettings",

@@ -71,6 +71,9 @@ def test_help_names_every_command(fresh: Path) -> None:
 def test_doctor_finds_the_provider_the_kernelspec_and_the_extension(fresh: Path) -> None:
     text = command(fresh, "doctor")
     assert "subprocess: usable" in text
+    # (each usable provider proved by a real sandbox, with the venv's own interpreter)
+    assert f"   [ok] python: {fresh}/python" in text
+    assert text.count("   [ok] start: a sandbox ran Python 3.") >= 1 + probe_bubblewrap().works
     found = probe_bubblewrap()
     assert ("bubblewrap: usable" in text) is found.works, text
     default = "bubblewrap" if found.works else "subprocess"
@@ -89,6 +92,12 @@ def test_doctor_says_when_bubblewrap_is_missing_and_the_files_are_open(fresh: Pa
     assert "bwrap is not installed (the package bubblewrap)" in text
     assert "default provider (create() and the kernel's provider=auto): subprocess\n" in text
     assert "the host's files are open to the code: bwrap is not installed" in text
+    assert (
+        "rewyn-kernel mcp without --provider (and --image python:3.13-slim): subprocess, which "
+        "leaves the host's files open to the code (bubblewrap cannot run here: bwrap is not "
+        "installed (the package bubblewrap); no container engine answers with the image "
+        "python:3.13-slim: docker: binary: docker is not on PATH;"
+    ) in text
 
 
 def test_install_run_and_review(fresh: Path, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -18,14 +19,16 @@ from typing import Any
 
 import anyio
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters, types
 from mcp.client.session import ClientRequestContext, ElicitationFnT
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from rewyn_kernel.runtime.events import JsonlRunLog
 
-from .conftest import processes_with, wait_until_gone
+from .conftest import TEST_IMAGE, engine_problem, processes_with, unavailable, wait_until_gone
 
 PNG = b"\x89PNG\r\n\x1a\n"
 Elicitor = ElicitationFnT
@@ -37,15 +40,19 @@ def server_args(run_log: Path, *extra: str) -> list[str]:
 
 @asynccontextmanager
 async def stdio_server(
-    run_log: Path, *extra: str, elicit: Elicitor | None = None, errlog: Path | None = None
+    run_log: Path,
+    *extra: str,
+    elicit: Elicitor | None = None,
+    errlog: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Client]:
+    """The server over stdio, as a client starts it; its stderr goes to ``errlog``."""
     params = StdioServerParameters(
-        command=sys.executable, args=server_args(run_log, *extra), env=dict(os.environ)
+        command=sys.executable, args=server_args(run_log, *extra), env=env or dict(os.environ)
     )
     with open(errlog or os.devnull, "w") as err:
-        async with Client(params, elicitation_callback=elicit) as client:
+        async with Client(stdio_client(params, errlog=err), elicitation_callback=elicit) as client:
             yield client
-    _ = err
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -289,11 +296,8 @@ def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) ->
             tmp_path / "run.jsonl", "--max-sessions", "2", "--timeout", "5"
         ) as c:
             calls: list[tuple[str, dict[str, Any], str]] = [
-                ("run_python", {"code": 123}, "valid string"),
-                ("run_python", {}, "Field required"),
                 ("run_python", {"code": "1", "session": "../x"}, "bad session name"),
                 ("run_python", {"code": "1", "timeout": 60}, "over this server's limit"),
-                ("run_python", {"code": "1", "timeout": -1}, "greater than 0"),
                 ("read_file", {"path": "../../etc/passwd"}, "leads out"),
                 ("read_file", {"path": "/etc/passwd"}, "relative"),
                 ("read_file", {"path": "missing.txt"}, "no such file"),
@@ -330,6 +334,81 @@ def test_bad_arguments_are_tool_errors_and_the_server_goes_on(tmp_path: Path) ->
             assert "is new: the previous one was closed by close_session" in (
                 again.structured_content["note"] or ""
             )
+
+    run(body)
+
+
+def test_argument_errors_say_what_sandbox_tool_says_and_name_unknown_arguments(
+    tmp_path: Path,
+) -> None:
+    """The SDK's checks of a call's arguments read as sandbox_tool's (the argument, what is
+    wrong; no pydantic text, no URL), and an argument the tool does not take is refused by
+    name instead of dropped: a misspelt timeout does not run the code without one."""
+    from rewyn_kernel.runtime import create, sandbox_tool
+    from rewyn_kernel.runtime.sandbox import SubprocessProvider
+    from rewyn_kernel.tools import ToolArgumentsError
+
+    same_schema: list[dict[str, Any]] = [
+        {"code": 123},
+        {},
+        {"code": "1", "timeout": -1},
+        {"code": "1", "timeout": "x"},
+    ]
+    expected = []
+    with create(provider=SubprocessProvider(), timeout=5) as box:
+        tool = sandbox_tool(box, "run_python")
+        for arguments in same_schema:
+            with pytest.raises(ToolArgumentsError) as raised:
+                tool.validate(arguments)
+            expected.append(str(raised.value))
+    assert expected[0] == (
+        "invalid arguments for tool 'run_python': 'code' must be a string, not an integer"
+    )
+    others: list[tuple[str, dict[str, Any], str]] = [
+        (
+            "run_python",
+            {"source": "print(1)"},
+            "invalid arguments for tool 'run_python': missing required argument 'code'; "
+            "unknown argument 'source' (allowed: 'code', 'session', 'timeout')",
+        ),
+        (
+            "run_python",
+            {"code": "print('ran')", "timout": 1},
+            "invalid arguments for tool 'run_python': unknown argument 'timout' (allowed: "
+            "'code', 'session', 'timeout')",
+        ),
+        (
+            "read_file",
+            {"path": "x", "encoding": "utf8", "max_bytes": 0},
+            "invalid arguments for tool 'read_file': 'max_bytes' must be greater than 0 (got 0); "
+            "'encoding' must be one of 'auto', 'text', 'base64'",
+        ),
+        (
+            "write_file",
+            {"path": 7, "content": None},
+            "invalid arguments for tool 'write_file': 'path' must be a string, not an integer; "
+            "'content' must be a string, not null",
+        ),
+    ]
+
+    async def body() -> None:
+        async with stdio_server(tmp_path / "run.jsonl", "--timeout", "5") as c:
+            for listed in (await c.list_tools()).tools:
+                assert listed.input_schema["additionalProperties"] is False, listed.name
+            for arguments, said in zip(same_schema, expected, strict=True):
+                result = await c.call_tool("run_python", arguments)
+                assert result.is_error
+                assert text_of(result) == said
+            for name, arguments, said in others:
+                result = await c.call_tool(name, arguments)
+                assert result.is_error
+                assert text_of(result) == said
+            listing = await c.call_tool("list_sessions", {})
+            assert listing.structured_content is not None
+            assert listing.structured_content["sessions"] == []  # (nothing ran)
+            fine = await c.call_tool("run_python", {"code": "print(6 * 7)", "timeout": "3"})
+            assert fine.structured_content is not None  # (a number as a string: still taken)
+            assert fine.structured_content["stdout"] == "42\n"
 
     run(body)
 
@@ -729,3 +808,186 @@ def test_review_of_an_mcp_run_shows_what_the_agent_saw_per_session(tmp_path: Pat
     # It reads without any kernel: rendered to HTML with nothing installed for it.
     html, _ = HTMLExporter().from_notebook_node(nb)  # type: ignore[no-untyped-call]
     assert "alpha one" in html
+
+
+def start_http(run_log: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """``rewyn-kernel mcp --http PORT`` with no token given, once it listens."""
+    process = subprocess.Popen(
+        [sys.executable, *server_args(run_log, "--http", str(port))],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx2.get(f"http://127.0.0.1:{port}/mcp", timeout=1)
+            return process
+        except httpx2.TransportError:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the server did not listen"
+            time.sleep(0.1)
+
+
+def stop_http(process: subprocess.Popen[bytes]) -> str:
+    """Stop the server; what it wrote to stderr."""
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=20)
+    return stderr.decode()
+
+
+def test_a_token_made_once_is_kept_for_every_start(tmp_path: Path) -> None:
+    """Without --token the server makes one at its first start and keeps it in the Jupyter
+    data directory (0600), saying where; the next start takes the same one, so a client's
+    saved header keeps working. A kept token others can read is refused, with the fix."""
+    data = tmp_path / "jupyter-data"
+    env = {k: v for k, v in os.environ.items() if k != "REWYN_MCP_TOKEN"}
+    env["JUPYTER_DATA_DIR"] = str(data)
+    kept = data / "rewyn-kernel" / "mcp-token"
+    accept = {"Accept": "application/json, text/event-stream"}
+    tokens = []
+    for start in ("made now", "made earlier"):
+        port = free_port()
+        process = start_http(tmp_path / "run.jsonl", port, env)
+        try:
+            token = kept.read_text().strip()
+            tokens.append(token)
+            url = f"http://127.0.0.1:{port}/mcp"
+            refused = httpx2.post(url, json=HELLO, headers=accept, timeout=5)
+            assert refused.status_code == 401
+            good = {**accept, "Authorization": f"Bearer {token}"}
+            assert httpx2.post(url, json=HELLO, headers=good, timeout=5).status_code == 200
+        finally:
+            stderr = stop_http(process)
+        assert f"bearer token: in {kept} ({start};" in stderr
+        assert token not in stderr  # (its file is named; the token itself is not logged)
+    assert tokens[0] == tokens[1]
+    assert len(tokens[0]) >= 32
+    assert oct(kept.stat().st_mode & 0o777) == oct(0o600)
+    assert oct(kept.parent.stat().st_mode & 0o777) == oct(0o700)
+    assert [path.name for path in kept.parent.iterdir()] == ["mcp-token"]  # (no staged file)
+
+    kept.chmod(0o644)
+    done = subprocess.run(
+        [sys.executable, *server_args(tmp_path / "run.jsonl", "--http", str(free_port()))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert f"{kept} can be read by other users (mode 0644): delete {kept}" in done.stderr
+
+
+def test_servers_that_start_together_keep_one_token_and_a_link_is_refused(tmp_path: Path) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rewyn_kernel.mcp.token import TokenError, kept_token
+
+    path = tmp_path / "data" / "mcp-token"
+    gate = threading.Barrier(8)
+
+    def start() -> tuple[str, bool]:
+        gate.wait()
+        return kept_token(path)
+
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda _: start(), range(8)))
+    assert len({token for token, _ in found}) == 1
+    assert sum(made for _, made in found) == 1
+    assert [p.name for p in path.parent.iterdir()] == ["mcp-token"]
+
+    elsewhere = tmp_path / "elsewhere"
+    path.rename(elsewhere)
+    path.symlink_to(elsewhere)
+    with pytest.raises(TokenError, match="cannot be read"):
+        kept_token(path)
+    path.unlink()
+    path.write_text("short\n")
+    path.chmod(0o600)
+    with pytest.raises(TokenError, match="holds no token"):
+        kept_token(path)
+
+
+# -- where the sandboxes run -------------------------------------------------------------------
+
+
+def without_bubblewrap(tmp_path: Path, *tools: str) -> dict[str, str]:
+    """An environment whose PATH holds only ``tools`` (links to the host's): no bwrap, as on
+    macOS, Windows or a Linux without the package."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in tools:
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (folder / tool).symlink_to(found)
+    return {**os.environ, "PATH": str(folder)}
+
+
+def test_without_bubblewrap_the_server_runs_in_a_container_an_engine_answers_for(
+    tmp_path: Path,
+) -> None:
+    """No bwrap, docker answering with the image: the sandboxes are containers (low risk, so
+    the default policy runs the calls), and the server says so when it starts."""
+    if (problem := engine_problem("docker")) is not None:
+        unavailable(f"docker is not usable here ({problem}); run scripts/container-engines.sh")
+    env = without_bubblewrap(tmp_path, "docker")
+    errlog = tmp_path / "stderr.txt"
+
+    async def body() -> None:
+        async with stdio_server(
+            tmp_path / "run.jsonl", "--image", TEST_IMAGE, errlog=errlog, env=env
+        ) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert listed["run_python"].title == "Run Python (low risk)"
+            assert "(container/docker; network isolated;" in (
+                listed["run_python"].description or ""
+            )
+            ran = await client.call_tool(
+                "run_python",
+                {"code": "import os\nprint(os.getcwd(), os.path.exists('/.dockerenv'))"},
+            )
+            assert ran.structured_content is not None
+            assert ran.structured_content["stdout"] == "/scratch True\n"
+
+    run(body)
+    said = errlog.read_text()
+    assert (
+        f"rewyn-kernel mcp: sandboxes run on container/docker, image {TEST_IMAGE} (bubblewrap "
+        "cannot run here: bwrap is not installed (the package bubblewrap); docker answers and "
+        "has the image)\n"
+    ) in said
+    assert "rewyn-kernel mcp: run_python is low risk (container/docker: no network" in said
+
+
+def test_without_bubblewrap_or_an_engine_with_the_image_the_server_says_what_would_fix_it(
+    tmp_path: Path,
+) -> None:
+    """docker answers but has no such image (podman is not there): the local fallback, and a
+    start line that names each engine's problem and the fix."""
+    if (problem := engine_problem("docker")) is not None:
+        unavailable(f"docker is not usable here ({problem}); run scripts/container-engines.sh")
+    env = without_bubblewrap(tmp_path, "docker")
+    errlog = tmp_path / "stderr.txt"
+    image = "rewyn-no-such-image:0"
+
+    async def body() -> None:
+        async with stdio_server(
+            tmp_path / "run.jsonl", "--image", image, errlog=errlog, env=env
+        ) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert "(subprocess;" in (listed["run_python"].description or "")
+
+    run(body)
+    said = errlog.read_text()
+    assert (
+        "rewyn-kernel mcp: sandboxes run on subprocess, which leaves the host's files open to "
+        "the code (bubblewrap cannot run here: bwrap is not installed (the package "
+        f"bubblewrap); no container engine answers with the image {image}: docker: image: "
+        f"{image} is not present: docker pull {image}; podman: binary: podman is not on PATH; "
+        "nerdctl: binary: nerdctl is not on PATH). To keep them out of reach, install "
+        "bubblewrap (Linux), or run Docker Desktop or podman with the image (docker pull "
+        f"{image}, or --image NAME for one you have), then restart the server\n"
+    ) in said

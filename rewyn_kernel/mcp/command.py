@@ -6,15 +6,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import secrets
 import sys
 from pathlib import Path
 
 from rewyn_kernel.mcp.options import MCP_TIMEOUT, SANDBOX_OPTIONS, ServerOptions, default_run_log
-from rewyn_kernel.settings import add_options, from_options
+from rewyn_kernel.mcp.provider_choice import choose
+from rewyn_kernel.mcp.token import MIN_CHARS, TOKEN_VARIABLE, TokenError, kept_token, token_file
+from rewyn_kernel.runtime.container import DEFAULT_IMAGE
+from rewyn_kernel.settings import CONTAINER_CLIS, CONTAINER_ONLY, add_options, from_options
 from rewyn_kernel.tools import RiskLevel
 
-TOKEN_VARIABLE = "REWYN_MCP_TOKEN"
 LEVELS = [level.value for level in RiskLevel]
 
 
@@ -37,8 +38,8 @@ def add_parser(
     )
     parser.add_argument(
         "--token",
-        help=f"the bearer token for --http (default: ${TOKEN_VARIABLE}, else one is made and "
-        "printed to stderr)",
+        help=f"the bearer token for --http (default: ${TOKEN_VARIABLE}, else the one kept in "
+        "<Jupyter data dir>/rewyn-kernel/mcp-token, made there (0600) at the first start)",
     )
     parser.add_argument(
         "--max-sessions", type=int, default=8, help="sessions open at once, at most (default 8)"
@@ -79,14 +80,27 @@ def add_parser(
         "<Jupyter data dir>/rewyn-kernel/runs/)",
     )
     group = parser.add_argument_group(
-        "sandbox settings", f"as the kernel's; --timeout defaults to {MCP_TIMEOUT:g} s here"
+        "sandbox settings",
+        f"as the kernel's; --timeout defaults to {MCP_TIMEOUT:g} s here. Without --provider "
+        "(or with auto) the sandboxes run on bubblewrap where it works, else in a container of "
+        "--image where an engine (--runtime, else docker, podman, nerdctl) answers and has "
+        "it, else on subprocess; the server says which when it starts.",
     )
     add_options(group, SANDBOX_OPTIONS, defaults=False)
     return parser
 
 
-def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ServerOptions:
+def options_from(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> tuple[ServerOptions, str]:
+    """The server's options from the command line, the provider chosen where none was given
+    (``provider_choice.py``); and the line that says where the sandboxes run."""
+    args, said = placed(args, parser)
     settings = from_options(args, error=parser.error)
+    if not said:
+        provider = settings.make_provider()
+        image = f", image {settings.image}" if settings.provider == "container" else ""
+        said = f"{provider.name}{image} (--provider {settings.provider})"
     approve = None if args.approve_above == "none" else RiskLevel(args.approve_above)
     deny = RiskLevel(args.max_risk)
     if approve is not None and approve > deny:
@@ -95,7 +109,7 @@ def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
         kwargs = (
             {} if args.max_output_chars is None else {"max_output_chars": args.max_output_chars}
         )
-        return ServerOptions(
+        options = ServerOptions(
             settings=settings,
             max_sessions=args.max_sessions,
             idle_ttl=args.idle_ttl or None,
@@ -107,6 +121,32 @@ def options_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> S
     except ValueError as exc:
         parser.error(str(exc))
         raise  # (parser.error exits)
+    return options, said
+
+
+def placed(
+    args: argparse.Namespace, parser: argparse.ArgumentParser
+) -> tuple[argparse.Namespace, str]:
+    """``args`` with the provider chosen where none (or auto) was given, and the line that
+    says why; the container's options (--image, --runtime, --oci-runtime) then say which
+    container to use if it comes to one, and are dropped where it does not. ``args`` as they
+    are, and '', where a provider was given. Bad container options end via ``parser``."""
+    given = vars(args)
+    if given.get("provider", "auto") != "auto":
+        return args, ""
+    container = {name: given[name] for name in CONTAINER_ONLY if name in given}
+    from_options(argparse.Namespace(**container, provider="container"), error=parser.error)
+    runtime = given.get("container_runtime")
+    choice = choose(
+        given.get("image", DEFAULT_IMAGE),
+        [runtime] if runtime else CONTAINER_CLIS,
+        given.get("oci_runtime"),
+    )
+    values = {name: value for name, value in given.items() if name not in CONTAINER_ONLY}
+    if choice.provider == "container":
+        values.update(container, provider="container", container_runtime=choice.runtime)
+    # (else auto stays: the local default is the provider chosen, with its notes of why)
+    return argparse.Namespace(**values), choice.said
 
 
 def address(text: str, parser: argparse.ArgumentParser) -> tuple[str, int]:
@@ -117,8 +157,29 @@ def address(text: str, parser: argparse.ArgumentParser) -> tuple[str, int]:
     return host, int(port)
 
 
+def bearer_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
+    """The token every HTTP request must carry: given, else the kept one (``token.py``), whose
+    file stderr names; None when the kept one cannot be used (stderr says why)."""
+    token: str | None = args.token or os.environ.get(TOKEN_VARIABLE)
+    if token:
+        if len(token) < MIN_CHARS:
+            parser.error(f"the token must be at least {MIN_CHARS} characters")
+        return token
+    try:
+        token, made = kept_token()
+    except TokenError as exc:
+        print(f"rewyn-kernel mcp: {exc}", file=sys.stderr)
+        return None
+    print(
+        f"bearer token: in {token_file()} ({'made now' if made else 'made earlier'}; the same "
+        f"at every start, readable by this user only); --token or ${TOKEN_VARIABLE} give another",
+        file=sys.stderr,
+    )
+    return token
+
+
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    options = options_from(args, parser)
+    options, runs_on = options_from(args, parser)
     try:
         from rewyn_kernel.mcp.server import build_server, risk_of_server
         from rewyn_kernel.mcp.transport import serve_http, serve_stdio
@@ -131,26 +192,28 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             file=sys.stderr,
         )
         return 2
+    http: tuple[str, int, str] | None = None
+    if args.http is not None:
+        where = address(args.http, parser)
+        token = bearer_token(args, parser)
+        if token is None:
+            return 2
+        http = (*where, token)
     options = dataclasses.replace(options, run_log=options.run_log or default_run_log())
     level, reasons = risk_of_server(options)
     server = build_server(options)
+    print(f"rewyn-kernel mcp: sandboxes run on {runs_on}", file=sys.stderr)
     print(
         f"rewyn-kernel mcp: run_python is {level} risk ({'; '.join(reasons)}); "
         f"run log: {options.run_log}",
         file=sys.stderr,
     )
-    if args.http is None:
+    if http is None:
         import anyio
 
         anyio.run(serve_stdio, server)
         return 0
-    host, port = address(args.http, parser)
-    token = args.token or os.environ.get(TOKEN_VARIABLE)
-    if not token:
-        token = secrets.token_urlsafe(32)
-        print(f"bearer token (--token or ${TOKEN_VARIABLE} choose one): {token}", file=sys.stderr)
-    elif len(token) < 16:
-        parser.error("the token must be at least 16 characters")
+    host, port, token = http
     print(f"serving MCP at http://{host}:{port}/mcp", file=sys.stderr, flush=True)
     serve_http(server, host, port, token)
     return 0

@@ -33,6 +33,7 @@ from rewyn_kernel import __version__
 from rewyn_kernel.mcp import results
 from rewyn_kernel.mcp.approval import message as approval_message
 from rewyn_kernel.mcp.approval import too_long
+from rewyn_kernel.mcp.arguments import CheckedServer
 from rewyn_kernel.mcp.files import SessionFiles
 from rewyn_kernel.mcp.options import ServerOptions, default_run_log
 from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionError, SessionTable
@@ -170,7 +171,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             await asyncio.shield(table.close_all())
             await asyncio.shield(pool.pop().aclose())
 
-    server: MCPServer[SessionTable] = MCPServer(
+    server: MCPServer[SessionTable] = CheckedServer(
         "rewyn-kernel",
         version=__version__,
         instructions=(

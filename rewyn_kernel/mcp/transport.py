@@ -16,6 +16,8 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import MCPServer
 
+from rewyn_kernel.mcp.token import MIN_CHARS
+
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -57,8 +59,8 @@ class BearerToken:
     lifespan (where the SDK starts its session manager) passes through."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
-        if len(token) < 16:
-            raise ValueError("the token must be at least 16 characters")
+        if len(token) < MIN_CHARS:
+            raise ValueError(f"the token must be at least {MIN_CHARS} characters")
         self.app = app
         self._expected = f"Bearer {token}".encode()
 

@@ -139,7 +139,9 @@ class SandboxSpec(BaseModel):
     python: str | None = Field(
         default=None,
         description="Interpreter inside the sandbox; none: the provider's default "
-        "(sys.executable for subprocess, python3 in a container).",
+        "(sys.executable for bubblewrap and subprocess, python3 in a container). For the "
+        "local providers a bare name is found on PATH and a relative path starts in the "
+        "current directory.",
     )
     workspace: Path | None = Field(
         default=None,

@@ -42,6 +42,7 @@ from rewyn_kernel.runtime.providers.base import CheckItem
 from rewyn_kernel.runtime.providers.local import (
     common_notes,
     local_config,
+    local_python,
     python_prefixes,
     root_workdir,
     user_text,
@@ -202,9 +203,10 @@ class BubblewrapProvider:
     name = "bubblewrap"
 
     def __init__(self, python: str | None = None, *, bwrap: str | None = None) -> None:
-        """``python``: interpreter for the worker (default ``sys.executable``); ``bwrap``:
-        the bubblewrap binary (default: ``bwrap`` on PATH)."""
-        self.python = python or sys.executable
+        """``python``: interpreter for the worker (default ``sys.executable``; resolved by
+        ``local_python``, as is a spec's ``python``); ``bwrap``: the bubblewrap binary
+        (default: ``bwrap`` on PATH)."""
+        self.python = local_python(python)
         self.bwrap = bwrap
 
     def probe(self) -> Bubblewrap:
@@ -215,7 +217,7 @@ class BubblewrapProvider:
         return self.probe().works and os.access(self.python, os.X_OK)
 
     def _python(self, spec: SandboxSpec) -> str:
-        return spec.python or self.python
+        return local_python(spec.python) if spec.python else self.python
 
     def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
         """The dedicated uid a root host's sandboxes run as (see host/identity.py)."""
@@ -277,7 +279,7 @@ class BubblewrapProvider:
                 if cgroup.capped(limit)
                 else {}
             ),
-            "same_python": self._python(spec) == sys.executable,
+            "same_python": self._python(spec) == local_python(),
         }
         if spec.workspace is not None and not caps:  # (else: the launch's workspace setting)
             config["cwd"] = str(spec.workspace)

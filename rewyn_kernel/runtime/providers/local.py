@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -139,6 +140,32 @@ def common_notes() -> list[str]:
     return []
 
 
+def local_python(python: str | None = None) -> str:
+    """The interpreter ``python`` names (None: this one, ``sys.executable``) as an absolute
+    path that means the same inside a local sandbox, which shares neither the host's current
+    directory nor the folders on the way to it.
+
+    A bare name is looked up on the host's PATH, as a shell would; a relative path is taken
+    from the current directory. The folders on the way are resolved as the kernel walks them
+    (``out/../venv`` where ``out`` is a link leads where the link's target leads, not where
+    the text says); the file's own name is kept: a venv's ``bin/python`` is a link to its base
+    interpreter, and Python finds the venv (its ``pyvenv.cfg``) from the path it was started
+    by, so following that last link would run the base interpreter without the venv.
+    A bare name not on PATH is left as it is: the sandbox's start fails and says so.
+    """
+    given = python or sys.executable
+    if os.sep not in given:
+        found = shutil.which(given)
+        if found is None:
+            return given
+        given = found
+    path = os.path.join(os.getcwd(), given)  # (an absolute path stays as it is)
+    folder, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        return os.path.realpath(path)
+    return os.path.join(os.path.realpath(folder), name)
+
+
 @functools.cache
 def python_prefixes(python: str) -> tuple[str, ...]:
     """The directories ``python`` runs from: its prefixes (a venv's and the installation's
@@ -158,7 +185,9 @@ def kept_in_workspace(workspace: Path, python: str) -> list[str]:
 
 @functools.cache
 def _python_paths(python: str) -> tuple[str, ...]:
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
+    # The host's own interpreter by its path, not by the file it leads to: another venv's
+    # python is a link to the same file, and its prefixes are that venv's, not this one's.
+    if local_python(python) == local_python():
         found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
         # This package, where it is not inside them (an editable install): code in the
         # sandbox may use the runtime too (the quickstart does).

@@ -34,6 +34,7 @@ from rewyn_kernel.runtime.providers.base import CheckItem
 from rewyn_kernel.runtime.providers.local import (
     common_notes,
     local_config,
+    local_python,
     outermost,
     python_prefixes,
     root_workdir,
@@ -207,11 +208,12 @@ class SubprocessProvider:
         namespaces: bool = True,
         instead_of_bubblewrap: str | None = None,
     ) -> None:
-        """``python``: interpreter for the worker (default ``sys.executable``).
+        """``python``: interpreter for the worker (default ``sys.executable``; resolved by
+        ``local_python``, as is a spec's ``python``).
         ``namespaces=False`` turns off Linux namespaces (the isolation report says so).
         ``instead_of_bubblewrap``: why this provider stands in for the bubblewrap one (the
         local default), said in every sandbox's isolation notes."""
-        self.python = python or sys.executable
+        self.python = local_python(python)
         self.use_namespaces = namespaces
         self.instead_of_bubblewrap = instead_of_bubblewrap
 
@@ -225,7 +227,7 @@ class SubprocessProvider:
         return probe_namespaces()
 
     def _python(self, spec: SandboxSpec) -> str:
-        return spec.python or self.python
+        return local_python(spec.python) if spec.python else self.python
 
     def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
         """The dedicated uid a root host's sandboxes run as (see host/identity.py)."""
@@ -342,7 +344,7 @@ class SubprocessProvider:
             if self._namespaces(spec).prefix
             else None,
             # This very interpreter: the worker's modules can go compiled.
-            "same_python": self._python(spec) == sys.executable,
+            "same_python": self._python(spec) == local_python(),
             **({"cwd": str(spec.workspace)} if spec.workspace and not namespaced else {}),
             # (the host's files are open to it: these are made read-only in its mount namespace)
             "read_only": [str(folder) for folder in spec.read_dirs] if namespaced else [],
@@ -392,7 +394,7 @@ class SubprocessProvider:
                     spec,
                     identity().owner(),
                     host_root=identity().dedicated,
-                    python=spec.python or sys.executable,
+                    python=self._python(spec),
                 )
             if cells is not None:
                 settings["workspace"] = cells.first()
