@@ -180,6 +180,12 @@ class SandboxSpec(BaseModel):
     def _check_network(cls, value: Any) -> Any:
         """A list of hosts, or their comma form, is an allow-list (see egress/policy.py)."""
         if isinstance(value, str) and value not in ("none", "allow"):
+            if "," not in value and not any(mark in value for mark in ".:*/["):
+                # (a misspelt "none" must not become an allow-list of one host)
+                raise ValueError(
+                    "network must be 'none' or 'allow', or hosts (a list, or their comma "
+                    f"form 'pypi.org,files.pythonhosted.org'): {value!r} is neither"
+                )
             return NetworkPolicy.model_validate(value)
         if isinstance(value, (list, tuple)):
             return NetworkPolicy.model_validate(value)
