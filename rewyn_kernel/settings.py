@@ -447,9 +447,12 @@ def _network(text: str) -> str:
     if text in ("none", "allow"):
         return text
     try:
+        SandboxSpec._check_network(text)
         NetworkPolicy.model_validate(text)
     except ValidationError as exc:
         raise argparse.ArgumentTypeError(describe_error(exc)) from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
