@@ -36,9 +36,8 @@ import h11
 
 from rewyn_kernel.runtime._result import NetworkAttempt, NetworkLog
 from rewyn_kernel.runtime.egress.policy import Decision, Gate, IPAddress, NetworkPolicy, entry_for
+from rewyn_kernel.runtime.egress.pump import CHUNK, Conn, tunnel
 
-CHUNK = 256 * 1024
-"""Bytes read at once while relaying."""
 MAX_HEAD = 16 * 1024
 """The longest request head (request line and headers) a client may send."""
 HEAD_TIMEOUT = 15.0
@@ -119,19 +118,20 @@ class Attempt:
 
 @dataclass(eq=False)
 class _Link:
-    """One client connection: its writer (closed to stop it) and when it last moved bytes."""
+    """One client connection, its upstream once there is one, and when it last moved bytes.
+    ``cut`` shuts both down (what waits on them wakes and ends); the sockets are closed by
+    the task that serves the link, when it ends."""
 
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    conn: Conn
     seen: float
     attempt: Attempt | None = None
-    upstream: asyncio.StreamWriter | None = None
+    upstream: socket.socket | None = None
 
-    def close(self) -> None:
-        for writer in (self.writer, self.upstream):
-            if writer is not None:
-                with contextlib.suppress(Exception):
-                    writer.transport.abort()
+    def cut(self) -> None:
+        for sock in (self.conn.sock, self.upstream):
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
 
 
 @dataclass(eq=False)
@@ -146,7 +146,8 @@ class Door:
     folder: Path
     hosts: Mapping[str, tuple[str, ...]]
     path: Path = field(init=False)
-    _server: asyncio.AbstractServer | None = None
+    _listener: socket.socket | None = None
+    _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     _links: set[_Link] = field(default_factory=set)
     _done: list[NetworkAttempt] = field(default_factory=list)
     _omitted: int = 0
@@ -154,7 +155,6 @@ class Door:
     _limit: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closed: bool = False
-    _watcher: asyncio.Future[None] | None = None
 
     def __post_init__(self) -> None:
         self.path = self.folder / "proxy.sock"
@@ -202,18 +202,52 @@ class Door:
     # -- on the loop -------------------------------------------------------------------------
 
     async def _open(self) -> None:
-        self._server = await asyncio.start_unix_server(
-            self._serve, path=str(self.path), limit=MAX_HEAD
-        )
-        os.chmod(self.path, 0o666)  # (the code may run as another uid than this process)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(str(self.path))
+            os.chmod(self.path, 0o666)  # (the code may run as another uid than this process)
+            listener.listen(256)
+            listener.setblocking(False)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        self._tasks.add(asyncio.ensure_future(self._accept(listener)))
+        self._tasks.add(asyncio.ensure_future(self._watch()))
+
+    async def _accept(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, _ = await loop.sock_accept(listener)
+            except OSError:  # (too many files: a moment, then on)
+                await asyncio.sleep(0.1)
+                continue
+            client.setblocking(False)
+            task = asyncio.ensure_future(self._serve(client))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self) -> None:
+        """Close the connections idle past the policy's timeout (looked at every second)."""
+        while True:
+            await asyncio.sleep(1.0)
+            cutoff = time.monotonic() - self.policy.idle_timeout
+            for link in list(self._links):
+                if link.seen < cutoff:
+                    if link.attempt is not None and not link.attempt.reason:
+                        link.attempt.reason = (
+                            f"closed after {self.policy.idle_timeout:g} s without traffic"
+                        )
+                    link.cut()
 
     async def _shut(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        if self._watcher is not None:
-            self._watcher.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         for link in list(self._links):
-            link.close()
+            link.cut()
+        if self._listener is not None:
+            self._listener.close()
 
     def _note(self, attempt: Attempt) -> None:
         with self._lock:
@@ -231,10 +265,12 @@ class Door:
             over = limit is not None and self._spent > limit
             if over and not self._limit:
                 self._limit = f"the execution's {limit:,} bytes through the proxy were spent"
+        if over:
+            link.cut()
         return not over
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        link = _Link(reader, writer, time.monotonic())
+    async def _serve(self, client: socket.socket) -> None:
+        link = _Link(Conn(client), time.monotonic())
         with self._lock:  # (the set is read from other threads: see take)
             self._links.add(link)
             crowded = len(self._links) > self.policy.max_connections
@@ -246,8 +282,8 @@ class Door:
                 )
                 link.attempt = attempt
                 with contextlib.suppress(Exception):
-                    first = await asyncio.wait_for(reader.read(1), 1.0)
-                    await self._refuse(first, reader, writer, attempt, 503)
+                    first = await asyncio.wait_for(link.conn.some(1), 1.0)
+                    await self._refuse(first, link.conn, attempt, 503)
                 return
             await self._handle(link)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, h11.ProtocolError):
@@ -257,10 +293,13 @@ class Door:
                 self._links.discard(link)
             if link.attempt is not None:
                 self._note(link.attempt)
-            link.close()
+            link.cut()
+            for sock in (client, link.upstream):
+                if sock is not None:
+                    sock.close()
 
     async def _handle(self, link: _Link) -> None:
-        first = await asyncio.wait_for(link.reader.read(1), HEAD_TIMEOUT)
+        first = await asyncio.wait_for(link.conn.some(1), HEAD_TIMEOUT)
         if not first:
             return
         with self._lock:
@@ -270,35 +309,22 @@ class Door:
         else:
             await self._http(link, first, limit)
 
-    async def _refuse(
-        self,
-        first: bytes,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        attempt: Attempt,
-        status: int,
-    ) -> None:
+    async def _refuse(self, first: bytes, conn: Conn, attempt: Attempt, status: int) -> None:
         """Answer a refusal the client can read (a limit, before its request was read)."""
-        if first == b"\x05":
-            writer.write(b"\x05\xff")
-        else:
-            writer.write(refusal(status, "", 0, attempt.reason))
-        await writer.drain()
+        await conn.send(b"\x05\xff" if first == b"\x05" else refusal(status, "", 0, attempt.reason))
 
     # -- HTTP -------------------------------------------------------------------------------
 
     async def _http(self, link: _Link, first: bytes, limit: str) -> None:
-        reader, writer = link.reader, link.writer
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         conn.receive_data(first)
         while True:
             try:
-                request = await _next(conn, reader, h11.Request)
+                request = await _next(conn, link.conn, h11.Request)
             except h11.RemoteProtocolError as exc:
                 status = exc.error_status_hint
                 attempt = link.attempt = Attempt("", 0, "unknown", reason=f"bad request: {exc}")
-                writer.write(refusal(status, "", 0, attempt.reason))
-                await writer.drain()
+                await link.conn.send(refusal(status, "", 0, attempt.reason))
                 return
             if request is None:
                 return
@@ -313,36 +339,27 @@ class Door:
     async def _connect(
         self, link: _Link, conn: h11.Connection, request: h11.Request, limit: str
     ) -> None:
-        reader, writer = link.reader, link.writer
         host, port = split_authority(request.target.decode("ascii", "replace"))
         attempt = link.attempt = Attempt(host, port, "connect")
         try:
             if limit:
                 raise Refused(limit, 429)
-            await _next(conn, reader, h11.EndOfMessage)
-            up_reader, up_writer = await self._reach(attempt)
+            await _next(conn, link.conn, h11.EndOfMessage)
+            link.upstream = await self._reach(attempt)
         except Refused as exc:
             attempt.reason = exc.reason
-            writer.write(refusal(exc.status, host, port, exc.reason))
-            await writer.drain()
+            await link.conn.send(refusal(exc.status, host, port, exc.reason))
             return
-        link.upstream = up_writer
-        writer.write(
-            conn.send(h11.Response(status_code=200, headers=[], reason=b"Connection established"))
-            or b""
-        )
+        established = h11.Response(status_code=200, headers=[], reason=b"Connection established")
+        await link.conn.send(conn.send(established) or b"")
         early, _ = conn.trailing_data
-        if early:
-            up_writer.write(early)
-            attempt.bytes_out += len(early)
-        await self._pipe(link, attempt, up_reader)
+        await self._tunnel(link, attempt, bytes(early) + link.conn.rest())
 
     async def _forward(
         self, link: _Link, conn: h11.Connection, request: h11.Request, limit: str
     ) -> bool:
         """Carry one plain HTTP request to its origin and the answer back; True: the client's
         connection may carry another."""
-        writer = link.writer
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("ascii", "replace")
         url = urllib.parse.urlsplit(target)
@@ -357,18 +374,16 @@ class Door:
                     "http://host/path, or CONNECT host:443 for https)",
                     400,
                 )
-            up_reader, up_writer = await self._reach(attempt)
+            upstream = link.upstream = await self._reach(attempt)
         except Refused as exc:
             attempt.reason = exc.reason
-            writer.write(refusal(exc.status, host, port or 80, exc.reason))
-            await writer.drain()
+            await link.conn.send(refusal(exc.status, host, port or 80, exc.reason))
             return False
-        link.upstream = up_writer
         try:
-            return await self._exchange(link, conn, request, url, up_reader)
+            return await self._exchange(link, conn, request, url, Conn(upstream))
         finally:
             link.upstream = None
-            up_writer.transport.abort()
+            upstream.close()
 
     async def _exchange(
         self,
@@ -376,11 +391,10 @@ class Door:
         conn: h11.Connection,
         request: h11.Request,
         url: urllib.parse.SplitResult,
-        up_reader: asyncio.StreamReader,
+        origin_conn: Conn,
     ) -> bool:
-        attempt, reader, writer, up_writer = link.attempt, link.reader, link.writer, link.upstream
+        attempt = link.attempt
         assert attempt is not None
-        assert up_writer is not None
         origin = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         path = urllib.parse.urlunsplit(("", "", url.path or "/", url.query, ""))
         headers = [(k, v) for k, v in request.headers if k.lower() not in HOP_HEADERS]
@@ -396,36 +410,32 @@ class Door:
         out = origin.send(
             h11.Request(method=request.method, target=path.encode("ascii"), headers=headers)
         )
-        await self._send(link, attempt, up_writer, out, "out")
+        await self._send(link, attempt, origin_conn, out)
         while True:  # the request's body
-            event = await _next(conn, reader, h11.Data, h11.EndOfMessage)
+            event = await _next(conn, link.conn, h11.Data, h11.EndOfMessage)
             if event is None:
                 return False
-            await self._send(link, attempt, up_writer, origin.send(event), "out")
+            await self._send(link, attempt, origin_conn, origin.send(event))
             if isinstance(event, h11.EndOfMessage):
                 break
         try:
-            response = await _next(origin, up_reader, h11.Response, count=(self, link, attempt))
+            response = await _next(origin, origin_conn, h11.Response, count=(self, link, attempt))
         except h11.RemoteProtocolError as exc:
             attempt.verdict, attempt.reason = "failed", f"the host's answer is not HTTP: {exc}"
-            writer.write(refusal(502, attempt.host, attempt.port, attempt.reason))
-            await writer.drain()
+            await link.conn.send(refusal(502, attempt.host, attempt.port, attempt.reason))
             return False
         if response is None:
             attempt.verdict, attempt.reason = "failed", "the host closed the connection"
-            writer.write(refusal(502, attempt.host, attempt.port, attempt.reason))
-            await writer.drain()
+            await link.conn.send(refusal(502, attempt.host, attempt.port, attempt.reason))
             return False
         back = [(k, v) for k, v in response.headers if k.lower() not in HOP_HEADERS]
-        writer.write(
-            conn.send(
-                h11.Response(status_code=response.status_code, headers=back, reason=response.reason)
-            )
-            or b""
+        answer = h11.Response(
+            status_code=response.status_code, headers=back, reason=response.reason
         )
+        await link.conn.send(conn.send(answer) or b"")
         while True:
             event = await _next(
-                origin, up_reader, h11.Data, h11.EndOfMessage, count=(self, link, attempt)
+                origin, origin_conn, h11.Data, h11.EndOfMessage, count=(self, link, attempt)
             )
             if event is None:  # (cut short: the client sees its connection end)
                 return False
@@ -442,47 +452,33 @@ class Door:
             if isinstance(event, h11.EndOfMessage):
                 self._note(attempt)
                 link.attempt = None
-            writer.write(data)
-            await writer.drain()
+            await link.conn.send(data)
             if isinstance(event, h11.EndOfMessage):
                 return True
 
-    async def _send(
-        self,
-        link: _Link,
-        attempt: Attempt,
-        writer: asyncio.StreamWriter,
-        data: bytes | None,
-        way: str,
-    ) -> None:
+    async def _send(self, link: _Link, attempt: Attempt, conn: Conn, data: bytes | None) -> None:
+        """Send what goes to the host, counted."""
         if not data:
             return
-        if way == "out":
-            attempt.bytes_out += len(data)
-        else:
-            attempt.bytes_in += len(data)
+        attempt.bytes_out += len(data)
         if not self._count(link, len(data)):
             raise ConnectionAbortedError("the execution's bytes are spent")
-        writer.write(data)
-        await writer.drain()
+        await conn.send(data)
 
     # -- SOCKS5 -----------------------------------------------------------------------------
 
     async def _socks(self, link: _Link, limit: str) -> None:
-        reader, writer = link.reader, link.writer
-
         async def read(size: int) -> bytes:
-            return await asyncio.wait_for(reader.readexactly(size), HEAD_TIMEOUT)
+            return await asyncio.wait_for(link.conn.exactly(size), HEAD_TIMEOUT)
 
         attempt = link.attempt = Attempt("", 0, "socks5")
         (count,) = await read(1)
         methods = await read(count)
         if 0 not in methods:
             attempt.reason = "SOCKS5 without the no-authentication method"
-            writer.write(b"\x05\xff")
-            await writer.drain()
+            await link.conn.send(b"\x05\xff")
             return
-        writer.write(b"\x05\x00")
+        await link.conn.send(b"\x05\x00")
         version, command, _, kind = await read(4)
         try:
             if kind == 1:
@@ -502,19 +498,17 @@ class Door:
                 raise Refused("only SOCKS5 CONNECT is carried (no BIND, no UDP)", socks="command")
             if limit:
                 raise Refused(limit, socks="not allowed")
-            up_reader, up_writer = await self._reach(attempt)
+            link.upstream = await self._reach(attempt)
         except Refused as exc:
             attempt.reason = exc.reason
-            writer.write(bytes([5, SOCKS_REPLIES[exc.socks], 0, 1, 0, 0, 0, 0, 0, 0]))
-            await writer.drain()
+            await link.conn.send(bytes([5, SOCKS_REPLIES[exc.socks], 0, 1, 0, 0, 0, 0, 0, 0]))
             return
-        link.upstream = up_writer
-        writer.write(b"\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00")
-        await self._pipe(link, attempt, up_reader)
+        await link.conn.send(b"\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00")
+        await self._tunnel(link, attempt, link.conn.rest())
 
     # -- reaching a host --------------------------------------------------------------------
 
-    async def _reach(self, attempt: Attempt) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _reach(self, attempt: Attempt) -> socket.socket:
         """Decide, resolve, check each address and connect; Refused says why not."""
         decision = self.gate.decide(attempt.host, attempt.port)
         if decision.verdict != "allowed":
@@ -522,18 +516,22 @@ class Door:
         addresses = await self._resolve(attempt, decision)
         last = ""
         deadline = time.monotonic() + CONNECT_TIMEOUT
+        loop = asyncio.get_running_loop()
         for address in addresses:
+            family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setblocking(False)
             try:
                 left = max(0.1, deadline - time.monotonic())
-                streams = await asyncio.wait_for(
-                    asyncio.open_connection(str(address), attempt.port, limit=CHUNK), left
-                )
+                await asyncio.wait_for(loop.sock_connect(sock, (str(address), attempt.port)), left)
             except (OSError, asyncio.TimeoutError) as exc:
+                sock.close()
                 failure = exc.strerror if isinstance(exc, OSError) else None
                 last = f"{address}: {failure or 'timed out'}"
                 continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             attempt.verdict, attempt.address = "allowed", str(address)
-            return streams
+            return sock
         attempt.verdict = "failed"
         raise Refused(f"could not connect ({last})", 502, socks="unreachable")
 
@@ -572,57 +570,43 @@ class Door:
             raise Refused("; ".join(reasons[:3]) or f"{target} has no address")
         return allowed
 
-    async def _pipe(self, link: _Link, attempt: Attempt, up_reader: asyncio.StreamReader) -> None:
-        """Relay both ways until either side ends (or a limit ends it)."""
-        reader, writer, up_writer = link.reader, link.writer, link.upstream
-        assert up_writer is not None
+    async def _tunnel(self, link: _Link, attempt: Attempt, early: bytes) -> None:
+        """Join the client and its host both ways until both ends are done (or a limit or the
+        idle watch cuts them); ``early``: what the client sent past its request."""
+        upstream = link.upstream
+        assert upstream is not None
+        if early:
+            await self._send(link, attempt, Conn(upstream), early)
 
-        async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter, out: bool) -> None:
-            try:
-                while True:
-                    data = await source.read(CHUNK)
-                    if not data:
-                        break
-                    if out:
-                        attempt.bytes_out += len(data)
-                    else:
-                        attempt.bytes_in += len(data)
-                    if not self._count(link, len(data)):
-                        break
-                    sink.write(data)
-                    await sink.drain()
-            except OSError:
-                pass
-            finally:
-                with contextlib.suppress(OSError):
-                    if sink.can_write_eof() and not sink.is_closing():
-                        sink.write_eof()
+        def count(size: int, outward: bool) -> bool:
+            if outward:
+                attempt.bytes_out += size
+            else:
+                attempt.bytes_in += size
+            return self._count(link, size)
 
-        ways = [
-            asyncio.ensure_future(copy(reader, up_writer, True)),
-            asyncio.ensure_future(copy(up_reader, writer, False)),
-        ]
-        try:
-            await asyncio.gather(*ways)
-        finally:
-            for way in ways:
-                way.cancel()
+        await tunnel(link.conn.sock, upstream, count)
 
 
 async def _next(
     conn: h11.Connection,
-    reader: asyncio.StreamReader,
+    peer: Conn,
     *kinds: type[Any],
     count: tuple[Door, _Link, Attempt] | None = None,
 ) -> Any:
-    """The next event of ``conn`` that is one of ``kinds`` (None: the peer ended), reading as
-    needed: a request head within HEAD_TIMEOUT; ``count``: bytes read count as the host's."""
+    """The next event of ``conn`` that is one of ``kinds`` (None: the peer ended), reading
+    ``peer`` as needed: a client's request (head and body) in small reads, each part within
+    HEAD_TIMEOUT (h11 bounds a head's size as it grows); ``count``: what is read is the host's
+    answer, counted, read in large ones with no time limit (the idle watch has one)."""
     deadline = time.monotonic() + HEAD_TIMEOUT
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            timeout = None if count is not None else max(0.0, deadline - time.monotonic())
-            data = await asyncio.wait_for(reader.read(CHUNK), timeout)
+            if count is None:
+                left = max(0.0, deadline - time.monotonic())
+                data = await asyncio.wait_for(peer.some(4096), left)
+            else:
+                data = await peer.some(CHUNK)
             if count is not None:
                 door, link, attempt = count
                 attempt.bytes_in += len(data)
@@ -707,29 +691,10 @@ class EgressService:
         door = Door(self, Gate(policy), folder, test_hosts())
         try:
             self.call(door._open())
-            self.call(_watch(door))
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         return door
-
-
-async def _watch(door: Door) -> None:
-    """Start the task that closes ``door``'s idle connections (every second)."""
-
-    async def watch() -> None:
-        while not door._closed:
-            await asyncio.sleep(1.0)
-            cutoff = time.monotonic() - door.policy.idle_timeout
-            for link in list(door._links):
-                if link.seen < cutoff:
-                    if link.attempt is not None and not link.attempt.reason:
-                        link.attempt.reason = (
-                            f"closed after {door.policy.idle_timeout:g} s without traffic"
-                        )
-                    link.close()
-
-    door._watcher = asyncio.ensure_future(watch())
 
 
 def test_hosts() -> dict[str, tuple[str, ...]]:

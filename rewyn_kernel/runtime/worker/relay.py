@@ -59,16 +59,73 @@ def proxy_environment(port: int) -> Dict[str, str]:
     return found
 
 
+_SPLICE = getattr(os, "splice", None)  # (Python 3.10 on Linux; else bytes are copied)
+_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
+_SET_PIPE_SIZE = getattr(fcntl, "F_SETPIPE_SZ", None)
+
+
 class _Side:
-    """One socket of a relayed pair and what waits to be written to it."""
+    """One socket of a relayed pair and what waits to be written to it: a pipe where the
+    bytes stay in the kernel (``splice``), else a buffer."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.fd = sock.fileno()
         self.pending = b""
+        self.queued = 0  # bytes in the pipe
+        self.pipe = os.pipe() if _SPLICE is not None else None
+        self.room = CHUNK
+        if self.pipe is not None and _SET_PIPE_SIZE is not None:
+            try:
+                self.room = min(CHUNK, fcntl.fcntl(self.pipe[1], _SET_PIPE_SIZE, CHUNK))
+            except OSError:
+                self.room = 64 * 1024
+        elif self.pipe is not None:
+            self.room = 64 * 1024
         self.ended = False  # its peer will send nothing more (EOF read on the other side)
         self.eof_read = False
         self.mask = 0
+
+    @property
+    def waiting(self) -> bool:
+        """Bytes wait to be written to this side."""
+        return bool(self.pending) or self.queued > 0
+
+    def take_from(self, source: "_Side") -> bool:
+        """Read what ``source`` has for this side; False at its end. (OSError: it failed.)"""
+        if self.pipe is not None and _SPLICE is not None:
+            try:
+                moved = int(_SPLICE(source.fd, self.pipe[1], self.room, flags=_FLAGS))
+            except OSError as exc:
+                if exc.errno in _AGAIN:
+                    return True
+                raise
+            self.queued += moved
+            return moved > 0
+        try:
+            data = source.sock.recv(CHUNK)
+        except OSError as exc:
+            if exc.errno in _AGAIN:
+                return True
+            raise
+        self.pending = data
+        return bool(data)
+
+    def write_out(self) -> None:
+        """Write what waits, as much as the socket takes now."""
+        try:
+            if self.queued and _SPLICE is not None and self.pipe is not None:
+                self.queued -= _SPLICE(self.pipe[0], self.fd, self.queued, flags=_FLAGS)
+            elif self.pending:
+                self.pending = self.pending[self.sock.send(self.pending) :]
+        except OSError as exc:
+            if exc.errno not in _AGAIN:
+                raise
+
+    def close(self) -> None:
+        self.sock.close()
+        for fd in self.pipe or ():
+            os.close(fd)
 
 
 class Relay:
@@ -95,7 +152,7 @@ class Relay:
         open: nothing is shut down, only this process's copies go)."""
         self.listener.close()
         for side in self.sides.values():
-            side.sock.close()
+            side.close()
         os.close(self.folder)
 
     def on_accept(self, fd: int) -> None:
@@ -136,7 +193,7 @@ class Relay:
         peer = self.peers[fd]
         try:
             self._flush(side)
-            if not side.eof_read and not peer.pending:
+            if not side.eof_read and not peer.waiting:
                 self._read(side, peer)
         except OSError:
             self._close(side)
@@ -144,29 +201,14 @@ class Relay:
         self._settle(side, peer)
 
     def _read(self, side: _Side, peer: _Side) -> None:
-        try:
-            data = side.sock.recv(CHUNK)
-        except OSError as exc:
-            if exc.errno in _AGAIN:
-                return
-            raise
-        if not data:
+        if not peer.take_from(side):
             side.eof_read = True
             peer.ended = True
-        else:
-            peer.pending = data
         self._flush(peer)
 
     def _flush(self, side: _Side) -> None:
-        if side.pending:
-            try:
-                sent = side.sock.send(side.pending)
-            except OSError as exc:
-                if exc.errno not in _AGAIN:
-                    raise
-                sent = 0
-            side.pending = side.pending[sent:]
-        if side.ended and not side.pending:
+        side.write_out()
+        if side.ended and not side.waiting:
             try:
                 side.sock.shutdown(socket.SHUT_WR)
             except OSError:
@@ -174,14 +216,14 @@ class Relay:
 
     def _settle(self, side: _Side, peer: _Side) -> None:
         """Watch each socket for what it waits on; close the pair once both ways ended."""
-        if side.eof_read and peer.eof_read and not side.pending and not peer.pending:
+        if side.eof_read and peer.eof_read and not side.waiting and not peer.waiting:
             self._close(side)
             return
         for one, other in ((side, peer), (peer, side)):
             mask = 0
-            if not one.eof_read and not other.pending:
+            if not one.eof_read and not other.waiting:
                 mask |= selectors.EVENT_READ
-            if one.pending:
+            if one.waiting:
                 mask |= selectors.EVENT_WRITE
             self._watch(one, mask)
 
@@ -192,7 +234,7 @@ class Relay:
             self._watch(one, 0)
             del self.sides[one.fd]
             del self.peers[one.fd]
-            one.sock.close()
+            one.close()
 
 
 def start_relay(
