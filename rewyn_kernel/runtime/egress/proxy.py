@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import os
 import shutil
 import socket
@@ -77,6 +78,9 @@ SOCKS_REPLIES = {
 T = TypeVar("T")
 
 
+_ORDER = itertools.count()
+
+
 class Refused(Exception):
     """A request the proxy will not carry: ``status`` for HTTP, ``socks`` for SOCKS5."""
 
@@ -100,6 +104,8 @@ class Attempt:
     bytes_out: int = 0
     bytes_in: int = 0
     method: str | None = None
+    order: int = field(default_factory=lambda: next(_ORDER))
+    """When it started, among this process's attempts (a record lists them so)."""
 
     def record(self, *, still_open: bool = False) -> NetworkAttempt:
         return NetworkAttempt(
@@ -126,6 +132,11 @@ class _Link:
     seen: float
     attempt: Attempt | None = None
     upstream: socket.socket | None = None
+    head_by: float | None = None
+    """While a request head is read: when it must be whole (the watch cuts it after)."""
+
+    def reading_head(self, reading: bool) -> None:
+        self.head_by = time.monotonic() + HEAD_TIMEOUT if reading else None
 
     def cut(self) -> None:
         for sock in (self.conn.sock, self.upstream):
@@ -149,7 +160,7 @@ class Door:
     _listener: socket.socket | None = None
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     _links: set[_Link] = field(default_factory=set)
-    _done: list[NetworkAttempt] = field(default_factory=list)
+    _done: list[tuple[int, NetworkAttempt]] = field(default_factory=list)
     _omitted: int = 0
     _spent: int = 0
     _limit: str = ""
@@ -184,9 +195,10 @@ class Door:
             limit, self._limit = self._limit, ""
             self._spent = 0
             still = [link.attempt for link in self._links if link.attempt is not None]
-        opened = [attempt.record(still_open=True) for attempt in still]
-        kept = (done + opened)[:MAX_RECORDS]
-        omitted += len(done) + len(opened) - len(kept)
+        opened = [(attempt.order, attempt.record(still_open=True)) for attempt in still]
+        every = sorted(done + opened, key=lambda pair: pair[0])  # (in the order they started)
+        kept = [record for _, record in every[:MAX_RECORDS]]
+        omitted += len(every) - len(kept)
         return NetworkLog(attempts=tuple(kept), omitted=omitted, limit_reached=limit)
 
     def close(self) -> None:
@@ -232,9 +244,12 @@ class Door:
         """Close the connections idle past the policy's timeout (looked at every second)."""
         while True:
             await asyncio.sleep(1.0)
-            cutoff = time.monotonic() - self.policy.idle_timeout
+            now = time.monotonic()
+            cutoff = now - self.policy.idle_timeout
             for link in list(self._links):
-                if link.seen < cutoff:
+                if link.head_by is not None and now > link.head_by:
+                    link.cut()  # (slowloris: the client sees its connection end)
+                elif link.seen < cutoff:
                     if link.attempt is not None and not link.attempt.reason:
                         link.attempt.reason = (
                             f"closed after {self.policy.idle_timeout:g} s without traffic"
@@ -252,7 +267,7 @@ class Door:
     def _note(self, attempt: Attempt) -> None:
         with self._lock:
             if len(self._done) < MAX_RECORDS:
-                self._done.append(attempt.record())
+                self._done.append((attempt.order, attempt.record()))
             else:
                 self._omitted += 1
 
@@ -299,7 +314,8 @@ class Door:
                     sock.close()
 
     async def _handle(self, link: _Link) -> None:
-        first = await asyncio.wait_for(link.conn.some(1), HEAD_TIMEOUT)
+        link.reading_head(True)
+        first = await link.conn.some(1)
         if not first:
             return
         with self._lock:
@@ -319,8 +335,10 @@ class Door:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         conn.receive_data(first)
         while True:
+            link.reading_head(True)
             try:
                 request = await _next(conn, link.conn, h11.Request)
+                link.reading_head(False)
             except h11.RemoteProtocolError as exc:
                 status = exc.error_status_hint
                 attempt = link.attempt = Attempt("", 0, "unknown", reason=f"bad request: {exc}")
@@ -344,7 +362,9 @@ class Door:
         try:
             if limit:
                 raise Refused(limit, 429)
+            link.reading_head(True)
             await _next(conn, link.conn, h11.EndOfMessage)
+            link.reading_head(False)
             link.upstream = await self._reach(attempt)
         except Refused as exc:
             attempt.reason = exc.reason
@@ -469,7 +489,7 @@ class Door:
 
     async def _socks(self, link: _Link, limit: str) -> None:
         async def read(size: int) -> bytes:
-            return await asyncio.wait_for(link.conn.exactly(size), HEAD_TIMEOUT)
+            return await link.conn.exactly(size)
 
         attempt = link.attempt = Attempt("", 0, "socks5")
         (count,) = await read(1)
@@ -496,6 +516,7 @@ class Door:
                 raise Refused(f"SOCKS version {version} in the request", socks="failure")
             if command != 1:
                 raise Refused("only SOCKS5 CONNECT is carried (no BIND, no UDP)", socks="command")
+            link.reading_head(False)
             if limit:
                 raise Refused(limit, socks="not allowed")
             link.upstream = await self._reach(attempt)
@@ -595,18 +616,12 @@ async def _next(
     count: tuple[Door, _Link, Attempt] | None = None,
 ) -> Any:
     """The next event of ``conn`` that is one of ``kinds`` (None: the peer ended), reading
-    ``peer`` as needed: a client's request (head and body) in small reads, each part within
-    HEAD_TIMEOUT (h11 bounds a head's size as it grows); ``count``: what is read is the host's
-    answer, counted, read in large ones with no time limit (the idle watch has one)."""
-    deadline = time.monotonic() + HEAD_TIMEOUT
+    ``peer`` as needed: a client's request in small reads (h11 bounds a head's size as it
+    grows; the watch, its time); ``count``: what is read is the host's answer, counted."""
     while True:
         event = conn.next_event()
         if event is h11.NEED_DATA:
-            if count is None:
-                left = max(0.0, deadline - time.monotonic())
-                data = await asyncio.wait_for(peer.some(4096), left)
-            else:
-                data = await peer.some(CHUNK)
+            data = await peer.some(4096 if count is None else CHUNK)
             if count is not None:
                 door, link, attempt = count
                 attempt.bytes_in += len(data)
