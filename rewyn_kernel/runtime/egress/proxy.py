@@ -37,7 +37,7 @@ import h11
 
 from rewyn_kernel.runtime._result import NetworkAttempt, NetworkLog
 from rewyn_kernel.runtime.egress.policy import Decision, Gate, IPAddress, NetworkPolicy, entry_for
-from rewyn_kernel.runtime.egress.pump import CHUNK, Conn, tunnel
+from rewyn_kernel.runtime.egress.pump import CHUNK, Conn, pump, tunnel
 
 MAX_HEAD = 16 * 1024
 """The longest request head (request line and headers) a client may send."""
@@ -449,32 +449,67 @@ class Door:
             await link.conn.send(refusal(502, attempt.host, attempt.port, attempt.reason))
             return False
         back = [(k, v) for k, v in response.headers if k.lower() not in HOP_HEADERS]
+        framing = {k.lower(): v.lower() for k, v in response.headers}
+        if b"chunked" not in framing.get(b"transfer-encoding", b""):
+            # Known length, or to the host's close: the body goes on as it comes (spliced),
+            # and the client's connection ends with it (it is told so).
+            length = framing.get(b"content-length")
+            answer = h11.Response(
+                status_code=response.status_code,
+                headers=[*back, (b"connection", b"close")],
+                reason=response.reason,
+            )
+            await link.conn.send(conn.send(answer) or b"")
+            await self._pass_body(link, attempt, origin, origin_conn, length)
+            return False
         answer = h11.Response(
             status_code=response.status_code, headers=back, reason=response.reason
         )
         await link.conn.send(conn.send(answer) or b"")
-        while True:
+        while True:  # (a chunked answer: re-framed chunk by chunk)
             event = await _next(
                 origin, origin_conn, h11.Data, h11.EndOfMessage, count=(self, link, attempt)
             )
             if event is None:  # (cut short: the client sees its connection end)
                 return False
             data = conn.send(event) or b""
-            if isinstance(event, h11.Data):
-                # The answer's end, if it came with this: recorded before the client can have
-                # it (the execution may end as soon as it does, and its record be read).
-                end = origin.next_event()
-                if isinstance(end, h11.EndOfMessage):
-                    data += conn.send(end) or b""
-                    event = end
-                elif end is not h11.NEED_DATA:
-                    return False
             if isinstance(event, h11.EndOfMessage):
                 self._note(attempt)
                 link.attempt = None
             await link.conn.send(data)
             if isinstance(event, h11.EndOfMessage):
                 return True
+
+    async def _pass_body(
+        self,
+        link: _Link,
+        attempt: Attempt,
+        origin: h11.Connection,
+        origin_conn: Conn,
+        length: bytes | None,
+    ) -> None:
+        """Pass an answer's body on as bytes: what h11 read past the head (the body's first
+        bytes, as they came), then the rest, up to its length (or the host's close)."""
+        early = b""
+        while True:
+            event = origin.next_event()
+            if not isinstance(event, h11.Data):
+                break
+            early += event.data
+        if early:
+            attempt.bytes_in += len(early)
+            if not self._count(link, len(early)):
+                return
+            await link.conn.send(early)
+        if event is not h11.NEED_DATA:  # (the whole body came with the head)
+            return
+        left = int(length) - len(early) if length is not None and length.isdigit() else None
+
+        def count(size: int, outward: bool) -> bool:
+            attempt.bytes_in += size
+            return self._count(link, size)
+
+        await pump(origin_conn.sock, link.conn.sock, False, count, left)
 
     async def _send(self, link: _Link, attempt: Attempt, conn: Conn, data: bytes | None) -> None:
         """Send what goes to the host, counted."""

@@ -85,14 +85,21 @@ Count = Callable[[int, bool], bool]
 """``count(size, outward)``: take note of bytes moved; False when no more may move."""
 
 
-async def pump(source: socket.socket, sink: socket.socket, outward: bool, count: Count) -> None:
-    """Move bytes from ``source`` to ``sink`` until ``source`` ends (its end is passed on) or
-    ``count`` stops it. Errors of either socket end it quietly: the peer sees the close."""
+async def pump(
+    source: socket.socket,
+    sink: socket.socket,
+    outward: bool,
+    count: Count,
+    limit: int | None = None,
+) -> None:
+    """Move bytes from ``source`` to ``sink`` until ``source`` ends (its end is passed on),
+    ``limit`` bytes have moved, or ``count`` stops it. Errors of either socket end it
+    quietly: the peer sees the close."""
     try:
         if _SPLICE is not None:
-            await _spliced(source, sink, outward, count)
+            await _spliced(source, sink, outward, count, limit)
         else:
-            await _copied(source, sink, outward, count)
+            await _copied(source, sink, outward, count, limit)
     except OSError:
         pass
     finally:
@@ -100,16 +107,22 @@ async def pump(source: socket.socket, sink: socket.socket, outward: bool, count:
             sink.shutdown(socket.SHUT_WR)
 
 
-async def _copied(source: socket.socket, sink: socket.socket, outward: bool, count: Count) -> None:
+async def _copied(
+    source: socket.socket, sink: socket.socket, outward: bool, count: Count, limit: int | None
+) -> None:
     loop = asyncio.get_running_loop()
-    while True:
-        data = await loop.sock_recv(source, CHUNK)
+    left = limit
+    while left is None or left > 0:
+        data = await loop.sock_recv(source, CHUNK if left is None else min(CHUNK, left))
         if not data or not count(len(data), outward):
             return
         await loop.sock_sendall(sink, data)
+        left = None if left is None else left - len(data)
 
 
-async def _spliced(source: socket.socket, sink: socket.socket, outward: bool, count: Count) -> None:
+async def _spliced(
+    source: socket.socket, sink: socket.socket, outward: bool, count: Count, limit: int | None
+) -> None:
     assert _SPLICE is not None
     read_end, write_end = os.pipe()
     try:
@@ -117,14 +130,17 @@ async def _spliced(source: socket.socket, sink: socket.socket, outward: bool, co
         if _SET_PIPE_SIZE is not None:
             with contextlib.suppress(OSError):
                 size = fcntl.fcntl(write_end, _SET_PIPE_SIZE, CHUNK)
-        while True:
+        left = limit
+        while left is None or left > 0:
             try:
-                moved = _SPLICE(source.fileno(), write_end, size, flags=_FLAGS)
+                ask = size if left is None else min(size, left)
+                moved = _SPLICE(source.fileno(), write_end, ask, flags=_FLAGS)
             except BlockingIOError:
                 await _ready(source, write=False)
                 continue
             if not moved or not count(moved, outward):
                 return
+            left = None if left is None else left - moved
             while moved:
                 try:
                     moved -= _SPLICE(read_end, sink.fileno(), moved, flags=_FLAGS)
