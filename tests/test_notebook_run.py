@@ -117,7 +117,7 @@ def test_bad_settings_and_missing_files_fail_clearly(tmp_path: Path) -> None:
     source = notebook(tmp_path / "ok.ipynb", "1")
     bad = run(str(source), "--network", "maybe")
     assert bad.returncode == 2
-    assert "invalid choice" in bad.stderr
+    assert "argument --network: network must be 'none' or 'allow'" in bad.stderr
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
