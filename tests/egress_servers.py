@@ -138,3 +138,21 @@ TEST_HOSTS = (
 )
 """The proxy's test-only name map (REWYN_KERNEL_TEST_HOSTS): every name a loopback address but
 ``meta.test``, the cloud metadata address, which the proxy must refuse before connecting."""
+
+
+def main() -> None:
+    """Serve until killed, in a process of its own (``python -m tests.egress_servers DIR``):
+    print the ports and the CA's path as one JSON line (the benchmark's stand-in for the
+    internet, apart from the host process whose proxy it measures)."""
+    import json
+    import sys
+    import time
+
+    with local_servers(Path(sys.argv[1])) as servers:
+        print(json.dumps([servers.http_port, servers.https_port, str(servers.ca_file)]), flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

@@ -168,6 +168,8 @@ class Relay:
                 upstream.close()
                 client.close()  # (the client sees its connection reset)
                 continue
+            # (what the proxy sends in parts, a head then a body, goes on at once)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             one, two = _Side(client), _Side(upstream)
             for side, peer in ((one, two), (two, one)):
                 side.sock.setblocking(False)
