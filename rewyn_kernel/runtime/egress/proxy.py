@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import ipaddress
 import itertools
+import logging
 import os
 import shutil
 import socket
@@ -79,6 +80,7 @@ T = TypeVar("T")
 
 
 _ORDER = itertools.count()
+LOG = logging.getLogger("rewyn_kernel.egress")
 
 
 class Refused(Exception):
@@ -303,6 +305,12 @@ class Door:
             await self._handle(link)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, h11.ProtocolError):
             pass
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # (a bug of ours: the connection ends, the record says so)
+            LOG.exception("the proxy failed on a connection")
+            if link.attempt is not None:
+                link.attempt.reason = f"the proxy failed: {exc!r}"[:500]
         finally:
             with self._lock:
                 self._links.discard(link)
@@ -357,9 +365,11 @@ class Door:
     async def _connect(
         self, link: _Link, conn: h11.Connection, request: h11.Request, limit: str
     ) -> None:
-        host, port = split_authority(request.target.decode("ascii", "replace"))
-        attempt = link.attempt = Attempt(host, port, "connect")
+        attempt = link.attempt = Attempt("", 0, "connect")
+        host, port = "", 0
         try:
+            host, port = split_authority(request.target.decode("ascii", "replace"))
+            attempt.host, attempt.port = host, port
             if limit:
                 raise Refused(limit, 429)
             link.reading_head(True)
@@ -382,10 +392,12 @@ class Door:
         connection may carry another."""
         method = request.method.decode("ascii", "replace")
         target = request.target.decode("ascii", "replace")
-        url = urllib.parse.urlsplit(target)
-        host, port = url.hostname or "", url.port if _has_port(url) else 80
-        attempt = link.attempt = Attempt(host, port or 80, "http", method=method)
+        attempt = link.attempt = Attempt("", 80, "http", method=method)
+        host, port = "", 80
         try:
+            url = _absolute_url(target)
+            host, port = url.hostname or "", url.port or 80
+            attempt.host, attempt.port = host, port
             if limit:
                 raise Refused(limit, 429)
             if url.scheme.lower() != "http" or not host:
@@ -670,11 +682,14 @@ async def _next(
             return event
 
 
-def _has_port(url: urllib.parse.SplitResult) -> bool:
+def _absolute_url(target: str) -> urllib.parse.SplitResult:
+    """A plain request's absolute URL, its host and port readable; Refused if it is not one."""
     try:
-        return url.port is not None
-    except ValueError:
-        raise Refused(f"{url.netloc!r} has no valid port", 400) from None
+        url = urllib.parse.urlsplit(target)
+        url.port  # noqa: B018 (it raises for a port that is not one)
+    except ValueError as exc:
+        raise Refused(f"{target[:200]!r} is not a URL a proxy can carry ({exc})", 400) from None
+    return url
 
 
 def split_authority(target: str) -> tuple[str, int]:

@@ -162,6 +162,7 @@ class Relay:
             except OSError:
                 return
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            upstream.setblocking(False)  # (a full backlog: refused, never a wait in this loop)
             try:
                 upstream.connect(self.socket_path)  # (a local socket: at once or never)
             except OSError:
