@@ -288,6 +288,9 @@ print(json.dumps([
     ask([b"CONNECT files.test:22 HTTP/1.1\\r\\nHost: files.test:22\\r\\n\\r\\n"]),
     ask([b"GET http://files.test:{http}/after HTTP/1.1\\r\\nHost: x\\r\\n"
          b"Connection: close\\r\\n\\r\\n"]),
+    ask([b"GET http://[::1/ HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"]),
+    ask([b"CONNECT no-port-here HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"]),
+    ask([b"\\x05\\x01\\x00\\x05\\x02\\x00\\x01\\x7f\\x00\\x00\\x01\\x00\\x16"]),
 ]))
 """
     answers, result = run_json(box, code)
@@ -298,6 +301,9 @@ print(json.dumps([
     assert answers[4].startswith("HTTP/1.1 403")
     assert "port 22" in answers[4]
     assert answers[5] == "HTTP/1.1 200 OK"
+    assert answers[6].startswith("HTTP/1.1 400"), answers[6]  # (a URL that is not one)
+    assert answers[7].startswith("HTTP/1.1 400"), answers[7]  # (a CONNECT without a port)
+    assert answers[8] == "\x05\x00\x05\x07\x00\x01\x00\x00\x00\x00\x00\x00"  # (SOCKS BIND)
     assert result.network is not None
     assert any("connections are open already" in a.reason for a in result.network.attempts)
 
