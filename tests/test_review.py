@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import nbformat
 import pytest
 
 from rewyn_kernel import cli
+from rewyn_kernel.errors import PolicyError
 from rewyn_kernel.kernel.kernelspec import KERNEL_NAME
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_json, summary_line
 from rewyn_kernel.notebooks._review_cells import write_source
@@ -36,6 +38,7 @@ from rewyn_kernel.runtime.sandbox import (
     DEFAULT_PIDS,
     get_default_provider,
 )
+from rewyn_kernel.tools import PermissionDecision, Tool, ToolArgumentsError
 from tests.kernel_client import write_spec
 
 LONG_CODE = "# " + "x" * 300_000 + "\nprint('long')"
@@ -756,3 +759,73 @@ def test_a_write_file_cell_writes_the_same_bytes(data: bytes, tmp_path: Path) ->
     assert "cannot write the file again: its path is not within" in write_source(
         outside, outside.files[0]
     )
+
+
+def test_a_sandbox_tool_run_is_reviewed_call_by_call_and_replays_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every call of a sandbox_tool is in the log and the review, refused ones too, failures as
+    errors; --check replays each call as the tool ran it: a fresh interpreter each time (files
+    kept), under the timeout the call gave."""
+    from rewyn_kernel.runtime import sandbox_tool
+
+    class Refuse:
+        def check(self, tool: Tool, arguments: Mapping[str, Any]) -> PermissionDecision:
+            return PermissionDecision(allowed=False, reason="not this one")
+
+    log = tmp_path / "run.jsonl"
+    with create(timeout=10, listeners=[JsonlRunLog(log)]) as box:
+        tool = sandbox_tool(box)
+        assert tool.run({"code": "x = 1\n_ = open('n.txt', 'w').write('5')"})["ok"]
+        with pytest.raises(ToolArgumentsError):
+            tool.run('{"code": "1", "colour": "red"}')
+        with pytest.raises(PolicyError):
+            tool.run({"code": "print('never')"}, policy=Refuse())
+        fresh = tool.run({"code": "print('x' in globals(), open('n.txt').read())"})
+        assert fresh["stdout"] == "False 5\n"
+        assert tool.run({"code": "while True:\n    pass", "timeout": 1})["timed_out"]
+        assert tool.run({"code": "1 / 0"})["error"]["ename"] == "ZeroDivisionError"
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    calls = [call for call in calls if call["type"] == "TOOL_CALL"]
+    assert [c["outcome"] for c in calls] == ["ok", "invalid_arguments", "denied", "ok", "ok", "ok"]
+    assert calls[1]["arguments"] == {"code": "1", "colour": "red"}
+    assert calls[4]["timeout"] == 1
+    assert {c["keeps_state"] for c in calls} == {False}
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    path = tmp_path / "review.ipynb"
+    assert review(log, "-o", path, "--install-kernel") == 0
+    nb = load(path)
+    cells = nb["cells"][1:]
+    lines = [text(cell["outputs"][0]["data"]["text/plain"]) for cell in cells]
+    assert [line.split(" · ")[:2] for line in lines] == [
+        [f"call {n}", "run_code"] for n in range(1, 7)
+    ]
+    assert "a fresh interpreter (files stay)" in lines[0]
+    assert "timeout 1 s" in lines[4]
+    errors = [
+        [o["ename"] for o in cell["outputs"] if o["output_type"] == "error"] for cell in cells
+    ]
+    assert errors == [
+        [],
+        ["ToolArgumentsError"],
+        ["PolicyError"],
+        [],
+        ["TimeoutError"],
+        ["ZeroDivisionError"],
+    ]
+    assert "# The code it was sent (denied):\n#     print('never')" in text(cells[2]["source"])
+    header = text(nb["cells"][0]["source"])
+    assert (
+        "- **Failed:** 4 of 6 calls; call 2 (`run_code`: bad arguments); call 3 (`run_code`: "
+        "denied); call 5 (`run_code`: timeout `TimeoutError`); call 6 (`run_code`: exception "
+        "`ZeroDivisionError`)"
+    ) in header
+    name = nb["metadata"][METADATA_KEY]["review"]["kernel"]
+    assert nb["metadata"]["kernelspec"]["name"] == name  # (installed: JupyterLab starts it)
+
+    capsys.readouterr()
+    assert review("--check", path) == 0
+    out = capsys.readouterr().out
+    assert out.count("same as the recorded run") == 4, out
+    assert "4 of 4 cells as recorded (2 not replayed: they ran nothing)" in out
