@@ -63,6 +63,8 @@ class BadArguments(ToolError):
 class CallNotes:
     """What a tool's function knows of its call, for the record."""
 
+    session: str | None = None
+    """The session's name the call gives (its argument, or the tool's default)."""
     session_id: str | None = None
     sandbox_id: str | None = None
     execution_id: str | None = None
@@ -105,7 +107,7 @@ class RecordingServer(MCPServer[SessionTable]):
         context: Context[SessionTable, Any] | None = None,
     ) -> CallToolResult | InputRequiredResult:
         started = datetime.now(timezone.utc)
-        noted = CallNotes()
+        noted = CallNotes(session=await self._session_of(name, arguments))
         token = _current.set(noted)
         try:
             result = await super().call_tool(name, arguments, context)
@@ -136,7 +138,7 @@ class RecordingServer(MCPServer[SessionTable]):
             call = ToolCall(
                 id=uuid.uuid4().hex,
                 tool=name[:64] or "?",
-                session=self._session_of(name, arguments),
+                session=noted.session,
                 session_id=noted.session_id,
                 sandbox_id=noted.sandbox_id,
                 execution_id=noted.execution_id,
@@ -157,11 +159,11 @@ class RecordingServer(MCPServer[SessionTable]):
         except Exception:
             logger.exception("the call to %r was not recorded in %r", name[:64], self.run_log)
 
-    def _session_of(self, name: str, arguments: dict[str, Any]) -> str | None:
+    async def _session_of(self, name: str, arguments: dict[str, Any]) -> str | None:
         """The session a call names: its argument, else the tool's default (None for a tool
         without sessions, or a name that is not one)."""
-        tool = self._tool_manager.get_tool(name)
-        schema = (tool.parameters.get("properties") or {}).get("session") if tool else None
+        tool = next((tool for tool in await self.list_tools() if tool.name == name), None)
+        schema = (tool.input_schema.get("properties") or {}).get("session") if tool else None
         if not isinstance(schema, dict):
             return None
         session = arguments.get("session", schema.get("default"))

@@ -127,7 +127,14 @@ def install_command(name: str, limits: dict[str, Any]) -> str:
     return shlex.join(words)
 
 
-def kernel_to_open(name: str) -> str:
+def installed_kernels() -> set[str]:
+    """The names of the kernelspecs Jupyter finds here."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return set(KernelSpecManager().find_kernel_specs())
+
+
+def kernel_to_open(name: str, installed: set[str]) -> str:
     """The kernelspec the notebook names, which JupyterLab starts when it opens it: ``name``
     (the run's limits) where it is installed, else the sandbox kernel the package installs.
 
@@ -137,9 +144,6 @@ def kernel_to_open(name: str) -> str:
     is a dialog; with ``python3`` alone it would be a kernel outside any sandbox. So a review
     names a missing kernel only where the sandbox kernel is missing too.
     """
-    from jupyter_client.kernelspec import KernelSpecManager
-
-    installed = KernelSpecManager().find_kernel_specs()
     if name in installed or kernelspec.KERNEL_NAME not in installed:
         return name
     return kernelspec.KERNEL_NAME

@@ -33,6 +33,7 @@ from rewyn_kernel.notebooks._review_notebook import (
     DEFAULT_LIMITS,
     build_notebook,
     install_command,
+    installed_kernels,
     kernel_name_for,
     kernel_to_open,
     limits_of,
@@ -89,7 +90,8 @@ def convert(
         except OSError as exc:
             print(f"rewyn-kernel review: could not install kernel {name}: {exc}", file=sys.stderr)
             failed = 1
-    opened = kernel_to_open(name)
+    installed = installed_kernels()
+    opened = kernel_to_open(name, installed)
     if opened != name:  # (the header says which it opens on, and why)
         nb = build_notebook(
             steps, problems, str(runlog), kernel_name, notebook=output.name, opened=opened
@@ -99,7 +101,7 @@ def convert(
         f"Wrote {output}: {len(steps)} calls, {len(problems)} bad lines; kernel {name}"
         + (f" (it opens on {opened}, which is installed here)" if opened != name else "")
     )
-    if not install_kernel:
+    if name not in installed:
         print(f"Create its kernel with: {review['install_command']}")
     return 1 if problems or failed else 0
 
