@@ -11,7 +11,9 @@ files it wrote or read.
 
 A tool raises ``Refused`` for a path it will not touch, ``Denied`` for a policy's no and
 ``BadArguments`` for arguments it found wrong itself (all ``ToolError``: the model reads the
-same); any other error is recorded as an error. A failure to record never fails the call.
+same); any other error is recorded as an error. A failure to record never fails the call. A
+call the client cancels leaves no record of its own: the execution it interrupted has its event,
+which a review shows as a step of its own.
 """
 
 from __future__ import annotations

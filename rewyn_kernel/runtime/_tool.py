@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -56,6 +58,7 @@ from rewyn_kernel.tools import RiskLevel, Tool
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "assess", "risk_of", "sandbox_tool"]
 
 Payload = dict[str, Any]
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_RESULT_CHARS = 20_000
 """Characters of text (stdout, stderr, error, outputs together) in one result, about 5k tokens."""
@@ -110,23 +113,30 @@ def sandbox_tool(
     def record(
         arguments: object, started: datetime, outcome: Outcome, text: str, execution: str | None
     ) -> None:
-        """Write the call to the box's run logs."""
+        """Write the call to the box's run logs (a failure to is logged, never the caller's)."""
         shown, cut = bounded_text(text)
         given = _as_object(arguments)
-        timeout = given.get("timeout")
-        call = ToolCall(
-            id=uuid.uuid4().hex,
-            tool=name,
-            execution_id=execution,
-            keeps_state=keeps_state,
-            timeout=timeout if isinstance(timeout, int | float) and timeout > 0 else None,
-            started_at=started,
-            finished_at=datetime.now(timezone.utc),
-            arguments=bounded_arguments(given),
-            outcome=outcome,
-            text=shown,
-            text_truncated=cut,
-        )
+        asked = given.get("timeout")
+        timeout = None
+        if isinstance(asked, int | float) and not isinstance(asked, bool) and 0 < asked < math.inf:
+            timeout = float(asked)
+        try:
+            call = ToolCall(
+                id=uuid.uuid4().hex,
+                tool=name,
+                execution_id=execution,
+                keeps_state=keeps_state,
+                timeout=timeout,
+                started_at=started,
+                finished_at=datetime.now(timezone.utc),
+                arguments=bounded_arguments(given),
+                outcome=outcome,
+                text=shown,
+                text_truncated=cut,
+            )
+        except ValueError:
+            logger.exception("the call to tool %r was not recorded", name)
+            return
         record_tool_call(call, box.listeners)
 
     def refused(arguments: object, error: RewynError) -> None:
