@@ -236,12 +236,9 @@ class Tool:
         given, or ``approve`` did not return True; nothing runs then.
         """
         with self._refusals(arguments):
-            valid = self.validate(arguments)
-            decision = self._decide(valid, policy)
-            if decision is not None and decision.requires_approval:
-                if approve is None:
-                    raise PolicyError(f"{decision.reason}; pass approve= to ask a person")
-                self._approved(approve(self, valid, decision), decision)
+            valid, asking = self._admit(arguments, policy, approve is not None)
+            if asking is not None and approve is not None:
+                self._approved(approve(self, valid, asking), asking)
         return dict(self.handler(valid))
 
     async def arun(
@@ -252,14 +249,25 @@ class Tool:
     ) -> dict[str, Any]:
         """``run`` without blocking the event loop; ``approve`` may be async."""
         with self._refusals(arguments):
-            valid = self.validate(arguments)
-            decision = self._decide(valid, policy)
-            if decision is not None and decision.requires_approval:
-                if approve is None:
-                    raise PolicyError(f"{decision.reason}; pass approve= to ask a person")
-                answer = approve(self, valid, decision)
-                self._approved(await answer if inspect.isawaitable(answer) else answer, decision)
+            valid, asking = self._admit(arguments, policy, approve is not None)
+            if asking is not None and approve is not None:
+                answer = approve(self, valid, asking)
+                self._approved(await answer if inspect.isawaitable(answer) else answer, asking)
         return await self._ainvoke(valid)
+
+    def _admit(
+        self, arguments: str | bytes | Mapping[str, Any], policy: PermissionPolicy | None, ask: bool
+    ) -> tuple[dict[str, Any], PermissionDecision | None]:
+        """The valid arguments, and the decision a person must approve (None: none needed);
+        raise when they are not valid, the policy denies, or approval is needed and ``ask``
+        is False (no one to ask)."""
+        valid = self.validate(arguments)
+        decision = self._decide(valid, policy)
+        if decision is None or not decision.requires_approval:
+            return valid, None
+        if not ask:
+            raise PolicyError(f"{decision.reason}; pass approve= to ask a person")
+        return valid, decision
 
     @contextlib.contextmanager
     def _refusals(self, arguments: object) -> Iterator[None]:
