@@ -20,12 +20,14 @@ not run; an agent framework that keeps its own policy calls ``tool.validate`` an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import functools
 import inspect
 import json
+import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -47,6 +49,7 @@ __all__ = [
     "to_openai",
 ]
 
+_logger = logging.getLogger(__name__)
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """Tool names both APIs accept (OpenAI: 64 characters at most; Anthropic: 128)."""
 
@@ -153,6 +156,7 @@ class MaxRiskLevel(BaseModel):
 
 Handler = Callable[[dict[str, Any]], Mapping[str, Any]]
 AsyncHandler = Callable[[dict[str, Any]], Awaitable[Mapping[str, Any]]]
+RefusalHandler = Callable[[object, RewynError], None]
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -172,6 +176,10 @@ class Tool:
     async_handler: AsyncHandler | None = None
     risk_reason: str = ""
     """Why the tool has its risk level, in words (policies quote it)."""
+    on_refused: RefusalHandler | None = None
+    """Told of each call refused before it ran, with the arguments as given and the error that
+    refused it (``ToolArgumentsError``, or ``PolicyError`` for a denial): ``sandbox_tool``
+    records it in the run log. What it raises is logged, never the caller's."""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -204,11 +212,15 @@ class Tool:
 
     def call(self, arguments: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
         """Validate ``arguments`` and run the tool, with no policy check."""
-        return dict(self.handler(self.validate(arguments)))
+        with self._refusals(arguments):
+            valid = self.validate(arguments)
+        return dict(self.handler(valid))
 
     async def acall(self, arguments: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
         """``call`` without blocking the event loop."""
-        return await self._ainvoke(self.validate(arguments))
+        with self._refusals(arguments):
+            valid = self.validate(arguments)
+        return await self._ainvoke(valid)
 
     def run(
         self,
@@ -221,12 +233,10 @@ class Tool:
         Raises ``PolicyError`` when the call is denied, needs approval and no ``approve`` was
         given, or ``approve`` did not return True; nothing runs then.
         """
-        valid = self.validate(arguments)
-        decision = self._decide(valid, policy)
-        if decision is not None and decision.requires_approval:
-            if approve is None:
-                raise PolicyError(f"{decision.reason}; pass approve= to ask a person")
-            self._approved(approve(self, valid, decision), decision)
+        with self._refusals(arguments):
+            valid, asking = self._admit(arguments, policy, approve is not None)
+            if asking is not None and approve is not None:
+                self._approved(approve(self, valid, asking), asking)
         return dict(self.handler(valid))
 
     async def arun(
@@ -236,14 +246,39 @@ class Tool:
         approve: Approver | None = None,
     ) -> dict[str, Any]:
         """``run`` without blocking the event loop; ``approve`` may be async."""
+        with self._refusals(arguments):
+            valid, asking = self._admit(arguments, policy, approve is not None)
+            if asking is not None and approve is not None:
+                answer = approve(self, valid, asking)
+                self._approved(await answer if inspect.isawaitable(answer) else answer, asking)
+        return await self._ainvoke(valid)
+
+    def _admit(
+        self, arguments: str | bytes | Mapping[str, Any], policy: PermissionPolicy | None, ask: bool
+    ) -> tuple[dict[str, Any], PermissionDecision | None]:
+        """The valid arguments, and the decision a person must approve (None: none needed);
+        raise when they are not valid, the policy denies, or approval is needed and ``ask``
+        is False (no one to ask)."""
         valid = self.validate(arguments)
         decision = self._decide(valid, policy)
-        if decision is not None and decision.requires_approval:
-            if approve is None:
-                raise PolicyError(f"{decision.reason}; pass approve= to ask a person")
-            answer = approve(self, valid, decision)
-            self._approved(await answer if inspect.isawaitable(answer) else answer, decision)
-        return await self._ainvoke(valid)
+        if decision is None or not decision.requires_approval:
+            return valid, None
+        if not ask:
+            raise PolicyError(f"{decision.reason}; pass approve= to ask a person")
+        return valid, decision
+
+    @contextlib.contextmanager
+    def _refusals(self, arguments: object) -> Iterator[None]:
+        """Tell ``on_refused`` of a call refused within (then let the error go on)."""
+        try:
+            yield
+        except (ToolArgumentsError, PolicyError) as exc:
+            if self.on_refused is not None:
+                try:
+                    self.on_refused(arguments, exc)
+                except Exception:
+                    _logger.exception("on_refused of tool %r failed", self.name)
+            raise
 
     async def _ainvoke(self, arguments: dict[str, Any]) -> dict[str, Any]:
         if self.async_handler is not None:

@@ -91,13 +91,22 @@ def run_cell(
     allow_stdin: bool = False,
     answer: Callable[[dict[str, Any]], str] | None = None,
     after: tuple[float, Callable[[], object]] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> Cell:
     """Execute ``code``; collect its iopub messages up to idle, answering input requests.
 
     ``after=(seconds, call)`` makes ``call`` from this thread once that long has passed
     (jupyter_client's sync calls leak an event loop when made from other threads).
+    ``metadata`` goes in the execute_request's metadata (jupyter_client's ``execute`` sends none).
     """
-    msg_id = kc.execute(code, allow_stdin=allow_stdin)
+    if metadata is None:
+        msg_id = kc.execute(code, allow_stdin=allow_stdin)
+    else:
+        content = {"code": code, "silent": False, "store_history": True}
+        content |= {"user_expressions": {}, "allow_stdin": allow_stdin, "stop_on_error": True}
+        request = kc.session.msg("execute_request", content, metadata=metadata)
+        kc.shell_channel.send(request)
+        msg_id = request["header"]["msg_id"]
     messages: list[dict[str, Any]] = []
     started = time.monotonic()
     deadline = started + timeout

@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Request, sync_playwright
 
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY
-from rewyn_kernel.runtime import JsonlRunLog, local_provider
+from rewyn_kernel.runtime import JsonlRunLog, create, local_provider
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import SandboxSpec
 from tests.conftest import unavailable
@@ -662,3 +662,56 @@ def test_a_file_a_cell_writes_appears_in_the_file_browser_and_the_persons_edit_i
         "written-by-the-cell.csv"
     ]
     assert page.console_errors == []
+
+
+# Open ``path`` and wait for what comes first: its kernel, or a dialog (Select Kernel).
+_KERNEL_OR_DIALOG = """async (path) => {
+  const app = window.jupyterapp;
+  await app.restored;
+  const deadline = Date.now() + 60000;
+  const pause = () => new Promise(resolve => setTimeout(resolve, 100));
+  const panel = () => app.shell.currentWidget;
+  while (!(panel() && panel().context && panel().context.path === path)) {
+    if (Date.now() > deadline) return 'the notebook did not open';
+    await pause();
+  }
+  await panel().context.ready;
+  while (Date.now() < deadline) {
+    const dialog = document.querySelector('.jp-Dialog .jp-Dialog-header');
+    if (dialog) return 'dialog: ' + dialog.textContent.trim();
+    const kernel = panel().sessionContext.session && panel().sessionContext.session.kernel;
+    if (kernel) {
+      await new Promise(resolve => setTimeout(resolve, 1000));  // (and no dialog after it)
+      const late = document.querySelector('.jp-Dialog .jp-Dialog-header');
+      return late ? 'dialog: ' + late.textContent.trim() : 'kernel: ' + kernel.name;
+    }
+    await pause();
+  }
+  return 'neither a kernel nor a dialog in 60 s';
+}"""
+
+
+def test_a_review_opens_on_its_kernel_without_asking(
+    server: JupyterServer, page: Watched, tmp_path: Path
+) -> None:
+    """Issue 25: JupyterLab asked "Select Kernel" for a review, which named a kernel that was
+    not installed. A review names one that is (the run's, else the sandbox kernel); the same
+    notebook naming the missing kernel brings the dialog up, as this test would see it."""
+    from rewyn_kernel.cli import main as cli
+
+    log = tmp_path / "run.jsonl"
+    with create(timeout=5, listeners=[JsonlRunLog(log)]) as box, box.session() as session:
+        session.execute("print('reviewed')")
+    assert cli(["review", str(log), "-o", str(server.root / "review.ipynb")]) == 0
+    nb = json.loads((server.root / "review.ipynb").read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "rewyn-sandbox"
+
+    page.page.goto(server.notebook_url("lab", "review.ipynb"))
+    page.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+    assert page.page.evaluate(_KERNEL_OR_DIALOG, "review.ipynb") == "kernel: rewyn-sandbox"
+
+    nb["metadata"]["kernelspec"]["name"] = nb["metadata"][METADATA_KEY]["review"]["kernel"]
+    (server.root / "missing.ipynb").write_text(json.dumps(nb))
+    page.page.goto(server.notebook_url("lab", "missing.ipynb"))
+    page.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+    assert page.page.evaluate(_KERNEL_OR_DIALOG, "missing.ipynb") == "dialog: Select Kernel"

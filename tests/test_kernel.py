@@ -205,6 +205,26 @@ def test_a_cell_past_its_timeout_is_interrupted_and_keeps_its_state(kernel_root:
         assert after.reply["content"]["ename"] == "NameError"
 
 
+def test_a_request_may_shorten_a_cells_timeout_never_lengthen_it(kernel_root: Path) -> None:
+    """``review --check`` replays an agent's call under the timeout the call gave, in the
+    execute_request's metadata; the kernel's own limit still bounds it."""
+    shorter = {"rewyn_kernel": {"timeout": 1}}
+    with running_kernel(kernel_root, "rewyn-test") as (_, kc):  # (the kernel's 600 s)
+        started = time.monotonic()
+        cell = run_cell(kc, "import time\ntime.sleep(30)", metadata=shorter)
+        assert time.monotonic() - started < 10
+        (error,) = cell.of_type("error")
+        assert error["content"]["ename"] == "TimeoutError"
+        assert "limit of 1 s" in plain("\n".join(error["content"]["traceback"]))
+        for ignored in ({"rewyn_kernel": {"timeout": "1"}}, {"rewyn_kernel": {"timeout": -1}}):
+            assert run_cell(kc, "print('ok')", metadata=ignored).stream() == "ok\n"
+    with running_kernel(kernel_root, "rewyn-test-timeout") as (_, kc):  # (the kernel's 1 s)
+        started = time.monotonic()
+        cell = run_cell(kc, "while True: pass", metadata={"rewyn_kernel": {"timeout": 60}})
+        assert cell.reply["content"]["ename"] == "TimeoutError"
+        assert time.monotonic() - started < 10
+
+
 def test_input_goes_through_the_frontend_when_allowed(kernel: Kernel) -> None:
     _, kc = kernel
     prompts: list[str] = []

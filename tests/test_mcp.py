@@ -764,50 +764,145 @@ def test_http_needs_the_token_and_then_serves(tmp_path: Path, marker: str) -> No
     assert wait_until_gone(marker, timeout=10) == []
 
 
-def test_review_of_an_mcp_run_shows_what_the_agent_saw_per_session(tmp_path: Path) -> None:
+CSV = "day,temp\n1,3.5\n2,4.0\n3,2.5\n"
+PLOT = (
+    "import pandas as pd\nimport matplotlib.pyplot as plt\n"
+    "df = pd.read_csv('data/temps.csv')\ndf.describe().to_csv('summary.csv')\n"
+    "df.plot(x='day', y='temp')\nplt.savefig('temps.png')\nplt.show()"
+)
+SCENARIO: list[tuple[str, dict[str, Any]]] = [
+    ("write_file", {"path": "data/temps.csv", "content": CSV}),
+    ("run_python", {"code": PLOT}),
+    ("read_file", {"path": "summary.csv"}),
+    ("read_file", {"path": "temps.png"}),
+    ("list_files", {}),
+    ("run_python", {"code": "x = 1", "session": "other"}),
+    ("run_python", {"code": "print(len(df))"}),
+    ("reset_session", {"session": "default"}),
+    ("run_python", {"code": "'df' in globals()"}),
+    ("read_file", {"path": "../../etc/passwd"}),
+    ("run_python", {"code": 123}),
+    ("run_python", {}),
+    ("read_file", {"path": "summary.csv", "max_bytes": 0}),
+    ("run_python", {"code": "1", "timeout": 60}),
+    ("run_python", {"code": "1", "session": "../x"}),
+    (
+        "run_python",
+        {"code": "import time\nprint('waiting', flush=True)\ntime.sleep(30)", "timeout": 2},
+    ),
+    ("run_python", {"code": "1 / 0"}),
+    ("run_python", {"code": "print(x)", "session": "other"}),
+    ("close_session", {"session": "other"}),
+    ("run_python", {"code": "print('x' in globals())", "session": "other"}),
+]
+"""Issue 25's run, in small: a file in, a plot and a CSV out and read back, a listing, two
+sessions interleaved, a reset, a refused path, five calls with bad arguments, a call with its
+own timeout, a failure, a close."""
+REFUSED, BAD, TIMED, FAILS = [10], [11, 12, 13, 14, 15], 16, 17
+
+
+def test_review_of_an_mcp_run_shows_every_call_and_replays_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25: every call is in the run log and in the review, in call order, sessions marked
+    on each cell; what the model was given, images included; failures as errors, named by call
+    in the summary; a kernel JupyterLab has; and --check replays it with the agent's inputs and
+    timeouts, every replayable cell as recorded."""
     import nbformat
+    from jupyter_client.kernelspec import KernelSpecManager
     from nbconvert import HTMLExporter
 
     from rewyn_kernel.cli import main as cli
 
     log = tmp_path / "run.jsonl"
-    given: dict[str, str] = {}
+    results: list[types.CallToolResult] = []
 
     async def body() -> None:
-        async with stdio_server(log, "--max-output-chars", "3000") as client:
-            for session, code in (
-                ("alpha", "a = 1\nprint('alpha one')"),
-                ("beta", "for i in range(5000): print(i)"),
-                ("alpha", "print(a + 1)"),
-            ):
-                result = await client.call_tool("run_python", {"code": code, "session": session})
-                assert result.structured_content is not None
-                given[code] = text_of(result)
+        async with stdio_server(log, "--timeout", "20") as client:
+            for name, arguments in SCENARIO:
+                results.append(await client.call_tool(name, arguments))
 
     run(body)
-    out = tmp_path / "review.ipynb"
-    assert cli(["review", str(log), "-o", str(out)]) == 0
-    nb = nbformat.read(out, as_version=4)  # type: ignore[no-untyped-call]
-    headings = [cell.source for cell in nb.cells if cell.cell_type == "markdown"][1:]
-    assert len(headings) == 2
-    assert "`alpha`" in headings[0]
-    assert "`beta`" in headings[1]
-    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
-    assert [cell.source for cell in code_cells] == [
-        "a = 1\nprint('alpha one')",
-        "print(a + 1)",
-        "for i in range(5000): print(i)",
+    failed = [n for n, result in enumerate(results, 1) if result.is_error]
+    assert failed == [*REFUSED, *BAD]
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    calls = [call for call in calls if call["type"] == "TOOL_CALL"]
+    assert [(c["tool"], c["outcome"]) for c in calls] == [
+        (name, "refused" if n in REFUSED else "invalid_arguments" if n in BAD else "ok")
+        for n, (name, _) in enumerate(SCENARIO, 1)
     ]
-    for cell in code_cells:
-        shown = cell.outputs[0]
-        assert shown.metadata["rewyn_kernel"]["given_to_model"] is True
-        assert shown.data["text/plain"] == given[cell.source]  # exactly what the model read
-    long_one = code_cells[2].outputs[0].data["text/plain"]
-    assert "characters omitted" in long_one
-    assert "4999" in long_one
-    # It reads without any kernel: rendered to HTML with nothing installed for it.
+    (written,) = calls[0]["files"]
+    assert (written["path"], written["direction"], written["size"]) == ("data/temps.csv", "in", 27)
+    assert base64.b64decode(written["content"]).decode() == CSV
+    assert calls[TIMED - 1]["timeout"] == 2
+    assert calls[7]["session_effect"] == "restarted"
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    out = tmp_path / "review.ipynb"
+    assert cli(["review", str(log), "-o", str(out), "--install-kernel"]) == 0
+    nb = nbformat.read(out, as_version=4)  # type: ignore[no-untyped-call]
+    header, *cells = nb.cells
+    assert [cell.id for cell in cells] == [f"call-{n}" for n in range(1, len(SCENARIO) + 1)]
+    assert all(cell.cell_type == "code" for cell in cells)
+    lines = [cell.outputs[0].data["text/plain"] for cell in cells]
+    sessions = [arguments.get("session", "default") for _, arguments in SCENARIO]
+    for n, (line, (name, _), session) in enumerate(zip(lines, SCENARIO, sessions, strict=True), 1):
+        assert line.startswith(f"call {n} · {name} · "), line
+        assert f" · session '{session}'{'#2' if n == 20 else ''} · " in line, line
+    assert "the session's interpreter restarted" in lines[7]
+    assert cells[8].outputs[1].data["text/plain"] == text_of(results[8])  # False, after it
+    assert "timeout 2 s" in lines[TIMED - 1]
+
+    # What the model read, exactly; the images it was given, as images.
+    for n in (2, 3, 7, 9):
+        assert cells[n - 1].outputs[1].data["text/plain"] == text_of(results[n - 1]), n
+    for n in (2, 4):
+        given = [b.data for b in results[n - 1].content if isinstance(b, types.ImageContent)]
+        shown = [
+            o.data["image/png"] for o in cells[n - 1].outputs if "image/png" in o.get("data", {})
+        ]
+        assert len(given) == 1, n
+        assert shown == given, n
+    assert "with open('data/temps.csv', 'wb') as _file:" in cells[0].source
+
+    # Failures as errors, named by call in the summary.
+    errors = {
+        n: [o for o in cell.outputs if o.output_type == "error"] for n, cell in enumerate(cells, 1)
+    }
+    assert [errors[n][0].ename for n in REFUSED] == ["PermissionError"]
+    assert {errors[n][0].ename for n in BAD} == {"ToolArgumentsError"}
+    assert errors[TIMED][0].ename == "TimeoutError"
+    assert errors[FAILS][0].ename == "ZeroDivisionError"
+    assert [n for n, found in errors.items() if found] == [*REFUSED, *BAD, TIMED, FAILS]
+    summary = next(line for line in header.source.splitlines() if line.startswith("- **Failed:**"))
+    assert summary.startswith(
+        f"- **Failed:** 8 of {len(SCENARIO)} calls; call 10 (`read_file`: refused)"
+    )
+    for n in [*REFUSED, *BAD, TIMED, FAILS]:
+        assert f"call {n} (" in summary
+
+    # A kernel JupyterLab has: no Select Kernel dialog (the browser test opens one).
+    assert nb.metadata.kernelspec.name in KernelSpecManager().find_kernel_specs()
+    assert nb.metadata.kernelspec.name == nb.metadata.rewyn_kernel.review.kernel
+    # Red in nbconvert's HTML: an error output per failure; the images inline.
     html, _ = HTMLExporter().from_notebook_node(nb)  # type: ignore[no-untyped-call]
-    assert "alpha one" in html
+    assert html.count('data-mime-type="application/vnd.jupyter.stderr"') >= 8
+    for n in (2, 4):
+        (image,) = [b for b in results[n - 1].content if isinstance(b, types.ImageContent)]
+        assert f"data:image/png;base64,{image.data}" in html
+
+    capsys.readouterr()
+    assert cli(["review", "--check", str(out)]) == 0
+    said = capsys.readouterr().out
+    replayed = [2, 6, 7, 9, TIMED, FAILS, 18, 20]
+    for n in replayed:
+        assert f"cell call-{n}: same as the recorded run" in said, said
+    assert "cell call-1: written again, the same bytes as recorded: data/temps.csv" in said
+    assert "cell call-3: read again, the same bytes as recorded: summary.csv" in said
+    assert "cell call-4: read again, the same bytes as recorded: temps.png" in said
+    assert "cell call-8: its session restarted" in said
+    assert "cell call-19: its session closed" in said
+    assert "11 of 11 cells as recorded (7 not replayed: they ran nothing)" in said
 
 
 def start_http(run_log: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:

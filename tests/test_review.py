@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import sys
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +16,11 @@ import nbformat
 import pytest
 
 from rewyn_kernel import cli
+from rewyn_kernel.errors import PolicyError
 from rewyn_kernel.kernel.kernelspec import KERNEL_NAME
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_json, summary_line
+from rewyn_kernel.notebooks._review_cells import write_source
+from rewyn_kernel.notebooks._review_log import read_records, steps_of
 from rewyn_kernel.notebooks.review import (
     DEFAULT_LIMITS,
     compare,
@@ -22,13 +30,15 @@ from rewyn_kernel.notebooks.review import (
     read_log,
 )
 from rewyn_kernel.runtime import JsonlRunLog, create
-from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime._tool_call import logged_file
+from rewyn_kernel.runtime.events import SandboxEvent, ToolCall, ToolResult
 from rewyn_kernel.runtime.sandbox import (
     DEFAULT_DISK_MB,
     DEFAULT_MEMORY_MB,
     DEFAULT_PIDS,
     get_default_provider,
 )
+from rewyn_kernel.tools import PermissionDecision, Tool, ToolArgumentsError
 from tests.kernel_client import write_spec
 
 LONG_CODE = "# " + "x" * 300_000 + "\nprint('long')"
@@ -86,40 +96,49 @@ def event_text(cell: dict[str, Any]) -> str:
 def test_a_real_run_becomes_one_cell_per_execution(
     run_log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A log of events alone (a session's, no tool): one cell per execution, each opening with
+    its call line; a failure ends in an error output; the summary names failed cells."""
     out = tmp_path / "review.ipynb"
     assert review(run_log, "-o", out) == 0
     assert capsys.readouterr().err == ""
     nb = load(out)
     events = events_of(run_log)
     header, *cells = nb["cells"]
-    assert [c["id"] for c in cells] == [f"line-{n}" for n in range(1, 6)]
-    for cell, event in zip(cells, events, strict=True):
-        assert cell["metadata"][METADATA_KEY] == {"events": [event_json(event)], "recorded": True}
+    assert [c["id"] for c in cells] == [f"call-{n}" for n in range(1, 6)]
+    for number, (cell, event) in enumerate(zip(cells, events, strict=True), 1):
+        assert cell["metadata"][METADATA_KEY] == {
+            "session": event.session_id,
+            "events": [event_json(event)],
+            "recorded": True,
+        }
         assert cell["execution_count"] == event.execution_count
+        line = text(cell["outputs"][0]["data"]["text/plain"])
+        assert line.startswith(f"call {number} · code · session {event.session_id} · ")
         last = cell["outputs"][-1]
         assert last["data"][EVENT_MIME]["id"] == event.id
         assert text(last["data"]["text/plain"]) == summary_line(event)
     ok, exception, timeout, display, long = cells
     assert text(ok["source"]) == "print('hello')"
-    assert [(o["output_type"], text(o.get("text", ""))) for o in ok["outputs"][:-1]] == [
+    assert [(o["output_type"], text(o.get("text", ""))) for o in ok["outputs"][1:-1]] == [
         ("stream", "hello\n")
     ]
-    (error,) = exception["outputs"][:-1]
+    (error,) = exception["outputs"][1:-1]
     assert (error["output_type"], error["ename"]) == ("error", "ZeroDivisionError")
     assert "1 / 0" in "".join(error["traceback"])
-    (error,) = timeout["outputs"][:-1]
+    (error,) = timeout["outputs"][1:-1]
     assert error["ename"] == "TimeoutError"
     assert "timed out after 1 s" in error["evalue"]
-    shown, result = display["outputs"][:-1]
+    shown, result = display["outputs"][1:-1]
     assert shown["output_type"] == "display_data"
     assert shown["data"] == {"text/plain": ["a chart"]}  # only text/plain is in the event
     assert shown["metadata"][METADATA_KEY]["mime_types"] == ["image/png", "text/plain"]
     assert result["output_type"] == "execute_result"
     assert (result["data"], result["execution_count"]) == ({"text/plain": ["42"]}, 4)
-    assert text(long["outputs"][0]["text"]) == "long\n"
+    assert text(long["outputs"][1]["text"]) == "long\n"
 
     source = text(header["source"])
-    command = install_command(kernel_name_for(LIMITS), LIMITS)
+    name = kernel_name_for(LIMITS)
+    command = install_command(name, LIMITS)
     provider = LIMITS["provider"]
     limits = f"--memory {DEFAULT_MEMORY_MB} --pids {DEFAULT_PIDS} --disk {DEFAULT_DISK_MB}"
     assert command.endswith(
@@ -127,29 +146,34 @@ def test_a_real_run_becomes_one_cell_per_execution(
     )
     for line in (
         f"# Review of an agent's run: `{run_log}`",
-        "in the order of the log's lines",
+        "in the order it made them",
+        "- **Calls:** 5 in 1 session(s)",
+        "- **Failed:** 2 of 5 calls; call 2 (`code`: exception `ZeroDivisionError`); "
+        "call 3 (`code`: timeout `TimeoutError`)",
         "- **Executions:** 5 in 1 sandbox(es)",
         "- **Endings:** completed 3 · exception 1 · timeout 1",
-        "- **Not ok:** 2 of 5, 1 timed out; line 2: exception (`ZeroDivisionError`); line 3",
         f"- **Provider** `{provider}` (5 executions): network isolated",
         "- **Time:** ",
         f"    {command}",
-        "only the `text/plain` of rich outputs",
+        "only the\n`text/plain` of rich outputs",
         "`rewyn-kernel review --check review.ipynb`",
+        f"It is not installed here, so the notebook names `{KERNEL_NAME}`",
     ):
-        assert line in source
+        assert line in source, line
     assert "Lines not converted" not in source
 
-    name = kernel_name_for(LIMITS)
     assert name.startswith("rewyn-review-")
+    # Not installed here: the notebook names the sandbox kernel that is, which JupyterLab
+    # starts without asking (a missing name brings up its Select Kernel dialog).
     assert nb["metadata"]["kernelspec"] == {
-        "name": name,
-        "display_name": f"Python (sandboxed, {name})",
+        "name": KERNEL_NAME,
+        "display_name": "Python (sandboxed)",
         "language": "python",
     }
     assert nb["metadata"][METADATA_KEY]["review"] == {
         "source": str(run_log),
         "limits": LIMITS,
+        "kernel": name,
         "install_command": command,
         "problems": [],
     }
@@ -205,8 +229,8 @@ def test_most_executions_choose_the_kernel_and_the_others_are_named(
     mixed.write_text(json.dumps(data) + "\n" + "".join(rest))
     assert review(mixed, "-o", tmp_path / "m.ipynb") == 0
     nb = load(tmp_path / "m.ipynb")
-    assert nb["metadata"]["kernelspec"]["name"] == kernel_name_for(LIMITS)
-    assert "Line 1 ran under other limits" in text(nb["cells"][0]["source"])
+    assert nb["metadata"][METADATA_KEY]["review"]["kernel"] == kernel_name_for(LIMITS)
+    assert "Call 1 ran under other limits" in text(nb["cells"][0]["source"])
 
 
 def test_a_damaged_log_names_each_bad_line_and_converts_the_rest(
@@ -245,7 +269,7 @@ def test_a_damaged_log_names_each_bad_line_and_converts_the_rest(
         "incomplete JSON (the log was copied while being written, or its writer was killed)",
     ]
     nb = load(out)
-    assert [c["id"] for c in nb["cells"][1:]] == ["line-1", "line-7"]
+    assert [c["id"] for c in nb["cells"][1:]] == ["call-1", "call-2"]
     header = text(nb["cells"][0]["source"])
     assert "- **Lines not converted:** 6" in header
     assert f"  - `{log}:3: a JSON list, not an event object`" in header
@@ -274,7 +298,7 @@ def test_lone_surrogates_in_a_log_do_not_stop_the_notebook(run_log: Path, tmp_pa
     JsonlRunLog(log)(event.model_copy(update={"stdout": "a\udc80b\n", "message": "\ud800"}))
     assert review(log, "-o", tmp_path / "s.ipynb") == 0
     cell = load(tmp_path / "s.ipynb")["cells"][1]
-    assert text(cell["outputs"][0]["text"]) == "a\ufffdb\n"
+    assert text(cell["outputs"][1]["text"]) == "a\ufffdb\n"
     assert cell["metadata"][METADATA_KEY]["events"][0]["message"] == "\ufffd"
 
 
@@ -300,7 +324,7 @@ def test_an_empty_log_gives_a_notebook_with_only_the_header(tmp_path: Path) -> N
     assert review(log) == 0  # default output: next to the log
     nb = load(tmp_path / "empty.review.ipynb")
     assert len(nb["cells"]) == 1
-    assert "- **Executions:** 0" in text(nb["cells"][0]["source"])
+    assert "- **Calls:** 0" in text(nb["cells"][0]["source"])
     assert nb["metadata"]["kernelspec"]["name"] == KERNEL_NAME
 
 
@@ -311,15 +335,25 @@ def test_compare_names_each_difference(run_log: Path) -> None:
         "exit 1 (was 0)",
         "ending exception (was completed)",
         "stdout differs (0 bytes, was 6)",
-        "stderr differs",  # it ends with the traceback
-        "error ZeroDivisionError (was none)",
+        "error ZeroDivisionError (was none)",  # (its traceback, in stderr, is not compared)
     ]
     assert compare(exception, timeout) == [
         "exit 124 (was 1)",
         "ending timeout (was exception)",
-        "stderr differs",
         "error TimeoutError (was ZeroDivisionError)",
     ]
+    # The traceback's details (the cell's number in it, say) are not an outcome.
+    assert exception.error is not None
+    error = exception.error.model_copy(
+        update={
+            "traceback": tuple(t.replace("line 1", "line 2") for t in exception.error.traceback)
+        }
+    )
+    renumbered = exception.model_copy(
+        update={"stderr": exception.stderr.replace("line 1", "line 2"), "error": error}
+    )
+    assert renumbered.stderr != exception.stderr
+    assert compare(exception, renumbered) == []
     assert compare(ok, ok.model_copy(update={"stdout": "hellO\n"})) == ["stdout differs"]
     assert compare(ok, ok.model_copy(update={"stderr": "warn\n", "stderr_bytes": 5})) == [
         "stderr differs (5 bytes, was 0)"
@@ -356,10 +390,10 @@ def test_check_reruns_and_marks_what_differs(
     out, err = capsys.readouterr()
     assert "does not apply the recorded limits" not in err
     assert out.splitlines()[0] == (
-        "cell line-1: code changed since the recording; differs from the recorded run: "
+        "cell call-1: code changed since the recording; differs from the recorded run: "
         "stdout differs (8 bytes, was 6)"
     )
-    assert "cell line-2: same as the recorded run" in out
+    assert "cell call-2: same as the recorded run" in out
     result = load(checked)
     cells = result["cells"][1:]
     first = cells[0]
@@ -374,7 +408,8 @@ def test_check_reruns_and_marks_what_differs(
         "differences": ["stdout differs (8 bytes, was 6)"],
         "code_changed": True,
     }
-    assert text(first["outputs"][0]["text"]) == "changed\n"
+    assert text(first["outputs"][0]["data"]["text/plain"]).startswith("call 1 · code · ")
+    assert text(first["outputs"][1]["text"]) == "changed\n"
     for cell in cells[1:4]:
         assert event_text(cell).endswith(" — same as the recorded run"), event_text(cell)
         assert len(cell["metadata"][METADATA_KEY]["events"]) == 2
@@ -382,13 +417,13 @@ def test_check_reruns_and_marks_what_differs(
     assert "code changed since the recording; differs" in event_text(cells[4])
     last_check = result["metadata"][METADATA_KEY]["review"]["last_check"]
     assert last_check["kernel"] == "rv-check"
-    assert last_check["differing"] == ["line-1", "line-5"]
+    assert last_check["differing"] == ["call-1", "call-5"]
     assert (last_check["checked"], last_check["kernel_mismatches"], last_check["error"]) == (
         5,
         [],
         "",
     )
-    assert load(path)["cells"][1]["outputs"][0]["text"] == ["hello\n"]  # -o: input untouched
+    assert load(path)["cells"][1]["outputs"][1]["text"] == ["hello\n"]  # -o: input untouched
 
 
 def test_check_of_an_unchanged_step_is_the_same_and_warns_of_other_limits(
@@ -411,7 +446,7 @@ def test_check_of_an_unchanged_step_is_the_same_and_warns_of_other_limits(
         "(recorded False)\nwarning: kernel rv-default does not apply the recorded limits: "
         "timeout 600.0 (recorded 1.0)\n"
     )
-    assert "cell line-1: same as the recorded run" in out
+    assert "cell call-1: same as the recorded run" in out
     nb = load(path.with_name("hello.checked.ipynb"))  # no -o: the record stays as it was
     assert event_text(nb["cells"][1]).endswith(" — same as the recorded run")
     assert not event_text(load(path)["cells"][1]).endswith(" — same as the recorded run")
@@ -539,7 +574,7 @@ def test_a_run_under_a_quota_names_a_kernel_that_install_can_make(
 
 def test_a_sandbox_tool_run_shows_the_payload_the_model_was_given(tmp_path: Path) -> None:
     """The event keeps about 8 KiB of each stream; the tool gave the model its own head and
-    tail. The review shows the latter (the log's TOOL_RESULT line), not a rebuilt excerpt."""
+    tail. The review shows the latter (the log's TOOL_CALL record), not a rebuilt excerpt."""
     from rewyn_kernel.runtime import sandbox_tool
 
     log = tmp_path / "run.jsonl"
@@ -556,7 +591,7 @@ def test_a_sandbox_tool_run_shows_the_payload_the_model_was_given(tmp_path: Path
     assert text(streams["stdout"]) != event.stdout  # (the model saw another excerpt)
     (error,) = [o for o in cell["outputs"] if o["output_type"] == "error"]
     assert error["ename"] == "ZeroDivisionError"
-    assert cell["metadata"][METADATA_KEY]["given"]["tool"] == "run_code"
+    assert cell["metadata"][METADATA_KEY]["call"]["tool"] == "run_code"
     assert cell["outputs"][-1]["data"][EVENT_MIME]["id"] == event.id  # the summary stays last
 
 
@@ -586,3 +621,211 @@ def test_each_cell_shows_what_it_changed_in_the_workspace(tmp_path: Path) -> Non
     assert "- **Workspace files:** 1 execution(s) changed files: 1 changed, 1 created" in text(
         header["source"]
     )
+
+
+# -- tool calls ---------------------------------------------------------------------------------
+
+
+def tool_call(**fields: Any) -> ToolCall:
+    """A TOOL_CALL record as a tool writes it (started now, unless given)."""
+    now = datetime.now(timezone.utc)
+    values: dict[str, Any] = {
+        "id": uuid.uuid4().hex,
+        "tool": "write_file",
+        "session": "default",
+        "session_id": "s1",
+        "sandbox_id": "b1",
+        "started_at": now,
+        "finished_at": now,
+        "arguments": {},
+        "outcome": "ok",
+        "text": "",
+    }
+    return ToolCall.model_validate({**values, **fields})
+
+
+def test_a_log_from_before_tool_calls_still_converts(run_log: Path, tmp_path: Path) -> None:
+    """Logs written before TOOL_CALL hold a TOOL_RESULT line after each event: still read."""
+    event = events_of(run_log)[0]
+    log = tmp_path / "old.jsonl"
+    old = JsonlRunLog(log)
+    old(event)
+    old.record(
+        ToolResult(execution_id=event.id, tool="run_code", session="s", text="saw", truncated=False)
+    )
+    assert review(log, "-o", tmp_path / "old.ipynb") == 0
+    (cell,) = load(tmp_path / "old.ipynb")["cells"][1:]
+    assert text(cell["outputs"][0]["data"]["text/plain"]).startswith(
+        "call 1 · run_code · session 's'"
+    )
+    assert text(cell["outputs"][1]["data"]["text/plain"]) == "saw"
+    assert cell["metadata"][METADATA_KEY]["given"]["text"] == "saw"
+
+
+def test_tool_call_records_are_checked_when_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run log is untrusted: a record of another version, content that does not match its
+    hash, an image of a type a review does not show, each is named by line; the rest converts."""
+    good = tool_call(files=[logged_file("data/in.csv", b"a,b\n1,2\n", "in")])
+    forged = json.loads(good.model_dump_json())
+    forged["files"][0]["content"] = base64.b64encode(b"a,b\n6,6\n").decode()
+    svg = json.loads(tool_call(tool="read_file").model_dump_json())
+    svg["images"] = [{"mime_type": "image/svg+xml", "size": 1, "sha256": "0" * 64, "data": "eA=="}]
+    later = json.loads(tool_call().model_dump_json()) | {"version": 2}
+    log = tmp_path / "calls.jsonl"
+    log.write_text(
+        "".join(
+            json.dumps(item) + "\n"
+            for item in (json.loads(good.model_dump_json()), forged, svg, later)
+        )
+    )
+    assert review(log, "-o", tmp_path / "c.ipynb") == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"rewyn-kernel review: {log}:2: not a valid TOOL_CALL record: files.0: Value error, "
+        "content does not match its sha256"
+    )
+    assert err[1].startswith(
+        f"rewyn-kernel review: {log}:3: not a valid TOOL_CALL record: images.0.mime_type"
+    )
+    assert err[2] == (
+        f"rewyn-kernel review: {log}:4: a TOOL_CALL record of version 2: this rewyn-kernel reads "
+        "version 1 (a newer one may read this log)"
+    )
+    (cell,) = load(tmp_path / "c.ipynb")["cells"][1:]
+    assert "with open('data/in.csv', 'wb') as _file:" in text(cell["source"])
+
+
+def test_calls_read_in_the_order_they_started(tmp_path: Path) -> None:
+    """Calls to two sessions at once end, and are written, in another order than they came:
+    the review keeps the order they came in. A call whose event is missing says so."""
+    now = datetime.now(timezone.utc)
+    first = tool_call(
+        tool="run_python",
+        session="a",
+        started_at=now,
+        finished_at=now + timedelta(seconds=5),
+        execution_id="gone",
+    )
+    second = tool_call(
+        tool="list_files",
+        session="b",
+        session_id="s2",
+        started_at=now + timedelta(seconds=1),
+        finished_at=now + timedelta(seconds=2),
+    )
+    log = tmp_path / "order.jsonl"
+    writer = JsonlRunLog(log)
+    writer.record(second)  # (it ended first)
+    writer.record(first)
+    records, problems = read_records(log)
+    assert problems == []
+    assert [step.call for step in steps_of(records)] == [first, second]
+    assert review(log, "-o", tmp_path / "o.ipynb") == 0
+    cells = load(tmp_path / "o.ipynb")["cells"][1:]
+    lines = [text(cell["outputs"][0]["data"]["text/plain"]) for cell in cells]
+    assert lines[0].startswith("call 1 · run_python · session 'a' · ok · 5.0 s")
+    assert lines[0].endswith("its execution's event is not in the log")
+    assert lines[1].startswith("call 2 · list_files · session 'b' · ok")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"day,temp\n1,3.5\r\n",
+        "h\u00e9llo \u202e\u2028\x00 '''\"\"\"\\\n".encode(),
+        bytes(range(256)) * 3,
+    ],
+)
+def test_a_write_file_cell_writes_the_same_bytes(data: bytes, tmp_path: Path) -> None:
+    """The cell of a file the agent gave the sandbox is code that writes it again, exactly,
+    and nothing in the file's name or content gets out of its literals."""
+    call = tool_call(
+        arguments={"path": "in/x'\n.bin"}, files=[logged_file("in/x'\n.bin", data, "in")]
+    )
+    source = write_source(call, call.files[0])
+    namespace: dict[str, Any] = {}
+    cwd = Path.cwd()
+    try:
+        os.chdir(tmp_path)
+        exec(compile(source, "cell", "exec"), namespace)
+    finally:
+        os.chdir(cwd)
+    assert (tmp_path / "in" / "x'\n.bin").read_bytes() == data
+    assert set(namespace) == {"__builtins__"}  # (no name of its own left behind)
+    outside = tool_call(files=[logged_file("../escape.txt", b"x", "in")])
+    assert "cannot write the file again: its path is not within" in write_source(
+        outside, outside.files[0]
+    )
+
+
+def test_a_sandbox_tool_run_is_reviewed_call_by_call_and_replays_as_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every call of a sandbox_tool is in the log and the review, refused ones too, failures as
+    errors; --check replays each call as the tool ran it: a fresh interpreter each time (files
+    kept), under the timeout the call gave."""
+    from rewyn_kernel.runtime import sandbox_tool
+
+    class Refuse:
+        def check(self, tool: Tool, arguments: Mapping[str, Any]) -> PermissionDecision:
+            return PermissionDecision(allowed=False, reason="not this one")
+
+    log = tmp_path / "run.jsonl"
+    with create(timeout=10, listeners=[JsonlRunLog(log)]) as box:
+        tool = sandbox_tool(box)
+        assert tool.run({"code": "x = 1\n_ = open('n.txt', 'w').write('5')"})["ok"]
+        with pytest.raises(ToolArgumentsError):
+            tool.run('{"code": "1", "colour": "red"}')
+        with pytest.raises(PolicyError):
+            tool.run({"code": "print('never')"}, policy=Refuse())
+        fresh = tool.run({"code": "print('x' in globals(), open('n.txt').read())"})
+        assert fresh["stdout"] == "False 5\n"
+        assert tool.run({"code": "while True:\n    pass", "timeout": 1})["timed_out"]
+        assert tool.run({"code": "1 / 0"})["error"]["ename"] == "ZeroDivisionError"
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    calls = [call for call in calls if call["type"] == "TOOL_CALL"]
+    assert [c["outcome"] for c in calls] == ["ok", "invalid_arguments", "denied", "ok", "ok", "ok"]
+    assert calls[1]["arguments"] == {"code": "1", "colour": "red"}
+    assert calls[4]["timeout"] == 1
+    assert {c["keeps_state"] for c in calls} == {False}
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    path = tmp_path / "review.ipynb"
+    assert review(log, "-o", path, "--install-kernel") == 0
+    nb = load(path)
+    cells = nb["cells"][1:]
+    lines = [text(cell["outputs"][0]["data"]["text/plain"]) for cell in cells]
+    assert [line.split(" · ")[:2] for line in lines] == [
+        [f"call {n}", "run_code"] for n in range(1, 7)
+    ]
+    assert "a fresh interpreter (files stay)" in lines[0]
+    assert "timeout 1 s" in lines[4]
+    errors = [
+        [o["ename"] for o in cell["outputs"] if o["output_type"] == "error"] for cell in cells
+    ]
+    assert errors == [
+        [],
+        ["ToolArgumentsError"],
+        ["PolicyError"],
+        [],
+        ["TimeoutError"],
+        ["ZeroDivisionError"],
+    ]
+    assert "# The code it was sent (denied):\n#     print('never')" in text(cells[2]["source"])
+    header = text(nb["cells"][0]["source"])
+    assert (
+        "- **Failed:** 4 of 6 calls; call 2 (`run_code`: bad arguments); call 3 (`run_code`: "
+        "denied); call 5 (`run_code`: timeout `TimeoutError`); call 6 (`run_code`: exception "
+        "`ZeroDivisionError`)"
+    ) in header
+    name = nb["metadata"][METADATA_KEY]["review"]["kernel"]
+    assert nb["metadata"]["kernelspec"]["name"] == name  # (installed: JupyterLab starts it)
+
+    capsys.readouterr()
+    assert review("--check", path) == 0
+    out = capsys.readouterr().out
+    assert out.count("same as the recorded run") == 4, out
+    assert "4 of 4 cells as recorded (2 not replayed: they ran nothing)" in out

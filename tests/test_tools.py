@@ -149,6 +149,43 @@ def test_policy_arguments_are_checked() -> None:
         MEDIUM.deny_above = RiskLevel.CRITICAL
 
 
+def test_a_refused_call_is_told_with_its_arguments_and_the_error_still_raises() -> None:
+    """``on_refused`` (how sandbox_tool records a refusal in the run log) hears of each call
+    refused before it ran, by every entry point; one that raises changes nothing for the
+    caller."""
+    heard: list[tuple[object, str]] = []
+
+    def on_refused(arguments: object, error: Exception) -> None:
+        heard.append((arguments, type(error).__name__))
+        raise RuntimeError("a broken recorder")
+
+    schema = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
+    tool = Tool(
+        name="t",
+        description="d",
+        input_schema=schema,
+        risk_level=RiskLevel.HIGH,
+        handler=lambda arguments: {"ran": True},
+        on_refused=on_refused,
+    )
+    with pytest.raises(ToolArgumentsError):
+        tool.call("{not json")
+    with pytest.raises(ToolArgumentsError):
+        asyncio.run(tool.acall({"code": 1}))
+    with pytest.raises(PolicyError):
+        tool.run({"code": "x"}, policy=MEDIUM)
+    with pytest.raises(PolicyError):
+        asyncio.run(tool.arun({"code": "x"}, policy=MaxRiskLevel("high", approve_above="low")))
+    assert heard == [
+        ("{not json", "ToolArgumentsError"),
+        ({"code": 1}, "ToolArgumentsError"),
+        ({"code": "x"}, "PolicyError"),
+        ({"code": "x"}, "PolicyError"),
+    ]
+    assert tool.run({"code": "x"}) == {"ran": True}
+    assert len(heard) == 4
+
+
 @pytest.mark.parametrize(
     ("limits", "named"),
     [

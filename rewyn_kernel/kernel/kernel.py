@@ -43,6 +43,7 @@ from rewyn_kernel.runtime._result import NetworkLog
 from rewyn_kernel.runtime._spec import not_a_workspace
 from rewyn_kernel.runtime.egress.policy import entry_for
 from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.host.session import UNSET
 from rewyn_kernel.runtime.sandbox import (
     CommFrame,
     RichOutput,
@@ -151,8 +152,18 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._last_event = None
         if not code.strip():
             return self._ok()
+        timeout = self._requested_timeout(cell_meta)
         async with self._sandbox_turn():
-            return await self._execute(code, silent, store_history, allow_stdin)
+            return await self._execute(code, silent, store_history, allow_stdin, timeout)
+
+    def _requested_timeout(self, cell_meta: dict[str, Any] | None) -> float | None:
+        """The limit an execute_request asks for in its metadata, ``{"rewyn_kernel":
+        {"timeout": SECONDS}}`` (``rewyn-kernel review --check`` replays an agent's call under
+        the timeout it gave), within the kernel's own; None: the kernel's."""
+        asked = ((cell_meta or {}).get(METADATA_KEY) or {}).get("timeout")
+        if not isinstance(asked, int | float) or isinstance(asked, bool) or not asked > 0:
+            return None
+        return float(asked) if self.timeout is None else min(float(asked), self.timeout)
 
     @contextlib.asynccontextmanager
     async def _sandbox_turn(self) -> AsyncIterator[None]:
@@ -200,7 +211,7 @@ class SandboxKernel(Kernel, SandboxSettings):
             relay.flush()
 
     async def _execute(
-        self, code: str, silent: bool, store_history: bool, allow_stdin: bool
+        self, code: str, silent: bool, store_history: bool, allow_stdin: bool, timeout: float | None
     ) -> dict[str, Any]:
         # Callbacks run from the runtime's thread, outside this request's context: every
         # message names its parent explicitly, or frontends would not match it to the cell.
@@ -232,6 +243,7 @@ class SandboxKernel(Kernel, SandboxSettings):
                 silent=silent,
                 on_comm=lambda frame: self._on_comm(frame, relay),
                 parent=str(self._parent.get("header", {}).get("msg_id", "")),
+                timeout=UNSET if timeout is None else timeout,
             )
         finally:
             relay.flush()
@@ -241,7 +253,7 @@ class SandboxKernel(Kernel, SandboxSettings):
             self._send_stream("stderr", drop_note(sorted(dropped)) + "\n")
         if store_history and not silent:
             self._history.append(self.execution_count, code)
-        return self._finish(result, silent)
+        return self._finish(result, silent, self.timeout if timeout is None else timeout)
 
     # -- comms (ipywidgets) ------------------------------------------------------------------
 
@@ -412,21 +424,21 @@ class SandboxKernel(Kernel, SandboxSettings):
         # (a widget's view goes with its model, whose refusal the cell was told of)
         return [mime for mime in filtered.dropped if mime != WIDGET_VIEW_MIME]
 
-    def _finish(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
+    def _finish(self, result: SandboxResult, silent: bool, timeout: float | None) -> dict[str, Any]:
         """Publish the error (if any), then the event output; build the reply."""
-        reply = self._reply(result, silent)
+        reply = self._reply(result, silent, timeout)
         event = self._last_event
         if event is not None and self.event_output and not silent:
             data, metadata = event_output(event)
             self._publish("display_data", {"data": data, "metadata": metadata, "transient": {}})
         return reply
 
-    def _reply(self, result: SandboxResult, silent: bool) -> dict[str, Any]:
+    def _reply(self, result: SandboxResult, silent: bool, timeout: float | None) -> dict[str, Any]:
         if result.network is not None and not silent:
             note = refused_note(result.network)
             if note:
                 self._send_stream("stderr", note)
-        error = cell_error(result, self.timeout)
+        error = cell_error(result, timeout)
         payload = [] if silent else self._payloads(result)
         if error is None:
             return self._ok(payload)

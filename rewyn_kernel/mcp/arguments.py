@@ -109,6 +109,10 @@ def _plain(limit: Any) -> Any:
     return int(limit) if isinstance(limit, float) and limit.is_integer() else limit
 
 
+class UnknownArguments(ValueError):
+    """Arguments a tool does not take (the cause of the ToolError that says so)."""
+
+
 class CheckedServer(MCPServer[LifespanT]):
     """The SDK's server, with argument errors that name the argument and say what is wrong,
     and unknown arguments refused by name (see the module's docstring)."""
@@ -131,7 +135,8 @@ class CheckedServer(MCPServer[LifespanT]):
         ``sandbox_tool``'s words. Both are ``ToolError``: the model reads them and retries."""
         schema = await self._schema_of(name)
         if schema is not None and unknown(arguments, schema):
-            raise ToolError(message(name, arguments, schema))
+            said = message(name, arguments, schema)
+            raise ToolError(said) from UnknownArguments(said)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

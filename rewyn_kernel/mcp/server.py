@@ -3,9 +3,9 @@
 ``build_server(options)`` returns an ``MCPServer`` (the SDK's high-level server) with these
 tools: ``run_python``, ``list_sessions``, ``reset_session``, ``close_session``, ``write_file``,
 ``read_file`` and ``list_files``. Each session is a sandbox of its own (``sessions.py``);
-every execution is a SANDBOX_EXECUTED event in the run log; a call that the policy puts above
-``approve_above`` asks the person through the client (elicitation), and is denied where the
-client cannot ask.
+every execution is a SANDBOX_EXECUTED event in the run log, and every call, whatever came of
+it, a TOOL_CALL record (``record.py``); a call that the policy puts above ``approve_above`` asks
+the person through the client (elicitation), and is denied where the client cannot ask.
 """
 
 # (No ``from __future__ import annotations``: the SDK reads each tool's annotations, and
@@ -33,12 +33,18 @@ from rewyn_kernel import __version__
 from rewyn_kernel.mcp import results
 from rewyn_kernel.mcp.approval import message as approval_message
 from rewyn_kernel.mcp.approval import too_long
-from rewyn_kernel.mcp.arguments import CheckedServer
 from rewyn_kernel.mcp.files import SessionFiles
 from rewyn_kernel.mcp.options import ServerOptions, default_run_log
-from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionError, SessionTable
+from rewyn_kernel.mcp.record import BadArguments, Denied, RecordingServer, Refused, notes
+from rewyn_kernel.mcp.sessions import (
+    DEFAULT_SESSION,
+    BadSessionName,
+    Entry,
+    SessionError,
+    SessionTable,
+)
 from rewyn_kernel.runtime._tool import assess, result_payload
-from rewyn_kernel.runtime.events import JsonlRunLog, ToolResult, record_tool_result
+from rewyn_kernel.runtime.events import JsonlRunLog
 from rewyn_kernel.runtime.host.scratch import ScratchError
 from rewyn_kernel.runtime.pool import SandboxPool
 from rewyn_kernel.runtime.sandbox import Sandbox, Session
@@ -171,7 +177,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             await asyncio.shield(table.close_all())
             await asyncio.shield(pool.pop().aclose())
 
-    server: MCPServer[SessionTable] = CheckedServer(
+    server: MCPServer[SessionTable] = RecordingServer(
         "rewyn-kernel",
         version=__version__,
         instructions=(
@@ -182,6 +188,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         ),
         lifespan=lifespan,
         log_level="WARNING",
+        run_log=run_log,
     )
     open_world = isolation.network != "isolated"
     host_files = isolation.files != "isolated"
@@ -251,11 +258,13 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             verdict, reason = judge(code, ctx)
             if verdict == "ask":
                 reason = f"not approved: the person did not approve this call ({reason})"
-            raise ToolError(reason)
+            raise Denied(reason)
         if timeout is not None and limit is not None and timeout > limit:
-            raise ToolError(f"timeout {timeout:g} s is over this server's limit of {limit:g} s")
+            raise BadArguments(f"timeout {timeout:g} s is over this server's limit of {limit:g} s")
+        notes().timeout = timeout
         with _tool_errors():
             async with table.use(session) as (entry, note):
+                notes().used(entry)
                 return await _run(
                     entry,
                     code,
@@ -286,6 +295,8 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
     async def reset_session(session: SessionName) -> str:
         """Start the session's Python afresh: its variables and imports go, its files stay."""
         with _tool_errors():
+            notes().used(table.get(session))
+            notes().session_effect = "restarted"
             await table.reset(session)
         return f"session {session!r} restarted: variables and imports are gone, files stay"
 
@@ -298,6 +309,8 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
     async def close_session(session: SessionName) -> str:
         """Close the session: its Python stops and its directory, with every file, is removed."""
         with _tool_errors():
+            notes().used(table.get(session))
+            notes().session_effect = "closed"
             await table.close(session)
         return f"session {session!r} closed: its variables and files are gone"
 
@@ -319,6 +332,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         """Put a file in the session's folder for the code (folders made as needed). In a
         workspace, the version it replaces is kept; protected paths are refused."""
         data = _decode(content, encoding)
+        notes().file(path, data, "in")
         async with _files(session) as entry:
             changes = await asyncio.to_thread(SessionFiles(entry.session).write, path, data)
         kept = changes.versions[0] if changes is not None and changes.versions else None
@@ -342,6 +356,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         """A file the code wrote (a link is never followed; images come back as images)."""
         async with _files(session) as entry:
             data = await asyncio.to_thread(SessionFiles(entry.session).read, path, max_bytes)
+        notes().file(path, data, "out")
         kind = next((k for magic, k in IMAGE_MAGIC.items() if data.startswith(magic)), None)
         if encoding == "auto" and kind is not None:
             text = f"{path}: {len(data):,} bytes, {kind}"
@@ -381,9 +396,10 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         try:
             with _tool_errors():
                 async with table.use(session) as (entry, _):
+                    notes().used(entry)
                     yield entry
-        except ScratchError as exc:
-            raise ToolError(f"{exc.filename}: {exc.strerror}") from None
+        except ScratchError as exc:  # (a path the folder's rules refuse: outside, a link...)
+            raise Refused(f"{exc.filename}: {exc.strerror}") from None
         except FileNotFoundError as exc:
             raise ToolError(f"{exc.filename or 'that path'}: no such file or folder") from None
         except IsADirectoryError:
@@ -399,6 +415,8 @@ def _tool_errors() -> Iterator[None]:
     """A session that cannot be used is the agent's error (a tool error), not the server's."""
     try:
         yield
+    except BadSessionName as exc:
+        raise BadArguments(str(exc)) from None
     except SessionError as exc:
         raise ToolError(str(exc)) from None
 
@@ -408,11 +426,11 @@ def _decode(content: str, encoding: str) -> bytes:
         try:
             data = base64.b64decode("".join(content.split()), validate=True)
         except ValueError:
-            raise ToolError("content is not valid base64") from None
+            raise BadArguments("content is not valid base64") from None
     else:
         data = content.encode("utf-8", "surrogateescape")
     if len(data) > MAX_WRITE_BYTES:
-        raise ToolError(f"{len(data):,} bytes is over the limit of {MAX_WRITE_BYTES:,}")
+        raise BadArguments(f"{len(data):,} bytes is over the limit of {MAX_WRITE_BYTES:,}")
     return data
 
 
@@ -474,15 +492,7 @@ async def _run(
         note=note,
     )
     text = results.as_text(out)
-    given = ToolResult(
-        execution_id=result.execution_id,
-        tool="run_python",
-        session=entry.name,
-        text=text,
-        truncated=bool(out.truncated),
-        images=len(images),
-    )
-    record_tool_result(given, session.listeners)  # (what the model read, for the review)
+    notes().execution_id = result.execution_id  # (what the model read: record.py keeps it)
     content: list[ContentBlock] = [TextContent(text=text)]
     content += [ImageContent(data=data, mime_type=kind) for kind, data in images]
     return CallToolResult(content=content, structured_content=out.model_dump(mode="json"))

@@ -32,6 +32,10 @@ class SessionError(ValueError):
     """A session that cannot be used: a bad name, too many open, or not open."""
 
 
+class BadSessionName(SessionError):
+    """A name no session may have."""
+
+
 @dataclass(eq=False)
 class Entry:
     name: str
@@ -56,7 +60,7 @@ class Entry:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not SESSION_NAME.match(name):
-        raise SessionError(
+        raise BadSessionName(
             f"bad session name {name!r}: use 1-64 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit"
         )

@@ -1,7 +1,8 @@
-"""The review notebook of a run log's events: header, cells, outputs, kernelspec and limits.
+"""The review notebook of a run log: header, cells in call order, kernelspec and limits.
 
 Everything shown in the header comes from a run log, which an agent's code could have shaped:
 values go into Markdown code spans or are HTML-escaped, so it renders as text, never as markup.
+The cells are ``_review_cells``'.
 """
 
 from __future__ import annotations
@@ -12,19 +13,17 @@ import json
 import shlex
 from collections import Counter
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from typing import Any
 
 from pydantic import ValidationError
 
 from rewyn_kernel.kernel import kernelspec
-from rewyn_kernel.kernel.record import ERROR_NAMES, METADATA_KEY, event_json, event_output
-from rewyn_kernel.runtime._result import without_traceback
-from rewyn_kernel.runtime.events import SandboxEvent, ToolResult
+from rewyn_kernel.kernel.record import METADATA_KEY
+from rewyn_kernel.notebooks._review_cells import cell_of, session_labels, status_of, tool_of
+from rewyn_kernel.notebooks._review_log import Step
+from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import SandboxSpec
-
-Line = tuple[int, SandboxEvent]
-"""An event and the number of the log line it came from."""
-
 
 LIMIT_FIELDS = (
     "provider",
@@ -128,6 +127,28 @@ def install_command(name: str, limits: dict[str, Any]) -> str:
     return shlex.join(words)
 
 
+def installed_kernels() -> set[str]:
+    """The names of the kernelspecs Jupyter finds here."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return set(KernelSpecManager().find_kernel_specs())
+
+
+def kernel_to_open(name: str, installed: set[str]) -> str:
+    """The kernelspec the notebook names, which JupyterLab starts when it opens it: ``name``
+    (the run's limits) where it is installed, else the sandbox kernel the package installs.
+
+    JupyterLab 4 (``SessionContext``) starts the kernel a notebook names if it is installed;
+    if not, the one kernel of the notebook's language if there is exactly one, and otherwise it
+    asks (the Select Kernel dialog). With ipykernel's ``python3`` beside the sandbox kernel that
+    is a dialog; with ``python3`` alone it would be a kernel outside any sandbox. So a review
+    names a missing kernel only where the sandbox kernel is missing too.
+    """
+    if name in installed or kernelspec.KERNEL_NAME not in installed:
+        return name
+    return kernelspec.KERNEL_NAME
+
+
 # -- the header --------------------------------------------------------------------------------
 
 
@@ -160,88 +181,83 @@ def _some(values: Iterable[str], limit: int = 5) -> str:
 _HEADER = """\
 # Review of an agent's run: {source}
 
-One code cell per execution, in the order of the log's lines (the log is append-only, so that is
-the order the executions finished in), under a heading per session when there were several. Each
-cell holds the code the agent ran and the outputs it saw: what the tool gave the model, where the
-log has it (a `TOOL_RESULT` line: `sandbox_tool` and `rewyn-kernel mcp` write one), else rebuilt
-from the event's excerpts. Its last output is the event's summary; the event itself is in the
-cell's metadata (`{key}`).
+One cell per call the agent made, in the order it made them: the code it ran, the files it gave
+the sandbox and read back, the sessions it reset or closed, and the calls that were refused,
+denied or sent bad arguments. Each cell's first output names the call, its tool and its
+session; then comes what the tool gave the model (text and images), where the log has it (a
+`TOOL_CALL` record, which `sandbox_tool` and `rewyn-kernel mcp` write), else outputs rebuilt
+from the event's excerpts. A call that failed ends in an error. The records are in each cell's
+metadata (`{key}`).
 
 {facts}
 
-## Re-running a step under the same policy
+## Re-running it under the same policy
 
-This notebook's kernel is {name}: the sandbox kernel with the limits of the run, which this
-command creates:
+The run's limits are those of kernel {name}, which this command creates:
 
     {command}
 
-Then run any cell, or re-run them all and compare with the record:
-{check}. The kernel keeps state from cell to cell in one session.
+{opened}
+
+{check} re-runs it and compares with the record: each session on a kernel of its own, working in
+an empty folder; the files the agent gave the sandbox written again (a `write_file` cell is code
+that writes its file); a session restarted or closed where the agent's was; each call under the
+timeout it asked for; and each file the agent read compared with what it read then. Calls that
+ran nothing are left as they are. By hand, the cells share one kernel: restart it where a cell
+says its session restarted.
 {caveats}
 
 ## What the outputs are
 
-Excerpts kept by the run log: stdout and stderr up to about 8 KiB each (head and tail; the event
-has the byte counts), and only the `text/plain` of rich outputs (images, HTML and other types are
-not in the event; each output's metadata lists the types it had). The event does not keep how the
-outputs interleaved, so a cell shows stdout, stderr, rich outputs, then the error.
+What the tool gave the model is kept whole up to a bound (64 KiB of text, 8 images of 4 MiB, the
+first MiB of each file). Where the log has only the event, these are its excerpts: stdout and
+stderr up to about 8 KiB each (head and tail; the event has the byte counts), and only the
+`text/plain` of rich outputs (each output's metadata lists the types it had); the event does not
+keep how the outputs interleaved, so a cell shows stdout, stderr, rich outputs, then the error.
 """
 
 
-def _facts(lines: list[Line], problems: list[str]) -> list[str]:
-    """The header's list: executions, endings, failures, providers, time, unreadable lines."""
-    events = [event for _, event in lines]
-    sandboxes, sessions = (
-        {getattr(e, key) for e in events} for key in ("sandbox_id", "session_id")
-    )
+def _facts(steps: list[Step], labels: dict[str, str], problems: list[str]) -> list[str]:
+    """The header's list: calls, failures, executions, providers, files, time, bad lines."""
+    tools = Counter(tool_of(step) for step in steps)
+    sessions = {labels[step.session_id] for step in steps if step.session_id in labels}
     facts = [
-        f"- **Executions:** {len(events)} in {len(sandboxes)} sandbox(es) ({_some(sandboxes)}) "
-        f"and {len(sessions)} session(s) ({_some(sessions)})"
+        f"- **Calls:** {len(steps)} in {len(sessions)} session(s) ({_some(sessions)})"
+        + (
+            ": " + ", ".join(f"{_code(tool)} {n}" for tool, n in tools.most_common())
+            if tools
+            else ""
+        )
     ]
+    failed = [
+        f"call {number} ({_code(tool_of(step))}: {status_of(step)}"
+        + (f" {_code(step.event.error.ename)}" if step.event and step.event.error else "")
+        + ")"
+        for number, step in enumerate(steps, 1)
+        if step.failed
+    ]
+    facts.append(
+        f"- **Failed:** {len(failed)} of {len(steps)} calls" + "".join(f"; {f}" for f in failed)
+    )
+    events = [step.event for step in steps if step.event is not None]
     if events:
+        sandboxes = {event.sandbox_id for event in events}
         endings = Counter(event.ending for event in events)
-        failed = [
-            f"line {number}: {e.ending}" + (f" ({_code(e.error.ename)})" if e.error else "")
-            for number, e in lines
-            if not e.ok
-        ]
         facts += [
+            f"- **Executions:** {len(events)} in {len(sandboxes)} sandbox(es) "
+            f"({_some(sandboxes)}), {endings['timeout']} timed out",
             "- **Endings:** " + " · ".join(f"{ending} {n}" for ending, n in endings.items()),
-            f"- **Not ok:** {len(failed)} of {len(events)}, {endings['timeout']} timed out"
-            + "".join(f"; {item}" for item in failed),
         ]
-        for provider, count in Counter(event.provider for event in events).items():
-            iso = next(e.isolation for e in events if e.provider == provider)
-            described = "isolation not recorded"
-            if iso is not None:
-                yes = {True: "yes", False: "no"}
-                described = (
-                    f"network {iso.network}, own PID namespace {yes[iso.pid_namespace]}, user "
-                    f"namespace {yes[iso.user_namespace]}, "
-                    f"memory {_text(iso.memory or 'not capped')}, "
-                    f"filesystem: {_text(iso.filesystem)}"
-                    + "".join(f"; note: {_text(note)}" for note in iso.notes)
-                )
-            facts.append(f"- **Provider** {_code(provider)} ({count} executions): {described}")
-        start = min(event.started_at for event in events)
-        end = max(event.finished_at for event in events)
+        facts += _providers(events)
+        facts += _workspace_files(events)
+    if steps:
+        start = min(step.started for step in steps)
+        end = max(step.started.timestamp() + step.seconds for step in steps)
         busy = sum(event.duration_ms for event in events) / 1000
-        changed = [e.files for e in events if e.files is not None and any(e.files.counts.values())]
-        if changed:
-            total = Counter[str]()
-            for files in changed:
-                total.update({kind: n for kind, n in files.counts.items() if n})
-            versions = sum(len(files.versions) for files in changed)
-            facts.append(
-                f"- **Workspace files:** {len(changed)} execution(s) changed files: "
-                + ", ".join(f"{n} {kind}" for kind, n in sorted(total.items()))
-                + f"; {versions} set(s) of earlier versions kept (`rewyn-kernel files` "
-                "restores them)"
-            )
+        last = datetime.fromtimestamp(end, timezone.utc)
         facts.append(
             f"- **Time:** {start.isoformat(timespec='seconds')} to "
-            f"{end.isoformat(timespec='seconds')} ({_duration((end - start).total_seconds())}); "
+            f"{last.isoformat(timespec='seconds')} ({_duration(end - start.timestamp())}); "
             f"the executions took {_duration(busy)} in all"
         )
     if problems:
@@ -250,13 +266,47 @@ def _facts(lines: list[Line], problems: list[str]) -> list[str]:
     return facts
 
 
-def _caveats(lines: list[Line], limits: dict[str, Any], other: list[int]) -> list[str]:
+def _providers(events: list[SandboxEvent]) -> list[str]:
+    facts = []
+    for provider, count in Counter(event.provider for event in events).items():
+        iso = next(e.isolation for e in events if e.provider == provider)
+        described = "isolation not recorded"
+        if iso is not None:
+            yes = {True: "yes", False: "no"}
+            described = (
+                f"network {iso.network}, own PID namespace {yes[iso.pid_namespace]}, user "
+                f"namespace {yes[iso.user_namespace]}, "
+                f"memory {_text(iso.memory or 'not capped')}, "
+                f"filesystem: {_text(iso.filesystem)}"
+                + "".join(f"; note: {_text(note)}" for note in iso.notes)
+            )
+        facts.append(f"- **Provider** {_code(provider)} ({count} executions): {described}")
+    return facts
+
+
+def _workspace_files(events: list[SandboxEvent]) -> list[str]:
+    changed = [e.files for e in events if e.files is not None and any(e.files.counts.values())]
+    if not changed:
+        return []
+    total = Counter[str]()
+    for files in changed:
+        total.update({kind: n for kind, n in files.counts.items() if n})
+    versions = sum(len(files.versions) for files in changed)
+    return [
+        f"- **Workspace files:** {len(changed)} execution(s) changed files: "
+        + ", ".join(f"{n} {kind}" for kind, n in sorted(total.items()))
+        + f"; {versions} set(s) of earlier versions kept (`rewyn-kernel files` restores them)"
+    ]
+
+
+def _caveats(steps: list[Step], limits: dict[str, Any], other: list[int]) -> list[str]:
     """What a re-run on this kernel does not reproduce."""
     caveats = []
+    events = [step.event for step in steps if step.event is not None]
     if other:
         numbers = ", ".join(map(str, other[:20])) + (" ..." if len(other) > 20 else "")
         caveats.append(
-            f"Line{'s' * (len(other) > 1)} {numbers} ran under other limits (see the events)."
+            f"Call{'s' * (len(other) > 1)} {numbers} ran under other limits (see the events)."
         )
     if limits["provider"] == "container":
         caveats.append(
@@ -265,198 +315,78 @@ def _caveats(lines: list[Line], limits: dict[str, Any], other: list[int]) -> lis
         )
     default = SandboxSpec().summary()
     keys = ("env_names", "inherit_env", "output_limit_bytes", "workdir")
-    differing = sorted({key for _, e in lines for key in keys if e.spec.get(key) != default[key]})
+    differing = sorted({key for e in events for key in keys if e.spec.get(key) != default[key]})
     if differing:
         caveats.append(
             f"Not carried over by the kernelspec: {', '.join(differing)} (see the events; "
             "environment values are never recorded)."
         )
+    workspaces = {str(e.spec["workspace"]) for e in events if e.spec.get("workspace")}
+    if workspaces:
+        caveats.append(
+            f"The agent worked in {_some(workspaces)}: the files that were there before the "
+            "run are not in the log, so a re-run in an empty folder does not have them."
+        )
     return caveats
+
+
+def _opened(name: str, opened: str) -> str:
+    if opened == name:
+        return "The notebook names that kernel: JupyterLab starts it when it opens the notebook."
+    return (
+        f"It is not installed here, so the notebook names {_code(opened)}, the sandbox kernel "
+        "installed with rewyn-kernel, which JupyterLab starts when it opens the notebook (under "
+        "that kernel's own limits). With the run's kernel installed, choose it there (Kernel, "
+        "Change Kernel), or convert again with `--install-kernel`."
+    )
 
 
 # -- the notebook -------------------------------------------------------------------------------
 
 
-def _outputs(event: SandboxEvent) -> list[dict[str, Any]]:
-    """Rebuild the outputs the agent saw, then the persisted event output."""
-    # stderr ends with the traceback, as Python prints it; the error output shows it.
-    stderr = without_traceback(event.stderr, event.error)
-    outputs: list[dict[str, Any]] = [
-        {"output_type": "stream", "name": name, "text": text}
-        for name, text in (("stdout", event.stdout), ("stderr", stderr))
-        if text
-    ]
-    for rich in event.outputs:
-        text = rich.text
-        if not text and "text/plain" not in rich.mime_types:
-            text = f"[{', '.join(rich.mime_types)}: the run log keeps only text/plain]"
-        output: dict[str, Any] = {
-            "output_type": rich.output_type,
-            "data": {"text/plain": text},
-            "metadata": {METADATA_KEY: {"mime_types": list(rich.mime_types)}},
-        }
-        if rich.output_type == "execute_result":
-            output["execution_count"] = event.execution_count
-        outputs.append(output)
-    if event.error is not None or not event.ok:
-        ename = event.error.ename if event.error else ERROR_NAMES.get(event.ending, "SandboxError")
-        evalue = event.error.evalue if event.error else event.message or str(event.exit_code)
-        traceback = list(event.error.traceback) if event.error else [f"{ename}: {evalue}"]
-        outputs.append(
-            {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": traceback}
-        )
-    files = _files_output(event)
-    if files is not None:
-        outputs.append(files)
-    data, metadata = event_output(event)
-    outputs.append({"output_type": "display_data", "data": data, "metadata": metadata})
-    return outputs
-
-
-def _files_output(event: SandboxEvent) -> dict[str, Any] | None:
-    """What the execution changed in its workspace, as a text output; None if nothing."""
-    files = event.files
-    if files is None or not any(files.counts.values()):
-        return None
-    lines = ["Files changed in the workspace when this execution ended:"]
-    for kind in ("created", "changed", "deleted", "refused"):
-        listed = getattr(files, kind)
-        count = files.counts.get(kind, len(listed))
-        if count:
-            more = f" (and {count - len(listed)} more)" if count > len(listed) else ""
-            lines.append(f"  {kind} ({count}): {', '.join(listed)}{more}")
-    if files.versions:
-        lines.append(f"  earlier versions kept: {', '.join(files.versions)} (rewyn-kernel files)")
-    mark = {METADATA_KEY: {"files": True}}
-    return {
-        "output_type": "display_data",
-        "data": {"text/plain": "\n".join(lines)},
-        "metadata": mark,
-    }
-
-
-def _given_outputs(given: ToolResult) -> list[dict[str, Any]]:
-    """What the tool gave the model, as outputs: ``sandbox_tool``'s JSON payload as its
-    streams, error and outputs (exactly as shortened for the model); any other tool's text as
-    it was read."""
-    mark = {METADATA_KEY: {"given_to_model": True, "tool": given.tool}}
-    try:
-        payload = json.loads(given.text)
-    except ValueError:
-        payload = None
-    if not isinstance(payload, dict) or not isinstance(payload.get("stdout"), str):
-        data = {"text/plain": given.text}
-        return [{"output_type": "display_data", "data": data, "metadata": mark}]
-    outputs: list[dict[str, Any]] = [
-        {"output_type": "stream", "name": name, "text": payload[name]}
-        for name in ("stdout", "stderr")
-        if isinstance(payload.get(name), str) and payload[name]
-    ]
-    for text in payload.get("outputs") or []:
-        outputs.append(
-            {"output_type": "display_data", "data": {"text/plain": str(text)}, "metadata": mark}
-        )
-    error = payload.get("error")
-    if isinstance(error, dict):
-        outputs.append(
-            {
-                "output_type": "error",
-                "ename": str(error.get("ename", "")),
-                "evalue": str(error.get("evalue", "")),
-                "traceback": str(error.get("traceback", "")).splitlines(),
-            }
-        )
-    return outputs
-
-
-def _code_cell(number: int, event: SandboxEvent, given: ToolResult | None = None) -> dict[str, Any]:
-    source = event.code
-    if event.code_truncated:
-        source = (
-            f"# rewyn-kernel review: the run log kept only the start and end of this code "
-            f"({event.code_bytes:,} bytes in all; see the '[... characters omitted ...]' line), "
-            "so it does not run as the agent's did.\n" + source
-        )
-    metadata: dict[str, Any] = {"events": [event_json(event)], "recorded": True}
-    outputs = _outputs(event)
-    if given is not None:  # what the model read, then the event's summary
-        metadata["given"] = given.model_dump(mode="json")
-        files = _files_output(event)
-        outputs = [*_given_outputs(given), *([files] if files else []), outputs[-1]]
-    return {
-        "cell_type": "code",
-        "id": f"line-{number}",
-        "metadata": {METADATA_KEY: metadata},
-        "source": source,
-        "outputs": outputs,
-        "execution_count": event.execution_count,
-    }
-
-
-def _cells(lines: list[Line], given: dict[str, ToolResult]) -> list[dict[str, Any]]:
-    """The code cells in the log's order; with more than one session, grouped by session
-    (in the order each first ran), each under a heading that names it."""
-    sessions: dict[str, list[Line]] = {}
-    for line in lines:
-        sessions.setdefault(line[1].session_id, []).append(line)
-    if len(sessions) <= 1:
-        return [_code_cell(n, event, given.get(event.id)) for n, event in lines]
-    cells: list[dict[str, Any]] = []
-    for index, (session_id, members) in enumerate(sessions.items(), 1):
-        names = {
-            str(given[e.id].session) for _, e in members if e.id in given and given[e.id].session
-        }
-        called = f" ({_code(', '.join(sorted(names)))})" if names else ""
-        heading = (
-            f"## Session {index}{called}: {len(members)} execution(s)\n\n"
-            f"Session {_code(session_id)} of sandbox {_code(members[0][1].sandbox_id)}; each "
-            "session kept its own variables."
-        )
-        cells.append(
-            {"cell_type": "markdown", "id": f"session-{index}", "metadata": {}, "source": heading}
-        )
-        cells += [_code_cell(n, event, given.get(event.id)) for n, event in members]
-    return cells
-
-
 def build_notebook(
-    lines: list[Line],
+    steps: list[Step],
     problems: list[str],
     source: str,
     kernel_name: str | None = None,
     *,
     notebook: str = "REVIEW.ipynb",
-    given: dict[str, ToolResult] | None = None,
+    opened: str | None = None,
 ) -> dict[str, Any]:
-    """Return the review notebook (nbformat 4.5 JSON data) for the events of a run log.
+    """Return the review notebook (nbformat 4.5 JSON data) for the steps of a run.
 
-    Its kernelspec is ``kernel_name`` or the name ``kernel_name_for`` gives the run's limits:
-    those most of its executions ran under (the first seen, on a tie). ``notebook`` is the file
-    name the header's re-run command uses.
+    The run's kernel is ``kernel_name`` or the name ``kernel_name_for`` gives the run's limits:
+    those most of its executions ran under (the first seen, on a tie); ``review --check`` runs
+    on it. The notebook's kernelspec names ``opened`` (default: that kernel), the kernel
+    JupyterLab starts with it. ``notebook`` is the file name the header's re-run command uses.
     """
+    events = [(number, step.event) for number, step in enumerate(steps, 1) if step.event]
     seen = Counter(
-        json.dumps(limits) for _, event in lines if (limits := limits_of(event)) is not None
+        json.dumps(limits) for _, event in events if (limits := limits_of(event)) is not None
     )
     limits = json.loads(seen.most_common(1)[0][0]) if seen else dict(DEFAULT_LIMITS)
     name = kernel_name or kernel_name_for(limits)
+    opened = opened or name
     command = install_command(name, limits)
-    other = [number for number, event in lines if limits_of(event) != limits]
+    other = [number for number, event in events if limits_of(event) != limits]
+    labels = session_labels(steps)
     text = _HEADER.format(
         source=_code(source),
         key=METADATA_KEY,
-        facts="\n".join(_facts(lines, problems)),
+        facts="\n".join(_facts(steps, labels, problems)),
         name=_code(name),
         command=command,
+        opened=_opened(name, opened),
         check=_code(f"rewyn-kernel review --check {shlex.quote(notebook)}"),
-        caveats="".join(f"\n{caveat}" for caveat in _caveats(lines, limits, other)),
+        caveats="".join(f"\n{caveat}" for caveat in _caveats(steps, limits, other)),
     )
     return {
         "nbformat": 4,
         "nbformat_minor": 5,
         "metadata": {
             "kernelspec": {
-                "name": name,
-                "display_name": kernelspec.default_display_name(name),
+                "name": opened,
+                "display_name": kernelspec.default_display_name(opened),
                 "language": "python",
             },
             "language_info": {"name": "python"},
@@ -464,6 +394,7 @@ def build_notebook(
                 "review": {
                     "source": source,
                     "limits": limits,
+                    "kernel": name,
                     "install_command": command,
                     "problems": problems,
                 }
@@ -471,6 +402,6 @@ def build_notebook(
         },
         "cells": [
             {"cell_type": "markdown", "id": "review-header", "metadata": {}, "source": text},
-            *_cells(lines, given or {}),
+            *(cell_of(number, step, labels) for number, step in enumerate(steps, 1)),
         ],
     }

@@ -37,9 +37,15 @@ cost, not reach. A provider this table does not know counts as sharing the host'
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
+import uuid
+from datetime import datetime, timezone
 from typing import Any
 
+from rewyn_kernel.errors import PolicyError, RewynError
 from rewyn_kernel.runtime._result import (
     Isolation,
     RichOutput,
@@ -48,12 +54,16 @@ from rewyn_kernel.runtime._result import (
     without_traceback,
 )
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime.events import ToolResult, record_tool_result
+from rewyn_kernel.runtime._tool_call import Outcome, bounded_arguments, bounded_text
+from rewyn_kernel.runtime.events import ToolCall, record_tool_call
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.providers.base import Sandbox
 from rewyn_kernel.tools import RiskLevel, Tool
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "assess", "risk_of", "sandbox_tool"]
+
+Payload = dict[str, Any]
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_RESULT_CHARS = 20_000
 """Characters of text (stdout, stderr, error, outputs together) in one result, about 5k tokens."""
@@ -95,6 +105,9 @@ def sandbox_tool(
     longer field keeps its head and tail around a marker that says how much was left out, and
     ``truncated`` says the same per field (``shown_chars``, ``omitted_chars``, and
     ``written_bytes`` when the sandbox's own output cap already applied).
+
+    Every call goes to the box's run logs (``JsonlRunLog`` listeners) as a TOOL_CALL record:
+    the payload given to the model, or why the call was refused (its arguments, the policy).
     """
     if max_result_chars < 2_000:
         raise ValueError("max_result_chars must be at least 2000")
@@ -102,24 +115,66 @@ def sandbox_tool(
     level, reasons = assess(isolation, spec)
     schema = _input_schema(spec)
 
-    def given(result: SandboxResult) -> dict[str, Any]:
-        """The payload, recorded in the box's run logs as what the model was given."""
+    def record(
+        arguments: object, started: datetime, outcome: Outcome, text: str, execution: str | None
+    ) -> None:
+        """Write the call to the box's run logs (a failure to is logged, never the caller's)."""
+        shown, cut = bounded_text(text)
+        given = _as_object(arguments)
+        asked = given.get("timeout")
+        timeout = None
+        if isinstance(asked, int | float) and not isinstance(asked, bool) and 0 < asked < math.inf:
+            timeout = float(asked)
+        try:
+            call = ToolCall(
+                id=uuid.uuid4().hex,
+                tool=name,
+                execution_id=execution,
+                keeps_state=keeps_state,
+                timeout=timeout,
+                started_at=started,
+                finished_at=datetime.now(timezone.utc),
+                arguments=bounded_arguments(given),
+                outcome=outcome,
+                text=shown,
+                text_truncated=cut,
+            )
+        except ValueError:
+            logger.exception("the call to tool %r was not recorded", name)
+            return
+        record_tool_call(call, box.listeners)
+
+    def refused(arguments: object, error: RewynError) -> None:
+        outcome: Outcome = "denied" if isinstance(error, PolicyError) else "invalid_arguments"
+        record(arguments, datetime.now(timezone.utc), outcome, str(error), None)
+
+    def given(arguments: dict[str, Any], started: datetime, result: SandboxResult) -> Payload:
+        """The payload for the model, recorded as what it was given."""
         payload = result_payload(result, max_result_chars)
         text = json.dumps(payload, ensure_ascii=False)
-        record = ToolResult(
-            execution_id=result.execution_id,
-            tool=name,
-            text=text,
-            truncated=bool(payload["truncated"]),
-        )
-        record_tool_result(record, box.listeners)
+        record(arguments, started, "ok", text, result.execution_id)
         return payload
 
+    def failed(arguments: dict[str, Any], started: datetime, exc: Exception) -> None:
+        record(arguments, started, "error", f"{type(exc).__name__}: {exc}", None)
+
     def handler(arguments: dict[str, Any]) -> dict[str, Any]:
-        return given(box.execute(arguments["code"], timeout=_timeout(arguments)))
+        started = datetime.now(timezone.utc)
+        try:
+            result = box.execute(arguments["code"], timeout=_timeout(arguments))
+        except Exception as exc:  # (a closed sandbox, say: the caller sees it raised)
+            failed(arguments, started, exc)
+            raise
+        return given(arguments, started, result)
 
     async def async_handler(arguments: dict[str, Any]) -> dict[str, Any]:
-        return given(await box.aexecute(arguments["code"], timeout=_timeout(arguments)))
+        started = datetime.now(timezone.utc)
+        try:
+            result = await box.aexecute(arguments["code"], timeout=_timeout(arguments))
+        except Exception as exc:
+            failed(arguments, started, exc)
+            raise
+        return given(arguments, started, result)
 
     return Tool(
         name=name,
@@ -129,6 +184,7 @@ def sandbox_tool(
         risk_reason="; ".join(reasons),
         handler=handler,
         async_handler=async_handler,
+        on_refused=refused,
     )
 
 
@@ -243,6 +299,19 @@ def _description(spec: SandboxSpec, isolation: Isolation, keeps_state: bool) -> 
         f"{', '.join(limits)}. Long output is shortened (head and tail kept): write large "
         "results to a file and print a summary."
     )
+
+
+def _as_object(arguments: object) -> dict[str, Any]:
+    """Arguments as a model sent them (a JSON string, or a mapping), as a JSON object for the
+    record: what does not parse as one is kept under ``"arguments"``."""
+    if isinstance(arguments, str | bytes):
+        with contextlib.suppress(ValueError):
+            arguments = json.loads(arguments)
+    if isinstance(arguments, dict):
+        return {str(key): value for key, value in arguments.items()}
+    if isinstance(arguments, bytes):
+        arguments = arguments.decode("utf-8", "replace")
+    return {"arguments": arguments}
 
 
 def _timeout(arguments: dict[str, Any]) -> float | None:

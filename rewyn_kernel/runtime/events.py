@@ -4,6 +4,10 @@ Every execution emits exactly one ``SandboxEvent``. It goes to the listeners giv
 ``create(listeners=...)``, to process-wide listeners added with ``add_listener`` (a JSONL run log,
 say), and to the ``rewyn_kernel.events`` logger. A listener that raises is logged and skipped; it
 never changes the result of the execution.
+
+A tool an agent calls (``sandbox_tool``, the MCP server) also writes a ``TOOL_CALL`` line per call
+to the run logs among them (``record_tool_call``; the record is ``_tool_call.ToolCall``). Logs
+written before it hold a ``TOOL_RESULT`` line after each event instead; both are read back.
 """
 
 from __future__ import annotations
@@ -26,16 +30,20 @@ from rewyn_kernel.runtime._result import (
     NetworkLog,
     WorkspaceFiles,
 )
+from rewyn_kernel.runtime._tool_call import TOOL_CALL_TYPE, ToolCall
 
 __all__ = [
     "EVENT_TYPE",
     "EventListener",
     "JsonlRunLog",
     "SandboxEvent",
+    "TOOL_CALL_TYPE",
     "TOOL_RESULT_TYPE",
+    "ToolCall",
     "ToolResult",
     "add_listener",
     "emit",
+    "record_tool_call",
     "record_tool_result",
     "remove_listener",
 ]
@@ -104,7 +112,8 @@ class SandboxEvent(BaseModel):
 class ToolResult(BaseModel):
     """What a model was given for one execution, beside its event in a run log: the event
     keeps excerpts of the output, the tool gave the model its own shortened form of it
-    (``sandbox_tool``'s payload, the MCP server's text). ``rewyn-kernel review`` shows this."""
+    (``sandbox_tool``'s payload, the MCP server's text). Written before ``ToolCall`` (which
+    holds the same and more); ``rewyn-kernel review`` still reads it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
@@ -135,17 +144,27 @@ def remove_listener(listener: EventListener) -> None:
             _listeners.remove(listener)
 
 
+def record_tool_call(call: ToolCall, listeners: Iterable[EventListener] = ()) -> None:
+    """Write ``call`` to the run logs among ``listeners`` and the process-wide listeners
+    (other listeners take events only)."""
+    _record(call, listeners)
+
+
 def record_tool_result(given: ToolResult, listeners: Iterable[EventListener] = ()) -> None:
     """Give ``given`` to the run logs among ``listeners`` and the process-wide listeners
     (other listeners take events only)."""
+    _record(given, listeners)
+
+
+def _record(item: ToolCall | ToolResult, listeners: Iterable[EventListener]) -> None:
     with _listeners_lock:
         everyone = [*listeners, *_listeners]
     for listener in everyone:
         if isinstance(listener, JsonlRunLog):
             try:
-                listener.record(given)
+                listener.record(item)
             except Exception:
-                logger.exception("run log %r failed; the tool result was not recorded", listener)
+                logger.exception("run log %r failed; the %s was not recorded", listener, item.type)
 
 
 def emit(event: SandboxEvent, listeners: Iterable[EventListener] = ()) -> None:
@@ -184,9 +203,9 @@ class JsonlRunLog:
     def __call__(self, event: SandboxEvent) -> None:
         self._append(event)
 
-    def record(self, given: ToolResult) -> None:
-        """Append what a tool gave the model for an execution (after its event)."""
-        self._append(given)
+    def record(self, item: ToolCall | ToolResult) -> None:
+        """Append a tool's record of a call (after the event of the code it ran, if any)."""
+        self._append(item)
 
     def _append(self, item: BaseModel) -> None:
         # ASCII escapes: a lone surrogate in the code or its output must not lose the event.
@@ -203,15 +222,15 @@ class JsonlRunLog:
 
     @staticmethod
     def read(path: str | os.PathLike[str]) -> list[SandboxEvent]:
-        """Read every event of a run log (tool results left out); a malformed line raises
-        ValueError naming it."""
+        """Read every event of a run log (tool calls and results left out); a malformed line
+        raises ValueError naming it."""
         events = []
         with open(path, encoding="utf-8") as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
                 try:
-                    if json.loads(line).get("type") == TOOL_RESULT_TYPE:
+                    if json.loads(line).get("type") in (TOOL_CALL_TYPE, TOOL_RESULT_TYPE):
                         continue
                 except (ValueError, AttributeError):
                     pass  # (reported below, as not an event)

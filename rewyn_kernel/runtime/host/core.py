@@ -16,8 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 from rewyn_kernel.runtime._result import ErrorInfo, Isolation, Payload, RichOutput, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime._tool_call import LoggedFile, LoggedImage
 from rewyn_kernel.runtime.egress.proxy import SERVICE
-from rewyn_kernel.runtime.events import EventListener, OutputSummary, SandboxEvent, ToolResult
+from rewyn_kernel.runtime.events import (
+    EventListener,
+    OutputSummary,
+    SandboxEvent,
+    ToolCall,
+    ToolResult,
+)
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.channel import LiveWorker
 from rewyn_kernel.runtime.host.protocol import (
@@ -57,7 +64,7 @@ def build_models() -> None:
     with _BUILT:
         frame_adapter()
         models = (ErrorInfo, RichOutput, Payload, SandboxResult, OutputSummary, SandboxEvent)
-        for model in (*models, ToolResult):
+        for model in (*models, ToolResult, ToolCall, LoggedFile, LoggedImage):
             if not model.__pydantic_complete__:
                 model.model_rebuild()
 
