@@ -367,6 +367,22 @@ def test_the_event_and_the_run_log_hold_every_attempt(servers: Servers, tmp_path
     assert attempts[0]["bytes_in"] > 0
     assert event["spec"]["network"]["allow"] == [f"files.test:{http}", f"127.0.0.1:{http}"]
 
+    # The review shows them under the cell that made them.
+    import nbformat
+
+    from rewyn_kernel.notebooks.review import convert
+
+    review = tmp_path / "review.ipynb"
+    assert convert(log, review) == 0
+    texts = [
+        str(output.get("data", {}).get("text/plain", ""))
+        for cell in nbformat.read(review, as_version=4).cells
+        for output in cell.get("outputs", [])
+    ]
+    (shown,) = [text for text in texts if "Connections the code tried" in text]
+    assert f"files.test:{http} (GET) allowed" in shown
+    assert "no.test:80 (GET) refused: not in the allow-list" in shown
+
 
 def test_an_allow_list_sits_between_none_and_allow_in_the_risk_policy() -> None:
     with sandboxes() as make:

@@ -183,6 +183,15 @@ def files_output(event: SandboxEvent) -> Output | None:
     return _text_output("\n".join(lines), files=True)
 
 
+def network_output(event: SandboxEvent) -> Output | None:
+    """What the execution tried on the network (an allow-list's proxy), as a text output."""
+    if event.network is None or not (event.network.attempts or event.network.omitted):
+        return None
+    lines = ["Connections the code tried, through the sandbox's proxy:"]
+    lines += [f"  {line}" for line in event.network.lines()]
+    return _text_output("\n".join(lines), network=True)
+
+
 def payload_outputs(text: str, tool: str) -> list[Output] | None:
     """``sandbox_tool``'s JSON payload as the outputs it describes (streams, outputs, error,
     exactly as shortened for the model); None if ``text`` is not one."""
@@ -383,10 +392,10 @@ def _execution(step: Step, event: SandboxEvent) -> tuple[str, list[Output]]:
     error = event_error(event, short=True)
     if error is not None and not any(o["output_type"] == "error" for o in outputs):
         outputs.append(error)  # (a failure shows as one, whatever the tool's text was)
-    files = files_output(event)
+    facts = [found for found in (files_output(event), network_output(event)) if found]
     data, metadata = event_output(event)
     summary = {"output_type": "display_data", "data": data, "metadata": metadata}
-    return source, [*outputs, *([files] if files else []), summary]
+    return source, [*outputs, *facts, summary]
 
 
 def _call(call: ToolCall) -> tuple[str, list[Output]]:

@@ -158,6 +158,25 @@ class NetworkLog(_Model):
     def refused(self) -> tuple[NetworkAttempt, ...]:
         return tuple(attempt for attempt in self.attempts if attempt.verdict == "refused")
 
+    def lines(self, limit: int = 20) -> list[str]:
+        """The attempts in words, one a line (at most ``limit``; the rest counted)."""
+        found = []
+        for attempt in self.attempts[:limit]:
+            how = attempt.method or attempt.protocol
+            line = f"{attempt.host or '?'}:{attempt.port} ({how}) {attempt.verdict}"
+            if attempt.verdict == "allowed":
+                line += f", {attempt.bytes_out:,} bytes out, {attempt.bytes_in:,} in"
+                line += " (still open)" if attempt.open else ""
+            if attempt.reason:
+                line += f": {attempt.reason}"
+            found.append(line)
+        more = len(self.attempts) - len(found) + self.omitted
+        if more:
+            found.append(f"and {more} more")
+        if self.limit_reached:
+            found.append(f"stopped: {self.limit_reached}")
+        return found
+
 
 class WorkspaceFiles(_Model):
     """What one execution changed in its workspace, as published when it ended."""
