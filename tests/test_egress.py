@@ -376,7 +376,7 @@ def test_the_event_and_the_run_log_hold_every_attempt(servers: Servers, tmp_path
     assert convert(log, review) == 0
     texts = [
         str(output.get("data", {}).get("text/plain", ""))
-        for cell in nbformat.read(review, as_version=4).cells
+        for cell in nbformat.read(review, as_version=4).cells  # type: ignore[no-untyped-call]
         for output in cell.get("outputs", [])
     ]
     (shown,) = [text for text in texts if "Connections the code tried" in text]
