@@ -23,12 +23,13 @@ import logging
 import os
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ import h11
 
 from rewyn_kernel.runtime._result import NetworkAttempt, NetworkLog
 from rewyn_kernel.runtime.egress.policy import Decision, Gate, IPAddress, NetworkPolicy, entry_for
-from rewyn_kernel.runtime.egress.pump import CHUNK, Conn, pump, tunnel
+from rewyn_kernel.runtime.egress.pump import CHUNK, Conn, pump, tunnel, wait_ready
 
 MAX_HEAD = 16 * 1024
 """The longest request head (request line and headers) a client may send."""
@@ -46,6 +47,8 @@ HEAD_TIMEOUT = 15.0
 """Seconds a client has to send a whole request head (a slow one is dropped: slowloris)."""
 CONNECT_TIMEOUT = 10.0
 """Seconds to reach a host, all of its addresses together."""
+HANDED_AT_ONCE = 16
+"""Descriptors read from one message of the relay (more are closed by the kernel)."""
 SETTLE = 0.05
 """Seconds ``take`` waits for connections still open to close."""
 MAX_RECORDS = 512
@@ -159,7 +162,7 @@ class Door:
     folder: Path
     hosts: Mapping[str, tuple[str, ...]]
     path: Path = field(init=False)
-    _listener: socket.socket | None = None
+    _listeners: list[socket.socket] = field(default_factory=list)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     _links: set[_Link] = field(default_factory=set)
     _done: list[tuple[int, NetworkAttempt]] = field(default_factory=list)
@@ -216,20 +219,27 @@ class Door:
     # -- on the loop -------------------------------------------------------------------------
 
     async def _open(self) -> None:
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(str(self.path))
-            os.chmod(self.path, 0o666)  # (the code may run as another uid than this process)
+        for name in ("proxy.sock", "hand.sock"):
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._listeners.append(listener)
+            path = self.folder / name
+            listener.bind(str(path))
+            os.chmod(path, 0o666)  # (the code may run as another uid than this process)
             listener.listen(256)
             listener.setblocking(False)
-        except BaseException:
-            listener.close()
-            raise
-        self._listener = listener
-        self._tasks.add(asyncio.ensure_future(self._accept(listener)))
-        self._tasks.add(asyncio.ensure_future(self._watch()))
+        proxy, hand = self._listeners
+        self._start(self._accept(proxy, self._serve))
+        self._start(self._accept(hand, self._take_handed))
+        self._start(self._watch())
 
-    async def _accept(self, listener: socket.socket) -> None:
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(
+        self, listener: socket.socket, serve: Callable[[socket.socket], Coroutine[Any, Any, None]]
+    ) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -238,9 +248,29 @@ class Door:
                 await asyncio.sleep(0.1)
                 continue
             client.setblocking(False)
-            task = asyncio.ensure_future(self._serve(client))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(serve(client))
+
+    async def _take_handed(self, hand: socket.socket) -> None:
+        """Serve the connections the sandbox's relay hands over ``hand``: each message carries
+        one descriptor of a TCP connection the code opened to the relay's port (the code may
+        send anything here: what is not a connected TCP socket is closed unused)."""
+        try:
+            while True:
+                try:
+                    data, fds, _, _ = socket.recv_fds(hand, 64, HANDED_AT_ONCE)
+                except BlockingIOError:
+                    await wait_ready(hand, write=False)
+                    continue
+                for fd in fds:
+                    client = handed_socket(fd)
+                    if client is not None:
+                        self._start(self._serve(client))
+                if not data:
+                    return
+        except OSError:
+            return
+        finally:
+            hand.close()
 
     async def _watch(self) -> None:
         """Close the connections idle past the policy's timeout (looked at every second)."""
@@ -263,8 +293,8 @@ class Door:
             task.cancel()
         for link in list(self._links):
             link.cut()
-        if self._listener is not None:
-            self._listener.close()
+        for listener in self._listeners:
+            listener.close()
 
     def _note(self, attempt: Attempt) -> None:
         with self._lock:
@@ -700,6 +730,23 @@ def split_authority(target: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def handed_socket(fd: int) -> socket.socket | None:
+    """The socket a sandbox handed over as descriptor ``fd``, if it is a TCP one (non-blocking
+    now, this process's to close); anything else is closed at once."""
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            raise OSError("not a socket")
+        client = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if client.family not in (socket.AF_INET, socket.AF_INET6) or client.type != socket.SOCK_STREAM:
+        client.close()
+        return None
+    client.setblocking(False)
+    return client
+
+
 def refusal(status: int, host: str, port: int, reason: str) -> bytes:
     """An HTTP answer that says why, for the code and for a model to read: the reason in the
     status line (what requests, pip and curl show of a refused CONNECT) and the body."""
@@ -748,15 +795,17 @@ class EgressService:
         future: Future[T] = asyncio.run_coroutine_threadsafe(work, self._running())  # type: ignore[arg-type]
         return future.result(timeout)
 
-    def open_door(self, policy: NetworkPolicy, owner: tuple[int, int] | None = None) -> Door:
-        """A door for one worker, listening already; ``owner``: the uid and gid the code runs
-        as, where not this process's (its folder is theirs to pass through)."""
+    def open_door(self, policy: NetworkPolicy) -> Door:
+        """A door for one worker, listening already (its folder open to every uid: the code
+        may run as another than this process)."""
         folder = Path(tempfile.mkdtemp(prefix="rewyn-egress-"))
         os.chmod(folder, 0o755)
         door = Door(self, Gate(policy), folder, test_hosts())
         try:
             self.call(door._open())
         except BaseException:
+            for listener in door._listeners:
+                listener.close()
             shutil.rmtree(folder, ignore_errors=True)
             raise
         return door

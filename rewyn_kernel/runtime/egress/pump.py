@@ -58,7 +58,7 @@ class Conn:
             await asyncio.get_running_loop().sock_sendall(self.sock, data)
 
 
-async def _ready(sock: socket.socket, *, write: bool) -> None:
+async def wait_ready(sock: socket.socket, *, write: bool) -> None:
     """Wait until ``sock`` can be read (or written)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[None] = loop.create_future()
@@ -136,7 +136,7 @@ async def _spliced(
                 ask = size if left is None else min(size, left)
                 moved = _SPLICE(source.fileno(), write_end, ask, flags=_FLAGS)
             except BlockingIOError:
-                await _ready(source, write=False)
+                await wait_ready(source, write=False)
                 continue
             if not moved or not count(moved, outward):
                 return
@@ -145,7 +145,7 @@ async def _spliced(
                 try:
                     moved -= _SPLICE(read_end, sink.fileno(), moved, flags=_FLAGS)
                 except BlockingIOError:
-                    await _ready(sink, write=True)
+                    await wait_ready(sink, write=True)
     finally:
         os.close(read_end)
         os.close(write_end)

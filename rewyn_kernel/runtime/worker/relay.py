@@ -1,11 +1,16 @@
-"""The sandbox's end of its proxy: a loopback port relayed to the host's Unix socket.
+"""The sandbox's end of its proxy: a loopback port that leads to the host's proxy.
 
 Where the sandbox's ``network`` is an allow-list, its network namespace holds nothing but a
-loopback; the host's proxy (host: runtime/egress/proxy.py) is reached through a Unix socket the
+loopback; the host's proxy (host: runtime/egress/proxy.py) is reached through Unix sockets the
 provider shows here. Programs expect a proxy at a host and port, so the supervisor listens on
-``127.0.0.1`` and relays each connection to that socket, in its own selector loop (no thread:
-the code's processes are forked from it). The proxy variables of the code's environment point
-at the port. This end decides nothing: the host's proxy checks every request.
+``127.0.0.1``, and the proxy variables of the code's environment point at that port.
+
+Each connection accepted there is handed to the host whole: its descriptor goes over the
+folder's ``hand.sock`` (SCM_RIGHTS), and the host's proxy reads and writes it itself, so the
+bytes take no detour through this process. Where descriptors cannot cross (gVisor's sockets
+are its own), the supervisor relays the bytes to ``proxy.sock`` instead, in its own selector
+loop (no thread: the code's processes are forked from it). This end decides nothing: the
+host's proxy checks every request.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import selectors
 import socket
 import struct
+from array import array
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
@@ -137,6 +143,7 @@ class Relay:
         # has hidden or covered the path (the subprocess provider hides the host's folders).
         self.folder = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self.socket_path = "/proc/self/fd/%d/proxy.sock" % self.folder
+        self.hand = self._hand("/proc/self/fd/%d/hand.sock" % self.folder)
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
@@ -151,9 +158,39 @@ class Relay:
         """Close this relay's descriptors in a forked code process (the supervisor's stay
         open: nothing is shut down, only this process's copies go)."""
         self.listener.close()
+        if self.hand is not None:
+            self.hand.close()
         for side in self.sides.values():
             side.close()
         os.close(self.folder)
+
+    @staticmethod
+    def _hand(path: str) -> Optional[socket.socket]:
+        """The connection that hands accepted sockets to the host, or None (bytes relayed)."""
+        hand = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            hand.connect(path)
+        except OSError:
+            hand.close()
+            return None
+        hand.setblocking(False)
+        return hand
+
+    def _handed(self, client: socket.socket) -> bool:
+        """Hand ``client`` to the host's proxy; False if it stays here (relayed). A hand that
+        cannot carry descriptors at all is dropped for good; a full one, for this client."""
+        if self.hand is None:
+            return False
+        rights = array("i", [client.fileno()])
+        try:
+            self.hand.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+        except OSError as exc:
+            if exc.errno not in _AGAIN:
+                self.hand.close()
+                self.hand = None
+            return False
+        client.close()  # (the host holds it now)
+        return True
 
     def on_accept(self, fd: int) -> None:
         for _ in range(64):  # (a burst, without starving the supervisor's other work)
@@ -161,6 +198,10 @@ class Relay:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            # (what the proxy sends in parts, a head then a body, goes on at once)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._handed(client):
+                continue
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             upstream.setblocking(False)  # (a full backlog: refused, never a wait in this loop)
             try:
@@ -169,8 +210,6 @@ class Relay:
                 upstream.close()
                 client.close()  # (the client sees its connection reset)
                 continue
-            # (what the proxy sends in parts, a head then a body, goes on at once)
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             one, two = _Side(client), _Side(upstream)
             for side, peer in ((one, two), (two, one)):
                 side.sock.setblocking(False)
