@@ -466,3 +466,38 @@ def test_a_kernel_installed_with_allow_host_names_each_refused_host(
             "[rewyn: the sandbox may not reach elsewhere.test (not in the allow-list); to allow "
             "it, install the kernel with --allow-host elsewhere.test]\n"
         )
+
+
+@pytest.mark.providers("bubblewrap", "docker")
+def test_what_the_code_hands_the_proxy_that_is_no_connection_is_closed_unused(
+    make_box: Callable[..., Sandbox], servers: Servers
+) -> None:
+    """The relay hands connections to the host as descriptors over hand.sock; the code can
+    reach that socket too. A file, a pipe, a UDP socket and an unconnected TCP socket sent
+    there are closed unused, and the proxy serves the next request as before."""
+    http = servers.http_port
+    box = make_box(network=[f"files.test:{http}", f"127.0.0.1:{http}"])
+    code = (
+        FETCH
+        + """
+import array, socket
+hand = socket.socket(socket.AF_UNIX)
+hand.connect("/run/rewyn-egress/hand.sock")
+read_end, write_end = os.pipe()
+sent = [
+    os.open("handed.txt", os.O_RDWR | os.O_CREAT),
+    read_end,
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).detach(),
+    socket.socket(socket.AF_INET, socket.SOCK_STREAM).detach(),
+]
+rights = array.array("i", sent)
+hand.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+hand.sendmsg([b"garbage without descriptors"])
+hand.close()
+"""
+        + f'print(json.dumps(fetch("http://files.test:{http}/after")))'
+    )
+    answer, result = run_json(box, code)
+    assert answer == [200, f"hello from files.test:{http} /after"]
+    assert result.network is not None
+    assert [(a.host, a.verdict) for a in result.network.attempts] == [("files.test", "allowed")]

@@ -324,6 +324,8 @@ class BubblewrapProvider:
         destinations = [*python_prefixes(python), str(workdir), *map(str, spec.read_dirs)]
         if spec.workspace is not None:
             destinations.append(str(spec.workspace))
+        if spec.allow_list is not None:  # (the code may use the proxy's sockets itself)
+            destinations.append(EGRESS_FOLDER)
         for folder in ancestors(destinations, MADE):
             argv += ["--perms", "0755", "--dir", folder]
         for prefix in python_prefixes(python):
