@@ -288,12 +288,13 @@ class Door:
 
     async def _handle(self, link: Link) -> None:
         link.reading_head(True)
-        first = await link.conn.some(1)
+        first = await link.conn.some(4096)  # (a whole request head, usually)
         if not first:
             return
         with self._lock:
             limit = self._limit
-        if first == b"\x05":
+        if first[:1] == b"\x05":  # (SOCKS5's version byte: no HTTP method starts so)
+            link.conn.buffer[:0] = first[1:]  # (the version byte read)
             await serve_socks(self, link, limit)
         else:
             await serve_http(self, link, first, limit)
