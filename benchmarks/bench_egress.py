@@ -114,13 +114,7 @@ def main() -> None:
         servers = Servers(http_port, https_port, Path(ca_file))
         ca = str(servers.ca_file)
         env, shown = {"SSL_CERT_FILE": ca}, [folder]
-        http, https = servers.http_port, servers.https_port
-        listed = [
-            f"files.test:{http}",
-            f"files.test:{https}",
-            f"127.0.0.1:{http}",
-            f"127.0.0.1:{https}",
-        ]
+        listed = servers.allowed()
         with (
             create(network="allow", env=env, read_dirs=shown, timeout=3600.0) as direct_box,
             create(network=listed, env=env, read_dirs=shown, timeout=3600.0) as proxied_box,

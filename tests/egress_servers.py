@@ -13,6 +13,7 @@ import hashlib
 import http.server
 import io
 import ssl
+import subprocess
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -52,13 +53,34 @@ def wheel() -> tuple[str, bytes]:
     return f"{PACKAGE}-{VERSION}-py3-none-any.whl", buffer.getvalue()
 
 
+def git_repository(folder: Path) -> Path:
+    """A bare repository with one commit, served by a plain file server (git's "dumb" HTTP)."""
+    work, bare = folder / "git-work", folder / "repo.git"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"]
+    subprocess.run([*git, "init", "-q", str(work)], check=True)
+    (work / "README").write_text("served over the proxy\n")
+    subprocess.run([*git, "-C", str(work), "add", "README"], check=True)
+    subprocess.run([*git, "-C", str(work), "commit", "-q", "-m", "one"], check=True)
+    subprocess.run([*git, "clone", "-q", "--bare", str(work), str(bare)], check=True)
+    subprocess.run([*git, "-C", str(bare), "update-server-info"], check=True)
+    return bare
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     wheel_name, wheel_bytes = wheel()
+    git_root: Path | None = None
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query)
+        if url.path.startswith("/git/") and self.git_root is not None:
+            found = (self.git_root.parent / url.path.removeprefix("/git/")).resolve()
+            if self.git_root in found.parents and found.is_file():
+                self._send(found.read_bytes(), "application/octet-stream")
+            else:
+                self.send_error(404)
+            return
         if url.path == "/redirect":
             self.send_response(302)
             self.send_header("Location", query["to"][0])
@@ -107,6 +129,12 @@ class Servers:
     https_port: int
     ca_file: Path
 
+    def allowed(self) -> list[str]:
+        """The allow entries that reach both servers by the name ``files.test`` (and the
+        loopback address it maps to, which an entry must name)."""
+        ports = (self.http_port, self.https_port)
+        return [*(f"files.test:{port}" for port in ports), *(f"127.0.0.1:{port}" for port in ports)]
+
 
 @contextmanager
 def local_servers(folder: Path) -> Iterator[Servers]:
@@ -117,6 +145,7 @@ def local_servers(folder: Path) -> Iterator[Servers]:
     ca_file = folder / "test-ca.pem"
     ca.cert_pem.write_to_path(str(ca_file))
     ca_file.chmod(0o644)
+    _Handler.git_root = git_repository(folder)
     plain = _Server(("127.0.0.1", 0), _Handler)
     secure = _Server(("127.0.0.1", 0), _Handler)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -76,15 +76,7 @@ def test_allowed_hosts_answer_and_others_are_refused_with_a_reason(
     host's other port, are refused with a reason the code reads; every attempt is recorded."""
     http, https = servers.http_port, servers.https_port
     box = make_box(
-        network=[
-            f"files.test:{http}",
-            f"files.test:{https}",
-            f"127.0.0.1:{http}",
-            f"127.0.0.1:{https}",
-            f"evil.test:{https}",
-            "!evil.test",
-        ],
-        **ca_env(servers),
+        network=[*servers.allowed(), f"evil.test:{https}", "!evil.test"], **ca_env(servers)
     )
     assert box.isolation.network == "filtered"
     code = (
@@ -125,21 +117,15 @@ print(json.dumps([
 
 
 @pytest.mark.providers("bubblewrap")
-def test_curl_git_requests_and_socks_use_the_proxy_unchanged(
+def test_curl_git_requests_httpx_and_socks_use_the_proxy_unchanged(
     make_box: Callable[..., Sandbox], servers: Servers
 ) -> None:
+    """What the code's programs read from their environment is enough: curl (HTTPS and
+    SOCKS5), git (a clone over HTTP), requests and httpx (HTTPS)."""
     http, https = servers.http_port, servers.https_port
-    box = make_box(
-        network=[
-            f"files.test:{http}",
-            f"files.test:{https}",
-            f"127.0.0.1:{http}",
-            f"127.0.0.1:{https}",
-        ],
-        **ca_env(servers),
-    )
+    box = make_box(network=servers.allowed(), **ca_env(servers))
     code = f"""
-import json, subprocess, requests
+import json, subprocess, httpx, requests
 port = __import__("os").environ["HTTP_PROXY"].rsplit(":", 1)[1]
 def run(*argv):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
@@ -150,6 +136,9 @@ print(json.dumps([
         "http://files.test:{http}/socks"),
     requests.get("https://files.test:{https}/requests", timeout=10).text,
     run("curl", "-sS", "https://nowhere.test/"),
+    httpx.get("https://files.test:{https}/httpx", timeout=10).text,
+    run("git", "clone", "-q", "http://files.test:{http}/git/repo.git", "cloned")
+    or open("cloned/README").read().strip(),
 ]))
 """
     answers, result = run_json(box, code)
@@ -157,6 +146,8 @@ print(json.dumps([
     assert answers[1] == f"hello from files.test:{http} /socks"
     assert answers[2] == f"hello from files.test:{https} /requests"
     assert "403" in answers[3]  # curl: "CONNECT tunnel failed, response 403"
+    assert answers[4] == f"hello from files.test:{https} /httpx"
+    assert answers[5] == "served over the proxy"
     assert result.network is not None
     protocols = [a.protocol for a in result.network.attempts]
     assert "socks5" in protocols

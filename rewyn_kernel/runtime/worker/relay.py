@@ -50,14 +50,16 @@ def loopback_up() -> str:
 
 
 def proxy_environment(port: int) -> Dict[str, str]:
-    """The variables that send the code's HTTP, HTTPS and SOCKS clients to the relay (both
-    cases: curl reads only the lower-case ``http_proxy``; ``NO_PROXY``: the sandbox's own
-    loopback is reached directly)."""
+    """The variables that send the code's clients to the relay (both cases: curl reads only
+    the lower-case ``http_proxy``; ``NO_PROXY``: the sandbox's own loopback is reached
+    directly). ``ALL_PROXY`` names the port as an HTTP proxy too: a ``socks5h://`` there makes
+    httpx, without its SOCKS extra, fail every request; a client that asks for SOCKS5 gets
+    it on the same port."""
     http = "http://127.0.0.1:%d" % port
     names = {
         "HTTP_PROXY": http,
         "HTTPS_PROXY": http,
-        "ALL_PROXY": "socks5h://127.0.0.1:%d" % port,
+        "ALL_PROXY": http,
         "NO_PROXY": "localhost,127.0.0.1,::1",
     }
     found = dict(names)
