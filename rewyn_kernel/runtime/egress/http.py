@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import h11
 
 from rewyn_kernel.runtime.egress.attempt import Attempt, Refused, refusal
-from rewyn_kernel.runtime.egress.pump import CHUNK, Conn, pump
+from rewyn_kernel.runtime.egress.pump import CHUNK, Conn, Count, pump
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.egress.proxy import Door, Link
@@ -110,7 +110,7 @@ async def _forward(
         upstream = link.upstream = await door.reach(attempt)
     except Refused as exc:
         attempt.reason = exc.reason
-        await link.conn.send(refusal(exc.status, host, port or 80, exc.reason))
+        await link.conn.send(refusal(exc.status, host, port, exc.reason))
         return False
     try:
         return await _exchange(door, link, conn, request, url=url, origin_conn=Conn(upstream))
@@ -136,10 +136,8 @@ async def _exchange(
     headers = [(k, v) for k, v in headers if k.lower() != b"host"]
     headers.insert(0, (b"host", url.netloc.rpartition("@")[2].encode("ascii")))
     headers.append((b"connection", b"close"))
-    framed = [
-        (k, v) for k, v in request.headers if k.lower() in (b"content-length", b"transfer-encoding")
-    ]
-    headers += [(k, v) for k, v in framed if k.lower() == b"transfer-encoding"]
+    # (a chunked body stays chunked: h11 frames what it sends by the headers it is given)
+    headers += [(k, v) for k, v in request.headers if k.lower() == b"transfer-encoding"]
     out = origin.send(
         h11.Request(method=request.method, target=path.encode("ascii"), headers=headers)
     )
@@ -152,7 +150,7 @@ async def _exchange(
         if isinstance(event, h11.EndOfMessage):
             break
     try:
-        response = await _next(origin, origin_conn, h11.Response, count=(door, link, attempt))
+        response = await _next(origin, origin_conn, h11.Response, count=door.counter(link, attempt))
     except h11.RemoteProtocolError as exc:
         attempt.verdict, attempt.reason = "failed", f"the host's answer is not HTTP: {exc}"
         await link.conn.send(refusal(502, attempt.host, attempt.port, attempt.reason))
@@ -179,7 +177,7 @@ async def _exchange(
     await link.conn.send(conn.send(answer) or b"")
     while True:  # (a chunked answer: re-framed chunk by chunk)
         event = await _next(
-            origin, origin_conn, h11.Data, h11.EndOfMessage, count=(door, link, attempt)
+            origin, origin_conn, h11.Data, h11.EndOfMessage, count=door.counter(link, attempt)
         )
         if event is None:  # (cut short: the client sees its connection end)
             return False
@@ -209,19 +207,14 @@ async def _pass_body(
         if not isinstance(event, h11.Data):
             break
         early += event.data
+    count = door.counter(link, attempt)
     if early:
-        attempt.bytes_in += len(early)
-        if not door.count_bytes(link, len(early)):
+        if not count(len(early), False):
             return
         await link.conn.send(early)
     if event is not h11.NEED_DATA:  # (the whole body came with the head)
         return
     left = int(length) - len(early) if length is not None and length.isdigit() else None
-
-    def count(size: int, outward: bool) -> bool:
-        attempt.bytes_in += size
-        return door.count_bytes(link, size)
-
     await pump(origin_conn.sock, link.conn.sock, False, count, left)
 
 
@@ -229,7 +222,7 @@ async def _next(
     conn: h11.Connection,
     peer: Conn,
     *kinds: type[Any],
-    count: tuple[Door, Link, Attempt] | None = None,
+    count: Count | None = None,
 ) -> Any:
     """The next event of ``conn`` that is one of ``kinds`` (None: the peer ended), reading
     ``peer`` as needed: a client's request in small reads (h11 bounds a head's size as it
@@ -238,11 +231,8 @@ async def _next(
         event = conn.next_event()
         if event is h11.NEED_DATA:
             data = await peer.some(4096 if count is None else CHUNK)
-            if count is not None:
-                door, link, attempt = count
-                attempt.bytes_in += len(data)
-                if not door.count_bytes(link, len(data)):
-                    return None
+            if count is not None and not count(len(data), False):
+                return None
             conn.receive_data(data)
             continue
         if event is h11.PAUSED or isinstance(event, h11.ConnectionClosed):

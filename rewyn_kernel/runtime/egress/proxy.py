@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -40,7 +41,7 @@ from rewyn_kernel.runtime._result import NetworkAttempt, NetworkLog
 from rewyn_kernel.runtime.egress.attempt import Attempt, Refused, refusal
 from rewyn_kernel.runtime.egress.http import serve_http
 from rewyn_kernel.runtime.egress.policy import Decision, Gate, IPAddress, NetworkPolicy
-from rewyn_kernel.runtime.egress.pump import Conn, tunnel, wait_ready
+from rewyn_kernel.runtime.egress.pump import Conn, Count, tunnel, wait_ready
 from rewyn_kernel.runtime.egress.socks import serve_socks
 
 HEAD_TIMEOUT = 15.0
@@ -87,7 +88,7 @@ class Link:
 
 @dataclass(eq=False)
 class Door:
-    """One worker's way out: a Unix socket at ``path`` and the record of its connections.
+    """One worker's way out: the Unix sockets in ``folder`` and the record of its connections.
 
     Made and closed from any thread; everything else runs on the service's loop. The worker
     (host/core.py) owns it and closes it when the worker is gone."""
@@ -96,7 +97,6 @@ class Door:
     gate: Gate
     folder: Path
     hosts: Mapping[str, tuple[str, ...]]
-    path: Path = field(init=False)
     _listeners: list[socket.socket] = field(default_factory=list)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     _links: set[Link] = field(default_factory=set)
@@ -106,9 +106,6 @@ class Door:
     _limit: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closed: bool = False
-
-    def __post_init__(self) -> None:
-        self.path = self.folder / "proxy.sock"
 
     @property
     def policy(self) -> NetworkPolicy:
@@ -238,6 +235,18 @@ class Door:
             else:
                 self._omitted += 1
 
+    def tally(self, link: Link, attempt: Attempt, size: int, outward: bool) -> bool:
+        """Count ``size`` bytes of ``attempt`` one way; False when the execution's are spent."""
+        if outward:
+            attempt.bytes_out += size
+        else:
+            attempt.bytes_in += size
+        return self.count_bytes(link, size)
+
+    def counter(self, link: Link, attempt: Attempt) -> Count:
+        """``tally`` for ``attempt``'s bytes, as a pump counts them."""
+        return functools.partial(self.tally, link, attempt)
+
     def count_bytes(self, link: Link, size: int) -> bool:
         """Count ``size`` bytes of ``link``'s; False when the execution's bytes are spent."""
         link.seen = time.monotonic()
@@ -258,11 +267,8 @@ class Door:
             crowded = len(self._links) > self.policy.max_connections
         try:
             if crowded:
-                attempt = Attempt("", 0, "unknown", reason="")
-                attempt.reason = (
-                    f"{self.policy.max_connections} connections are open already (the limit)"
-                )
-                link.attempt = attempt
+                too_many = f"{self.policy.max_connections} connections are open already (the limit)"
+                attempt = link.attempt = Attempt("", 0, "unknown", reason=too_many)
                 with contextlib.suppress(Exception):
                     first = await asyncio.wait_for(link.conn.some(1), 1.0)
                     await self._refuse(first, link.conn, attempt, 503)
@@ -303,18 +309,13 @@ class Door:
         """Answer a refusal the client can read (a limit, before its request was read)."""
         await conn.send(b"\x05\xff" if first == b"\x05" else refusal(status, "", 0, attempt.reason))
 
-    # -- HTTP -------------------------------------------------------------------------------
-
     async def send_out(self, link: Link, attempt: Attempt, conn: Conn, data: bytes | None) -> None:
         """Send what goes to the host, counted."""
         if not data:
             return
-        attempt.bytes_out += len(data)
-        if not self.count_bytes(link, len(data)):
+        if not self.tally(link, attempt, len(data), True):
             raise ConnectionAbortedError("the execution's bytes are spent")
         await conn.send(data)
-
-    # -- SOCKS5 -----------------------------------------------------------------------------
 
     # -- reaching a host --------------------------------------------------------------------
 
@@ -387,15 +388,7 @@ class Door:
         assert upstream is not None
         if early:
             await self.send_out(link, attempt, Conn(upstream), early)
-
-        def count(size: int, outward: bool) -> bool:
-            if outward:
-                attempt.bytes_out += size
-            else:
-                attempt.bytes_in += size
-            return self.count_bytes(link, size)
-
-        await tunnel(link.conn.sock, upstream, count)
+        await tunnel(link.conn.sock, upstream, self.counter(link, attempt))
 
 
 def handed_socket(fd: int) -> socket.socket | None:

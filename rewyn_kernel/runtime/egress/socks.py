@@ -15,9 +15,7 @@ if TYPE_CHECKING:
 
 
 async def serve_socks(door: Door, link: Link, limit: str) -> None:
-    async def read(size: int) -> bytes:
-        return await link.conn.exactly(size)
-
+    read = link.conn.exactly
     attempt = link.attempt = Attempt("", 0, "socks5")
     (count,) = await read(1)
     methods = await read(count)

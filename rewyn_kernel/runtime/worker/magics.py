@@ -115,15 +115,20 @@ class Installs:
             if ok and target and installer.split(maxsplit=1)[0] in ("pip", "pip3", "python"):
                 sys.stderr.write(PROXIED_DONE % target)
             elif not ok:
-                sys.stderr.write(PROXIED_FAILED % (installer.rsplit(maxsplit=1)[-1] + " install"))
+                sys.stderr.write(PROXIED_FAILED % _command(installer))
             sys.stderr.flush()
         elif not ok:
             self.explain(OFFLINE_FAILED, installer)
 
     def explain(self, words: str, installer: str) -> None:
         sys.stdout.flush()
-        sys.stderr.write(words % (installer.rsplit(maxsplit=1)[-1] + " install") + HOW_TO_INSTALL)
+        sys.stderr.write(words % _command(installer) + HOW_TO_INSTALL)
         sys.stderr.flush()
+
+
+def _command(installer: str) -> str:
+    """How a note names what ran: "pip install" for "python -m pip", and so on."""
+    return installer.rsplit(maxsplit=1)[-1] + " install"
 
 
 def add_kernel_magics(shell: Any, installs: Installs) -> None:

@@ -82,14 +82,12 @@ class _Side:
         self.pending = b""
         self.queued = 0  # bytes in the pipe
         self.pipe = os.pipe() if _SPLICE is not None else None
-        self.room = CHUNK
+        self.room = 64 * 1024  # (what the pipe holds: a pipe's default, unless it grows)
         if self.pipe is not None and _SET_PIPE_SIZE is not None:
             try:
                 self.room = min(CHUNK, fcntl.fcntl(self.pipe[1], _SET_PIPE_SIZE, CHUNK))
             except OSError:
-                self.room = 64 * 1024
-        elif self.pipe is not None:
-            self.room = 64 * 1024
+                pass
         self.ended = False  # its peer will send nothing more (EOF read on the other side)
         self.eof_read = False
         self.mask = 0
@@ -137,7 +135,8 @@ class _Side:
 
 
 class Relay:
-    """Accepts on a loopback port and joins each connection to the proxy's socket."""
+    """Accepts on a loopback port and hands each connection to the host's proxy, or joins it
+    to the proxy's socket where it cannot be handed over."""
 
     def __init__(self, selector: selectors.BaseSelector, folder: str) -> None:
         self.selector = selector
