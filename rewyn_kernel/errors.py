@@ -6,6 +6,8 @@
     ├── SandboxError                  something about a sandbox itself
     │   ├── SandboxClosedError        used after close()
     │   ├── ProviderUnavailableError  the provider cannot run here (binary, daemon, image missing)
+    │   ├── ForkError                 a session could not be forked (it runs code, its memory
+    │   │                             cap leaves too little, its sandbox is gone)
     │   └── ProtocolError             the sandbox broke the channel protocol (internal; it ends
     │                                 that sandbox and becomes a result, never an exception to
     │                                 the caller)
@@ -20,6 +22,7 @@ are reported in ``SandboxResult``.
 from __future__ import annotations
 
 __all__ = [
+    "ForkError",
     "PolicyError",
     "ProtocolError",
     "ProviderUnavailableError",
@@ -43,6 +46,11 @@ class SandboxClosedError(SandboxError, RuntimeError):
 
 class ProviderUnavailableError(SandboxError, RuntimeError):
     """The provider cannot run sandboxes on this machine; the message names what is missing."""
+
+
+class ForkError(SandboxError, RuntimeError):
+    """A session (or a checkpoint) could not be forked; the message says why. The session
+    it was asked of is unchanged."""
 
 
 class ProtocolError(SandboxError):

@@ -72,6 +72,10 @@ class SandboxEvent(BaseModel):
     id: str = Field(description="Unique id of this event (and of the execution).")
     sandbox_id: str
     session_id: str
+    forked_from: str | None = Field(
+        default=None,
+        description="The session this one is a branch of (session.fork()), if it is one.",
+    )
     execution_count: int = Field(description="1 for a session's first execution, and so on.")
     started_at: datetime
     finished_at: datetime

@@ -17,6 +17,13 @@ Everything about the worker's life is decided here, once:
   takes the worker over and gives it back after. With no listener, what arrives between
   executions is read and dropped without being parsed or kept, and counted.
 - Frames are parsed by the consumer (``next_frame``), one at a time.
+
+A session's sandbox may run several branches of its state (``fork``): one code process each,
+behind the one channel. The supervisor says whose frames follow (``{"t": "b", "b": N}``, which
+only it can send), and the I/O thread files each frame under its branch's port: a
+``LiveWorker`` of its own (``branch`` N) that shares this one's process, thread and pipes and
+has its own frames, listener and end. ``kill`` on a port ends that branch alone while others
+live; the last one's kill ends the sandbox (``teardown`` ends it whatever lives).
 """
 
 from __future__ import annotations
@@ -27,16 +34,19 @@ import os
 import select
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rewyn_kernel.errors import ProtocolError
+from rewyn_kernel.errors import ForkError, ProtocolError
 from rewyn_kernel.runtime.host.protocol import (
     HEADER,
     MAX_HEADER_BYTES,
     MAX_PAYLOAD_BYTES,
+    ForkedFrame,
+    GoneFrame,
     ReadyFrame,
     TruncatedFrameError,
     WorkerFrame,
@@ -48,6 +58,8 @@ from rewyn_kernel.runtime.providers.base import WorkerProcess
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.egress.proxy import Door
 
+from rewyn_kernel.runtime.host.execution import describe_exit
+
 logger = logging.getLogger(__name__)
 
 INBOX_BYTES = 16 * 1024 * 1024
@@ -56,13 +68,25 @@ DIAG_LIMIT = 64 * 1024
 READ_CHUNK = 1 << 20
 WRITE_SLICE = 0.05
 """How often a blocked write looks again whether the worker was killed meanwhile."""
+SMALL_FRAME = 128
+"""A frame this small is read even when nobody wants it: it may say whose frames follow, or
+that a branch is gone (the supervisor's own frames, which the I/O thread acts on)."""
+BRANCH_PREFIX = b'{"t":"b","b":'
+GONE_PREFIX = b'{"t":"gone",'
+FORK_HEADROOM_BYTES = 32 << 20
+FORK_HEADROOM_SHARE = 20
+"""A fork needs this much free under the sandbox's memory cap, or 1/20 of the cap if more: the
+new branch copies each page it or its source writes (Python writes reference counts as it
+reads objects), and a fork that leaves less would soon push a branch out of memory."""
 
 
 @dataclass(frozen=True)
 class ChannelEnded:
-    """The worker's channel is over: EOF, a kill, or a protocol violation (``error``)."""
+    """The worker's channel is over: EOF, a kill, or a protocol violation (``error``); for a
+    branch, also its process's end while other branches live (``gone``: how it ended)."""
 
     error: ProtocolError | None = None
+    gone: str | None = None
 
 
 Frame = tuple[WorkerFrame, bytes, int]
@@ -139,6 +163,14 @@ class LiveWorker:
         os.set_blocking(process.stderr, False)
         self.start_failure: str | None = None
         """Why the worker never took its program, if it did not."""
+        self.branch = 0
+        """The branch of the session's state this port speaks for (0: the first; see fork)."""
+        self._root = self
+        self._ports: dict[int, LiveWorker] = {0: self}  # (under _cond) the live branches
+        self._reading = 0  # (the I/O thread's) whose frames it reads now
+        self._next_branch = 1
+        self._port_end: ChannelEnded | None = None  # this branch alone is over
+        self._port_reason: str | None = None
         # The I/O thread writes the program first, holding the write lock taken here: no frame
         # can go before it, and the caller need not wait for the sandbox's interpreter to start.
         self._write_lock.acquire()
@@ -154,13 +186,15 @@ class LiveWorker:
 
     @property
     def ended(self) -> bool:
-        """The channel is over: the worker ended it, broke the protocol, or was killed."""
-        return self._ended is not None or self._killed.is_set()
+        """The channel is over (the worker ended it, broke the protocol, or was killed), or
+        this branch is (closed, or its process ended)."""
+        root = self._root
+        return self._port_end is not None or root._ended is not None or root._killed.is_set()
 
     @property
     def kill_reason(self) -> str | None:
-        """Why the host killed this worker (the first reason given), or None."""
-        return self._kill_reason
+        """Why the host killed this worker or branch (the first reason given), or None."""
+        return self._port_reason or self._root._kill_reason
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait for the worker's ``ready``; False if it ended, did not take its program, or
@@ -190,7 +224,7 @@ class LiveWorker:
                 if sink is None:
                     self.dropped_between += len(after)
                 self._wanted = key if key is not None else self._idle
-                waiting = self._waiting_for_room
+                waiting = self._root._waiting_for_room
             if waiting:
                 self._wake()
             for body, payload in after:
@@ -258,7 +292,7 @@ class LiveWorker:
                 self._inbox.appendleft(item)  # the end stays the end for every later reader
                 return item
             self._inbox_bytes -= len(item[0]) + len(item[1])
-            waiting = self._waiting_for_room
+            waiting = self._root._waiting_for_room
         if waiting:
             self._wake()  # room again: the reader may go on
         body, payload = item
@@ -289,8 +323,116 @@ class LiveWorker:
     # -- writing ---------------------------------------------------------------------------
 
     def send(self, header: dict[str, Any], payload: bytes = b"", timeout: float = 30.0) -> bool:
-        """Send one frame; False if the worker is gone or did not take it within ``timeout``."""
+        """Send one frame (for this port's branch); False if the worker is gone or did not take
+        it within ``timeout``."""
+        if self.branch and "b" not in header:
+            header = {**header, "b": self.branch}
         return not self._write(encode_frame(header, payload), time.monotonic() + timeout)
+
+    # -- branches --------------------------------------------------------------------------
+
+    def fork(
+        self, *, pause: bool = False, reseed: bool = False, timeout: float = 30.0
+    ) -> LiveWorker:
+        """Fork this branch's code process (idle: between executions) into a new branch in the
+        same sandbox, and return its port; ``pause``: it is stopped until ``resume`` (a
+        checkpoint). Raise ForkError, saying why, when it cannot be: this branch runs code, the
+        memory cap leaves too little, the sandbox refused or did not answer."""
+        root = self._root
+        self._check_headroom()
+        with root._cond:
+            if self.ended:
+                raise ForkError("the session's sandbox is gone")
+            number = root._next_branch
+            root._next_branch += 1
+            port = LiveWorker.__new__(LiveWorker)
+            port._as_port(root, number)
+            root._ports[number] = port  # (before the ask: its first frames have a home)
+        ask = {"t": "fork", "id": uuid.uuid4().hex, "n": number, "pause": pause, "reseed": reseed}
+        reply = None
+        try:
+            reply = self.request(ask, "forked", timeout)
+        finally:
+            if not isinstance(reply, ForkedFrame) or not reply.ok:
+                with root._cond:
+                    root._ports.pop(number, None)
+                if reply is None:  # (it may still come: nothing would own it)
+                    self.send({"t": "close", "b": number}, timeout=1.0)
+        if not isinstance(reply, ForkedFrame) or not reply.ok:
+            why = reply.detail if isinstance(reply, ForkedFrame) else ""
+            if not why:
+                why = "the sandbox is gone" if self.ended else f"no answer in {timeout:g} s"
+            raise ForkError(f"the session could not be forked: {why}")
+        return port
+
+    def resume(self) -> bool:
+        """Let a paused branch (a checkpoint) run again; False if it is gone."""
+        return not self.ended and self.send({"t": "resume"}, timeout=5.0)
+
+    def _as_port(self, root: LiveWorker, number: int) -> None:
+        """(For ``fork``.) Make this a port of ``root``'s channel for branch ``number``."""
+        self.process = root.process
+        self._on_kill = None
+        self.egress = root.egress
+        self.ready = root.ready
+        self._ready_event = threading.Event()
+        self._ready_event.set()
+        self._cond = root._cond
+        self._inbox = deque()
+        self._inbox_bytes = 0
+        self._wanted = self._idle = None
+        self._sink = None
+        self._sink_lock = root._sink_lock
+        self._waiting_for_room = False
+        self.dropped_between = 0
+        self._ended = None
+        self._kill_reason = None
+        self._killed = root._killed
+        self._torn_down = root._torn_down
+        self._write_lock = root._write_lock
+        self._diag = root._diag
+        self._diag_size = 0
+        self._diag_done = root._diag_done
+        self._wake_r, self._wake_w = root._wake_r, root._wake_w
+        self.start_failure = None
+        self._io = root._io
+        self.branch = number
+        self._root = root
+        self._ports = root._ports
+        self._reading = self._next_branch = 0
+        self._port_end = None
+        self._port_reason = None
+
+    def _check_headroom(self) -> None:
+        """Refuse a fork the memory cap leaves too little room for (where the provider can
+        say how much the sandbox uses)."""
+        usage = getattr(self.process, "memory_usage", None)
+        if not callable(usage):
+            return
+        try:
+            used, cap = usage()
+        except (OSError, ValueError):
+            return
+        if cap is None:
+            return
+        need = max(FORK_HEADROOM_BYTES, cap // FORK_HEADROOM_SHARE)
+        if cap - used < need:
+            raise ForkError(
+                f"the session could not be forked: {max(0, cap - used) >> 20} MiB are free under "
+                f"the sandbox's memory cap of {cap >> 20} MiB, and a branch needs {need >> 20} "
+                "MiB to start (free memory in the session, or raise memory_limit_mb)"
+            )
+
+    def _end_port_locked(self, end: ChannelEnded) -> None:
+        """(With ``_cond`` held.) This branch is over: its frames are dropped from now on."""
+        if self._port_end is not None:
+            return
+        self._port_end = end
+        self._drop_queued()
+        self._inbox.append(end)
+        if self._root._ports.get(self.branch) is self:
+            del self._root._ports[self.branch]
+        self._cond.notify_all()
 
     def _write(self, data: bytes, deadline: float) -> str:
         """Write ``data`` before ``deadline``; '' when it went, else why it did not."""
@@ -320,11 +462,30 @@ class LiveWorker:
     # -- the end ---------------------------------------------------------------------------
 
     def kill(self, reason: str) -> None:
-        """Kill everything the worker started, reap it and release the pipes. Idempotent.
+        """End this branch: its process is killed, and with no other branch alive, the whole
+        sandbox (``teardown``). Idempotent; the first ``reason`` is kept (``kill_reason``)."""
+        root = self._root
+        with root._cond:
+            closing = self._port_end is None and not root._killed.is_set()
+            if closing:
+                self._port_reason = reason
+                self._end_port_locked(ChannelEnded())
+            alive = any(port._port_end is None for port in root._ports.values())
+        if not alive:
+            root.teardown(reason)
+        elif closing:
+            self.send({"t": "close"}, timeout=5.0)
+
+    def teardown(self, reason: str) -> None:
+        """Kill everything the worker started (every branch), reap it and release the pipes.
+        Idempotent.
 
         The first ``reason`` is kept (``kill_reason``). Every caller returns once the teardown
         is complete, whichever thread did it.
         """
+        if self._root is not self:
+            self._root.teardown(reason)
+            return
         with self._cond:
             first = not self._killed.is_set()
             if first:
@@ -344,9 +505,10 @@ class LiveWorker:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             with self._cond:
-                self._drop_queued()
-                if not self._inbox:
-                    self._inbox.append(ChannelEnded())
+                for port in dict.fromkeys([self, *self._ports.values()]):
+                    port._drop_queued()
+                    if not port._inbox:
+                        port._inbox.append(ChannelEnded())
                 self._cond.notify_all()
             self._ready_event.set()
             self._diag_done.set()
@@ -381,7 +543,9 @@ class LiveWorker:
                 if stderr is not None:
                     watch.append(stderr)
                 with self._cond:  # (decided with the consumer's pop, or its wake-up is lost)
-                    self._waiting_for_room = stdout is not None and self._full_locked(frame)
+                    port = self._ports.get(self._reading)
+                    full = port is not None and port._full_locked(frame)
+                    self._waiting_for_room = stdout is not None and full
                     if stdout is not None and not self._waiting_for_room:
                         watch.append(stdout)
                 ready = select.select(watch, [], [])[0]
@@ -454,8 +618,13 @@ class LiveWorker:
                             )
                         )
                     frame.body_len, frame.payload_len = body_len, payload_len
-                    frame.keep = self.ready is None or self._wanted is not None
-                    if self._full(frame):
+                    port = self._ports.get(self._reading)
+                    frame.keep = (
+                        self.ready is None
+                        or (body_len <= SMALL_FRAME and not payload_len)
+                        or (port is not None and port._wanted is not None)
+                    )
+                    if port is not None and port._full(frame):
                         return None  # wait for room before reading any of it
                 if not self._read_body(fd, frame):
                     return ChannelEnded(TruncatedFrameError(_CUT_SHORT))
@@ -507,25 +676,55 @@ class LiveWorker:
             self.ready = ready
             self._ready_event.set()
             return None
+        if body.startswith(BRANCH_PREFIX):
+            number = body[len(BRANCH_PREFIX) : -1]
+            if not (body.endswith(b"}") and number.isdigit() and len(number) <= 10):
+                return ChannelEnded(ProtocolError("the sandbox named a branch that is not one"))
+            self._reading = int(number)
+            return None
+        if body.startswith(GONE_PREFIX):
+            return self._gone(body)
         with self._cond:
-            if not frame.keep or self._wanted is None:
-                self.dropped_between += 1
+            port = self._ports.get(self._reading)
+            if port is None or not frame.keep or port._wanted is None:
+                (port or self).dropped_between += 1
                 return None
-            sink = self._sink if self._wanted == self._idle else None
+            sink = port._sink if port._wanted == port._idle else None
             if sink is None:
-                self._inbox.append((body, payload))
-                self._inbox_bytes += len(body) + len(payload)
+                port._inbox.append((body, payload))
+                port._inbox_bytes += len(body) + len(payload)
                 self._cond.notify_all()
                 return None
         with self._sink_lock:  # (after any frames ``want`` is handing over: in order)
-            self._hand(sink, body, payload)
+            port._hand(sink, body, payload)
+        return None
+
+    def _gone(self, body: bytes) -> ChannelEnded | None:
+        """A branch's process ended while others live (the supervisor says so): its port
+        ends, saying how."""
+        try:
+            gone = decode_header(body)
+        except ProtocolError as exc:
+            return ChannelEnded(exc)
+        if not isinstance(gone, GoneFrame):
+            return ChannelEnded(ProtocolError("the sandbox sent a malformed 'gone' frame"))
+        if gone.signal is not None:
+            how = describe_exit(128 + gone.signal, gone.signal)
+        else:
+            how = describe_exit(gone.exit_code if gone.exit_code is not None else 1, None)
+        with self._cond:
+            port = self._ports.get(gone.b)
+            if port is not None:
+                port._end_port_locked(ChannelEnded(gone=f"the branch's process {how}"))
         return None
 
     def _finish(self, end: ChannelEnded) -> None:
         with self._cond:
             if self._ended is None:
                 self._ended = end
-                self._inbox.append(end)
+                for port in dict.fromkeys([self, *self._ports.values()]):
+                    if port is self or port._port_end is None:
+                        port._inbox.append(end)
                 self._cond.notify_all()
         self._ready_event.set()
 

@@ -147,7 +147,7 @@ class SandboxCore:
         if door is not None and worker.kill_reason is not None:  # (killed while it started)
             door.close()
         if isinstance(cells, WorkspaceCells):
-            cells.watch(worker.kill)  # (the quota, while the code writes in its workspace)
+            cells.watch(worker.teardown)  # (the quota, while the code writes in its workspace)
         with self._lock:
             closed = self.closed()  # again: cleanup may have run while the worker started
             if not closed:
@@ -172,7 +172,7 @@ class SandboxCore:
             self._cleaned = True
             live = list(self._live)
         for worker in live:
-            worker.kill("the sandbox was closed")
+            worker.teardown("the sandbox was closed")
         if self.quota is not None:  # (its workers are gone: nothing holds it)
             self.quota.remove()
         # (Without following any link the code made there: see scratch.py.)

@@ -356,7 +356,13 @@ class Execution:
                 )
         return ""
 
-    def event(self, result: SandboxResult, sandbox_id: str, session_id: str) -> SandboxEvent:
+    def event(
+        self,
+        result: SandboxResult,
+        sandbox_id: str,
+        session_id: str,
+        forked_from: str | None = None,
+    ) -> SandboxEvent:
         code_bytes = len(self.code.encode("utf-8", "surrogatepass"))
         error = result.error
         if error is not None:
@@ -371,6 +377,7 @@ class Execution:
             id=result.execution_id,
             sandbox_id=sandbox_id,
             session_id=session_id,
+            forked_from=forked_from,
             execution_count=self.count,
             started_at=self.started_at,
             finished_at=datetime.now(timezone.utc),

@@ -181,6 +181,28 @@ class InspectReplyFrame(_Frame):
     data: dict[str, Any]
 
 
+class ForkedFrame(_Frame):
+    """The supervisor's answer to ``fork``: the new branch is up (``n``, its process ``pid``
+    inside the sandbox), or why not. Only the supervisor sends it."""
+
+    t: Literal["forked"]
+    id: str
+    ok: bool
+    n: int | None = None
+    pid: int | None = None
+    detail: Text = ""
+
+
+class GoneFrame(_Frame):
+    """A branch's code process ended while the session's sandbox runs others (the last one's
+    end ends the sandbox, and its channel). Only the supervisor sends it."""
+
+    t: Literal["gone"]
+    b: Annotated[int, Field(ge=0)]
+    signal: int | None = None
+    exit_code: int | None = None
+
+
 WorkerFrame = Annotated[
     ReadyFrame
     | OutFrame
@@ -194,6 +216,8 @@ WorkerFrame = Annotated[
     | CompleteReplyFrame
     | InspectReplyFrame
     | ViewDoneFrame
+    | ForkedFrame
+    | GoneFrame
     | CommFrame,
     Field(discriminator="t"),
 ]

@@ -1,7 +1,10 @@
 """Session: executions on a live worker, with deadlines, interrupts, restarts and events.
 
 A session that keeps state runs every execution on the same worker until it dies or times out;
-then the next execution starts a fresh one and its result says ``state_lost``. The one-shot
+then the next execution starts a fresh one and its result says ``state_lost``. ``fork()`` makes
+a branch: a session of its own in the same sandbox, whose worker is a fork of this one's code
+process (the channel's port for that branch); ``checkpoint()`` keeps a paused one, which
+``restore()`` makes the session's state again (a cell's undo). The one-shot
 ``Sandbox.execute`` is a session that does not keep state: each execution takes a fresh worker
 (started ahead of time, so it costs a pipe round trip, not an interpreter start) and retires it
 afterwards. Both are this one class; the loop of one execution on a worker is in ``_drive``.
@@ -18,9 +21,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from rewyn_kernel.errors import SandboxClosedError
+from rewyn_kernel.errors import ForkError, SandboxClosedError
 from rewyn_kernel.runtime._result import (
     EXIT_INTERRUPTED,
     EXIT_KILLED,
@@ -100,6 +103,37 @@ class Listening:
         self.worker.unlisten(self.key)
 
 
+@dataclass(eq=False)
+class Checkpoint:
+    """A session's state as it was at one moment: a paused fork of its code process, in the
+    same sandbox (``Session.checkpoint``), which ``Session.restore`` makes the session's
+    state again. It shares memory with the session until either writes; the kernel drops it
+    first when memory runs short (its process is then gone: ``alive`` is False, ``lost`` says
+    how). Files are not part of it."""
+
+    worker: LiveWorker
+    session_id: str
+    execution_count: int
+    taken_at: float
+    used: bool = False
+
+    @property
+    def alive(self) -> bool:
+        return not self.used and not self.worker.ended
+
+    @property
+    def lost(self) -> str | None:
+        """How it ended, if it did without being used or closed (its process was killed)."""
+        end = self.worker._port_end  # (the channel's record of this branch's end)
+        return end.gone if end is not None else None
+
+    def close(self) -> None:
+        """Drop it (its process is killed). Idempotent."""
+        if not self.used:
+            self.used = True
+            self.worker.kill("the checkpoint was dropped")
+
+
 class Session(Closeable):
     """A live worker in a sandbox: run code many times, interrupt it, restart it.
 
@@ -107,8 +141,17 @@ class Session(Closeable):
     survive between executions. Use it as a context manager, or call ``close()``.
     """
 
-    def __init__(self, core: SandboxCore, *, keep_state: bool = True, owner: object = None) -> None:
+    def __init__(
+        self,
+        core: SandboxCore,
+        *,
+        keep_state: bool = True,
+        owner: object = None,
+        _branch: tuple[LiveWorker, Session] | None = None,
+    ) -> None:
         self.id = uuid.uuid4().hex[:12]
+        self.forked_from: str | None = None
+        """The id of the session this one was forked from (``fork``), or None."""
         self.keep_state = keep_state
         self._core = core
         self._owner = owner  # keeps a user's sandbox alive as long as its session
@@ -123,7 +166,12 @@ class Session(Closeable):
         self._state_lost = False
         self._closed = False
         self.ready: ReadyFrame | None = None
-        self._fill(background=False)
+        if _branch is None:
+            self._fill(background=False)
+            return
+        worker, parent = _branch
+        self._next, self.ready = worker, worker.ready
+        self.forked_from, self._count, self._used = parent.id, parent._count, True
 
     # -- public ------------------------------------------------------------------------------
 
@@ -278,7 +326,8 @@ class Session(Closeable):
                 network=network,
             )
         if not _comm:  # (a comm message is no execution of code: no event, no count)
-            emit(execution.event(result, self._core.id, self.id), self._core.listeners)
+            event = execution.event(result, self._core.id, self.id, self.forked_from)
+            emit(event, self._core.listeners)
         if raised is not None:
             raise raised
         return result
@@ -455,6 +504,102 @@ class Session(Closeable):
             self.ready = worker.ready
             return True
         return False
+
+    # -- branches ----------------------------------------------------------------------------
+
+    @overload
+    def fork(self, n: None = None, *, reseed: bool = False) -> Session: ...
+
+    @overload
+    def fork(self, n: int, *, reseed: bool = False) -> list[Session]: ...
+
+    def fork(self, n: int | None = None, *, reseed: bool = False) -> Session | list[Session]:
+        """A new session with this one's state (variables, imports, open figures), in the
+        same sandbox and under the same limits: a copy-on-write fork of its code process,
+        made between executions (one running now is waited for). ``fork(n)`` gives ``n``
+        branches. Each is a session of its own: it runs at the same time as the others, with
+        its own output, input, interrupts and records (their events name this session as
+        ``forked_from``), and closing it closes only it.
+
+        What branches share: the sandbox's files (scratch, the workspace, ``/tmp``), its
+        memory cap and process limit, and files and sockets that were open when it forked.
+        What they do not: threads the code started (a fork copies only the thread that
+        forks), and state written after the fork. Random state is copied as it is (the same
+        numbers follow in each branch); ``reseed=True`` reseeds ``random`` and NumPy's
+        global generator in the new branches.
+
+        Raise ForkError when it cannot be done (a session that does not keep state, a memory
+        cap with too little room left, a sandbox that is gone); this session is unchanged.
+        """
+        count = 1 if n is None else n
+        if count < 1:
+            raise ValueError("fork(n) makes at least one branch")
+        made: list[Session] = []
+        with self._exec_lock:
+            worker = self._live_worker()
+            try:
+                for _ in range(count):
+                    branch = worker.fork(reseed=reseed, timeout=self._core.spec.startup_timeout)
+                    made.append(
+                        Session(
+                            self._core,
+                            owner=self._owner,
+                            _branch=(branch, self),
+                        )
+                    )
+            except BaseException:
+                for session in made:
+                    session.close()
+                raise
+        return made[0] if n is None else made
+
+    async def afork(self, n: int | None = None, *, reseed: bool = False) -> Session | list[Session]:
+        """``fork`` without blocking the event loop."""
+        return await run_in_thread(lambda: self.fork(n, reseed=reseed), lambda: None)
+
+    def checkpoint(self) -> Checkpoint:
+        """Keep this session's state as it is now (between executions), paused, to
+        ``restore`` later: a fork that runs nothing and that the kernel kills first when
+        memory runs short. Raise ForkError when it cannot be taken."""
+        with self._exec_lock:
+            worker = self._live_worker()
+            paused = worker.fork(pause=True, timeout=self._core.spec.startup_timeout)
+            return Checkpoint(paused, self.id, self._count, time.monotonic())
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Make ``checkpoint`` this session's state (its variables as they were when it was
+        taken); the state it had is gone. Files are not restored. The checkpoint is used up.
+        Raise ForkError if it is gone (dropped, or killed when memory ran short)."""
+        with self._exec_lock:
+            if self._closed:
+                raise SandboxClosedError("this session is closed; open a new one with session()")
+            if checkpoint.session_id != self.id:
+                raise ForkError("that checkpoint is another session's")
+            if not checkpoint.alive or not checkpoint.worker.resume():
+                why = checkpoint.lost or "it was used or dropped"
+                raise ForkError(f"the checkpoint is gone: {why}")
+            checkpoint.used = True
+            before, self._next = self._next, checkpoint.worker
+            self.ready = checkpoint.worker.ready
+            self._used, self._state_lost = True, False
+            if isinstance(before, LiveWorker):
+                before.kill("the session's state was restored from a checkpoint")
+
+    def _live_worker(self) -> LiveWorker:
+        """(With ``_exec_lock`` held.) The session's worker, up; ForkError if there is none."""
+        if self._closed:
+            raise SandboxClosedError("this session is closed; open a new one with session()")
+        if not self.keep_state:
+            raise ForkError("a session that does not keep state has no state to fork")
+        self._wait_fill()
+        worker = self._next
+        if not isinstance(worker, LiveWorker) or worker.ended:
+            raise ForkError("the session has no live sandbox to fork (run code in it first)")
+        if not worker.wait_ready(self._core.spec.startup_timeout + 0.2):
+            raise ForkError("the session's sandbox did not start")
+        self.ready = worker.ready
+        self._used = True
+        return worker
 
     def interrupt(self) -> bool:
         """Raise KeyboardInterrupt in the running code; False if nothing is running."""

@@ -6,7 +6,8 @@ execution to the next) or once per execution for a one-shot sandbox. It holds no
 first), never sees the host's channel, and speaks only through four pipes the supervisor made:
 
 - ``ctl`` (supervisor to here): ``exec`` with the code as payload, ``input_reply`` with the
-  answer as payload, ``interrupt`` (with a SIGINT), ``complete``, ``inspect``;
+  answer as payload, ``interrupt`` (with a SIGINT), ``complete``, ``inspect``, ``fork`` (the new
+  branch's pipes come over a socket of their own: see ``fork_branch``) and ``resumed``;
 - ``frm`` (here to supervisor): ``display``, ``result``, ``error``, ``input_request``,
   ``complete_reply``, ``inspect_reply``, and ``status`` when an execution ends;
 - fd 1 and fd 2: whatever is printed, by this process or by any program it starts.
@@ -23,7 +24,9 @@ import fcntl
 import io
 import os
 import queue
+import select
 import signal
+import struct
 import sys
 import termios
 import threading
@@ -41,11 +44,17 @@ from .wire import CHUNK, Reader, Sender
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import Any, Dict, Optional, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 
     from .wire import Header
 
 FLUSH_INTERVAL = 0.05
+FORK_WAIT = 10.0
+"""Seconds a fork waits for its pipes to arrive, and for the new branch to be set up."""
+BRANCH_FDS = 5
+QUIET_WAIT = 2.0
+"""At most this long a fork waits for the process's other threads to stop running (see
+``quiet_threads``)."""
 RELAY_WAIT = 0.2
 """Seconds a frame waits for the output printed before it to be read (a program that writes
 without pause keeps a pipe from ever being empty)."""
@@ -55,11 +64,15 @@ RESET_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGTSTP"
 class CodeProcess:
     """Set up a forked child to run code, then serve executions (session) or one (one-shot)."""
 
-    def __init__(self, config: Dict[str, Any], ctl: int, frm: int, once: bool) -> None:
+    def __init__(
+        self, config: Dict[str, Any], ctl: int, frm: int, once: bool, fds: int = -1
+    ) -> None:
         self.config = config
         self.once = once
         self.ctl = ctl
         self.frm = frm
+        self.fds = fds  # where a fork's pipes come from (a session's process only)
+        self.oom_adj: Optional[bytes] = None  # what it was before a checkpoint raised it
         self.forked = False  # True in a copy made by the code's own fork()
         self.sender = Sender(frm)
         self.requests: "queue.Queue[Optional[Tuple[Header, bytes]]]" = queue.Queue()
@@ -140,10 +153,7 @@ class CodeProcess:
             getpass.getpass = self.questions.getpass
         except Exception:
             pass
-        threading.stack_size(256 * 1024)
-        threading.Thread(target=self.read_control, name="rewyn-control", daemon=True).start()
-        threading.Thread(target=self.flush_loop, name="rewyn-flush", daemon=True).start()
-        threading.stack_size(0)
+        self.start_threads()
         if self.config.get("shell") == "ipython":
             self.setup_ipython()
         self.set_path()
@@ -291,14 +301,172 @@ class CodeProcess:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     def in_fork(self) -> None:
-        """A fork made by the code: it must never speak for this process or read its input."""
+        """A fork made by the code: it must never speak for this process or read its input
+        (one made by ``fork_branch`` is given pipes of its own after)."""
         self.sender.live = False
         self.forked = True
-        for fd in (self.ctl, self.frm):
-            try:
+        for fd in (self.ctl, self.frm, self.fds):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.ctl = self.frm = self.fds = -1
+
+    # -- branches --------------------------------------------------------------------------
+
+    def fork_branch(self, header: Header) -> bool:
+        """Fork this process into a new branch of the session (the supervisor asked, between
+        executions): the same variables, imports and figures, in a process whose parent is the
+        supervisor (this process forks twice; the one in between exits at once). True in the
+        new branch, which then serves its own pipes; False here, once the supervisor knows."""
+        fds = self.take_fds()
+        if len(fds) != BRANCH_FDS:
+            for fd in fds:
                 os.close(fd)
+            self.sender.send(
+                {"t": "status", "id": None, "status": "fork_failed", "detail": "no pipes came"}
+            )
+            return False
+        news_r, news_w = os.pipe()
+        # (``random`` reseeds itself in every fork: the branch puts its state back)
+        chance = sys.modules.get("random")
+        state = chance.getstate() if chance is not None else None
+        why = ""
+        switch = sys.getswitchinterval()
+        try:
+            sys.setswitchinterval(60.0)  # (no other Python thread runs until the fork is made)
+            quiet_threads()
+            middle = os.fork()
+        except OSError as exc:
+            middle, why = -1, "the fork failed: %s" % (exc.strerror or exc)
+        finally:
+            sys.setswitchinterval(switch)
+        if middle == 0:
+            try:
+                os.close(news_r)
+                branch = os.fork()
+                if branch != 0:
+                    os.write(news_w, struct.pack("=i", branch))
+                    os._exit(0)
+                self.become_branch(fds, header)
+                if chance is not None and not header.get("reseed"):
+                    chance.setstate(state)
+                os.write(news_w, b"R")  # set up: the supervisor may take it
+                os.close(news_w)
+                return True
+            except BaseException:
+                os._exit(70)
+        os.close(news_w)
+        for fd in fds:
+            os.close(fd)
+        pid = 0
+        if middle > 0:
+            why, pid = self.hear_branch(news_r)
+            try:
+                os.waitpid(middle, 0)
+            except ChildProcessError:
+                pass
+        os.close(news_r)
+        if why:
+            self.sender.send({"t": "status", "id": None, "status": "fork_failed", "detail": why})
+        else:
+            self.sender.send({"t": "status", "id": None, "status": "forked", "pid": pid})
+        return False
+
+    def take_fds(self) -> List[int]:
+        """The descriptors the supervisor sent for a fork (all of them, or none)."""
+        import array
+        import socket
+
+        if self.fds < 0 or not select.select([self.fds], [], [], FORK_WAIT)[0]:
+            return []
+        carrier = socket.socket(fileno=os.dup(self.fds))
+        try:
+            size = socket.CMSG_SPACE(BRANCH_FDS * 4)
+            _, ancillary, _, _ = carrier.recvmsg(1, size)
+        except OSError:
+            return []
+        finally:
+            carrier.close()
+        found = array.array("i")
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                found.frombytes(data[: len(data) - len(data) % found.itemsize])
+        return list(found)
+
+    def hear_branch(self, news: int) -> Tuple[str, int]:
+        """The branch's pid (from the process in between), then its word that it is set up;
+        why not, else ''. A branch that does not set up in time is killed."""
+        pid, got = 0, b""
+        deadline = time.monotonic() + FORK_WAIT
+        while len(got) < 5:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([news], [], [], left)[0]:
+                break
+            chunk = os.read(news, 5 - len(got))
+            if not chunk:
+                break
+            got += chunk
+        if len(got) >= 4:
+            pid = struct.unpack("=i", got[:4])[0]
+        if len(got) == 5 and pid > 0:
+            return "", pid
+        if pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+        return "the new branch did not set up (in %g s)" % FORK_WAIT, 0
+
+    def become_branch(self, fds: List[int], header: Header) -> None:
+        """(In the new branch.) Take the pipes the supervisor made, and start again what a
+        fork does not copy: this process's own threads, and locks they may have held."""
+        ctl, frm, out, err, sock = fds
+        self.forked = False
+        self.ctl, self.frm, self.fds = ctl, frm, sock
+        self.sender.fd = frm
+        self.sender.lock = threading.Lock()
+        self.sender.live = True
+        for old in self.keep.values():
+            os.close(old)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        self.keep = {1: os.dup(out), 2: os.dup(err)}
+        os.close(out)
+        os.close(err)
+        self.pipe_inode = {fd: os.fstat(fd).st_ino for fd in (1, 2)}
+        import faulthandler
+
+        faulthandler.enable(file=self.keep[2])
+        self.reset_stdio(force=True)  # (new buffers: a thread may have held the old ones' locks)
+        self.requests = queue.Queue()
+        self.exec_lock = threading.Lock()
+        self.gate.in_code = self.gate.pending = False
+        self.executing, self.interrupted, self.current = False, None, None
+        self.questions.reset()
+        if header.get("reseed"):
+            reseed()
+        if header.get("pause"):
+            self.oom_adj = raise_oom_score()
+        self.start_threads()
+
+    def on_resumed(self) -> None:
+        """A checkpoint became a session's state again: it is no longer the first to go when
+        memory runs short."""
+        if self.oom_adj is not None:
+            try:
+                with open("/proc/self/oom_score_adj", "wb") as handle:
+                    handle.write(self.oom_adj)
+            except OSError:
+                pass
+            self.oom_adj = None
+
+    def start_threads(self) -> None:
+        threading.stack_size(256 * 1024)
+        threading.Thread(target=self.read_control, name="rewyn-control", daemon=True).start()
+        threading.Thread(target=self.flush_loop, name="rewyn-flush", daemon=True).start()
+        threading.stack_size(0)
 
     def on_sigint(self, signum: int, frame: Any) -> None:
         if self.gate.in_code:
@@ -394,6 +562,8 @@ class CodeProcess:
                     self.interrupted = header.get("id")
                     if self.current is not None and self.current == self.interrupted:
                         self.gate.pending = True
+            elif kind == "resumed":
+                self.on_resumed()
             else:
                 self.requests.put(frame)
 
@@ -408,6 +578,9 @@ class CodeProcess:
                 kind = header.get("t")
                 if kind == "exec":
                     self.execute(header, payload.decode("utf-8", "surrogatepass"), once)
+                    continue
+                if kind == "fork":
+                    self.fork_branch(header)  # (the new branch goes on serving from here)
                     continue
                 self.enter_view()  # (IPython's completer reads the working directory too)
                 if kind == "complete":
@@ -465,6 +638,76 @@ class CodeProcess:
             os._exit(exit_code & 0xFF)
 
 
+def quiet_threads() -> None:
+    """Wait (at most QUIET_WAIT) until no other thread of this process is running, holding the
+    GIL all along, so no Python thread can start anything meanwhile.
+
+    A library's own fork handler can deadlock when a fork catches its threads between two
+    states: OpenBLAS's shuts its worker threads down before every fork, and loses the wake-up
+    of one that was just going to sleep after a matrix product. Once the threads that were
+    computing have finished and wait (for work, or for the GIL), the fork is safe. The checks
+    read ``/proc`` through libc called as a Python-API library (ctypes' PyDLL keeps the GIL).
+    """
+    import ctypes
+
+    me = threading.get_native_id()
+    try:
+        others = [int(tid) for tid in os.listdir("/proc/self/task") if int(tid) != me]
+        libc = ctypes.PyDLL(None)
+    except (OSError, ValueError):
+        return
+    if not others:
+        return
+    libc.open.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    libc.read.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+    libc.read.restype = ctypes.c_ssize_t
+    libc.close.argtypes = [ctypes.c_int]
+    buffer = ctypes.create_string_buffer(1024)
+
+    def running(tid: int) -> bool:
+        fd = libc.open(b"/proc/self/task/%d/stat" % tid, os.O_RDONLY)
+        if fd < 0:
+            return False  # (it ended)
+        size = libc.read(fd, buffer, 1023)
+        libc.close(fd)
+        stat = buffer.raw[: max(0, size)]
+        return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R"
+
+    deadline = time.perf_counter() + QUIET_WAIT
+    calm = 0
+    while calm < 3 and time.perf_counter() < deadline:
+        calm = 0 if any(running(tid) for tid in others) else calm + 1
+        pause = time.perf_counter() + 0.0005
+        while time.perf_counter() < pause:
+            pass
+
+
+def reseed() -> None:
+    """New seeds from the OS for ``random`` and NumPy's global generator (where imported)."""
+    import random
+
+    random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        try:
+            numpy_random.seed()
+        except Exception:
+            pass
+
+
+def raise_oom_score() -> Optional[bytes]:
+    """Make this process the first the kernel kills when memory runs out (a checkpoint must
+    never cost a cell its memory); return what it was, to put back."""
+    try:
+        with open("/proc/self/oom_score_adj", "rb") as handle:
+            before = handle.read().strip()
+        with open("/proc/self/oom_score_adj", "wb") as handle:
+            handle.write(b"1000")
+        return before
+    except OSError:
+        return None
+
+
 def _exists(folder: str, name: str) -> bool:
     return os.access(os.path.join(folder, name), os.X_OK)
 
@@ -472,7 +715,7 @@ def _exists(folder: str, name: str) -> bool:
 def run_child(config: Dict[str, Any], pipes: Dict[str, int], once: bool) -> None:
     """The forked child's whole life: never returns."""
     try:
-        child = CodeProcess(config, pipes["ctl"], pipes["frm"], once)
+        child = CodeProcess(config, pipes["ctl"], pipes["frm"], once, pipes.get("fds", -1))
         child.setup(pipes["out"], pipes["err"])
         if not once:
             shell = "ipython" if child.ipython is not None else "stdlib"

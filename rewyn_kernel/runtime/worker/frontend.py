@@ -169,6 +169,14 @@ class Questions:
         StdinNotImplementedError where cells run in IPython, as on ipykernel."""
         self.unavailable_text = ""
 
+    def reset(self) -> None:
+        """(In a new branch of the session.) No thread of this process asks anything: the
+        ones that did were not copied, nor is the lock they may have held."""
+        self.cond = threading.Condition()
+        self.waiting = set()
+        self.answers = {}
+        self.closed = False
+
     def input(self, prompt: object = "") -> str:
         return self.ask(str(prompt), False)
 

@@ -30,6 +30,7 @@ import mmap
 import os
 import selectors
 import signal
+import socket
 import sys
 
 from . import mounter, system
@@ -71,6 +72,12 @@ IGNORED_SIGNALS = (
     "SIGTTOU",
 )
 STATUSES = ("ok", "error", "exit", "interrupted")
+FORK_STATUSES = ("forked", "fork_failed")
+"""What a session's code process answers a ``fork`` with (see ``on_fork``)."""
+MAX_BRANCHES = 64
+"""Code processes of one session's sandbox at once: its branches and their checkpoints."""
+FDS_PER_FORK = 5
+"""The new branch's ends: ctl, frm, stdout, stderr and its own socket for later forks."""
 PRELOAD = ("resource", "getpass", "faulthandler", "fcntl", "ctypes", "io", "queue", "threading")
 """Modules imported once by the supervisor, before it changes directory (see ``start``)."""
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
@@ -84,18 +91,35 @@ OUT_HEADERS = {
 
 
 class Child:
-    """One code process, seen from the supervisor: its pid and its four pipes."""
+    """One code process, seen from the supervisor: its pid, its four pipes, the socket its
+    forks' pipes go through (a session's only), and the execution it runs.
 
-    def __init__(self, pid: int, ctl: int, frm: int, out: int, err: int) -> None:
+    A session's sandbox holds one per branch (``branch``: 0 for the first, then the numbers
+    the host gave ``fork``); a branch that is ``paused`` (a checkpoint) is stopped and runs
+    nothing until the host resumes it.
+    """
+
+    def __init__(
+        self, pid: int, ctl: int, frm: int, out: int, err: int, *, branch: int = 0, fds: int = -1
+    ) -> None:
         self.pid = pid
         self.ctl = ctl
         self.frm = frm
         self.out = out
         self.err = err
+        self.branch = branch
+        self.fds = fds
         self.wait_status: Optional[int] = None
         self.status: Optional[Tuple[int, str]] = None
         self.violation: Optional[str] = None
         self.ready = False
+        self.exec_id: Optional[str] = None
+        self.aborted = False
+        self.oom_before: Optional[int] = None
+        self.paused = False
+        self.closing = False  # the host closed it: its end is no news
+        self.forking: Optional[Tuple[str, Child, bool]] = None
+        """A fork it was asked for: the request's id, the new branch, whether it is paused."""
         # The frame being read from ``frm``: bytes so far, and how many it needs.
         self.head = b""
         self.body_len = -1
@@ -112,11 +136,12 @@ class Supervisor:
         self.once = bool(config.get("fork_per_exec"))
         self.first = os.getpid() == 1
         self.count = 0
-        self.child: Optional[Child] = None
+        self.child: Optional[Child] = None  # one-shot: the execution's process
         self.spare: Optional[Child] = None  # one-shot: the next execution's process, set up
-        self.exec_id: Optional[str] = None
-        self.aborted = False
-        self.oom_before: Optional[int] = None
+        self.branches: Dict[int, Child] = {}  # a session's code processes, by branch
+        self.starting: List[Child] = []  # branches forked, not yet confirmed
+        self.early: Dict[int, int] = {}  # pids reaped before their branch was confirmed
+        self.sent_branch = 0  # whose frames the host reads now (see ``tag``)
         self.selector = selectors.DefaultSelector()
         self.buffer = bytearray(CHUNK)
         self.staging = mmap.mmap(-1, MAX_CHILD_HEADER, flags=mmap.MAP_PRIVATE)
@@ -256,10 +281,10 @@ class Supervisor:
         if self.once:
             self.spare = self.spawn()
         else:
-            self.child = self.spawn()
-            while not self.child.ready:
+            first = self.branches[0] = self.spawn()
+            while not first.ready:
                 self.step()
-                if self.child.exited:
+                if first.exited:
                     write_all(self.diag, b"rewyn: the code's process failed to start\n")
                     os._exit(70)
         self.send_host(
@@ -354,7 +379,7 @@ class Supervisor:
         # before was relayed already: see CodeProcess.finish_output), so output in this batch
         # was printed after the frame, and stays after it. Then stdout before stderr: the code
         # flushes them in that order, as ipykernel does.
-        outs = [child.out for child in (self.child, self.spare) if child is not None]
+        outs = [child.out for child in self.children()]
         events.sort(
             key=lambda event: (
                 0 if event[0].data == self.on_frames else 1 if event[0].fd in outs else 2
@@ -365,11 +390,19 @@ class Supervisor:
 
     # -- the code's process ----------------------------------------------------------------
 
+    def children(self) -> List[Child]:
+        """Every code process this supervisor knows of."""
+        found = [child for child in (self.child, self.spare) if child is not None]
+        return found + list(self.branches.values()) + self.starting
+
     def spawn(self) -> Child:
         ctl_r, ctl_w = os.pipe()
         frm_r, frm_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        # A session's code process gets a socket too: the pipes of a branch it forks come
+        # through it (``on_fork``). The supervisor only writes to it.
+        fds_r, fds_w = socket_pair() if not self.once else (-1, -1)
         pid = os.fork()
         if pid == 0:  # the code's process
             signal.set_wakeup_fd(-1)
@@ -378,6 +411,10 @@ class Supervisor:
             self.staging.close()
             for fd in (self.host_in, self.host_out, self.wake_r, self.wake_w, ctl_w, frm_r):
                 os.close(fd)
+            for other in self.children():
+                for fd in (other.ctl, other.frm, other.out, other.err, other.fds):
+                    close_quietly(fd)
+            close_quietly(fds_w)
             for fd in _OWN_COUNTER:
                 os.close(fd)
             if self.mounter is not None:
@@ -390,21 +427,24 @@ class Supervisor:
             os.close(self.diag)
             if not self.first:
                 system.set_death_signal(signal.SIGKILL)
-            run_child(
-                self.config, {"ctl": ctl_r, "frm": frm_w, "out": out_w, "err": err_w}, self.once
-            )
+            pipes = {"ctl": ctl_r, "frm": frm_w, "out": out_w, "err": err_w, "fds": fds_r}
+            run_child(self.config, pipes, self.once)
             os._exit(70)  # (run_child never returns)
-        for fd in (ctl_r, frm_w, out_w, err_w):
-            os.close(fd)
-        child = Child(pid, ctl_w, frm_r, out_r, err_r)
+        for fd in (ctl_r, frm_w, out_w, err_w, fds_r):
+            close_quietly(fd)
+        child = Child(pid, ctl_w, frm_r, out_r, err_r, fds=fds_w)
+        self.watch(child)
+        return child
+
+    def watch(self, child: Child) -> None:
+        """Read what ``child`` sends from now on."""
         for fd, handler in (
-            (frm_r, self.on_frames),
-            (out_r, self.on_output),
-            (err_r, self.on_output),
+            (child.frm, self.on_frames),
+            (child.out, self.on_output),
+            (child.err, self.on_output),
         ):
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, handler)
-        return child
 
     def on_wake(self, fd: int) -> None:
         try:
@@ -428,29 +468,58 @@ class Supervisor:
             elif self.spare is not None and pid == self.spare.pid:
                 spare, self.spare = self.spare, None  # it failed to set up: the next one forks
                 self.forget_spare(spare)
+            else:
+                branch = self.branch_of(pid)
+                if branch is not None:
+                    branch.wait_status = status
+                    self.on_branch_exit(branch)
+                elif not self.once and len(self.early) < MAX_BRANCHES:
+                    self.early[pid] = status  # (a branch whose fork is not confirmed yet)
+
+    def branch_of(self, pid: int) -> Optional[Child]:
+        for child in self.branches.values():
+            if child.pid == pid:
+                return child
+        return None
 
     def on_child_exit(self, child: Child) -> None:
-        if self.once:
-            self.kill_leftovers()
-            if self.config.get("own_ipc"):
-                system.remove_sysv_shm()  # (what the execution left in the sandbox's own IPC)
-            self.drain(child, to_end=True)
-            self.finish_exec(child)
-            return
-        # A session's code process died: its state is gone, so is this sandbox.
+        """A one-shot execution's process ended: so did its execution."""
+        self.kill_leftovers()
+        if self.config.get("own_ipc"):
+            system.remove_sysv_shm()  # (what the execution left in the sandbox's own IPC)
+        self.drain(child, to_end=True)
+        self.finish_exec(child)
+
+    def on_branch_exit(self, child: Child) -> None:
+        """A session's code process ended: its state is gone. Its execution ends ``lost``; the
+        host is told (``gone``) unless it closed it; a fork it was making fails. With no other
+        branch left, so is this sandbox."""
         self.drain(child, to_end=False)
-        if self.exec_id is not None:
+        if child.exec_id is not None:
             self.finish_exec(child)
-        self.shutdown()
+        if child.forking is not None:
+            self.fork_failed(child, "the process it was forked from ended")
+        del self.branches[child.branch]
+        self.close_child(child)
+        if not self.branches:
+            self.shutdown()
+        if not child.closing:
+            status = child.wait_status
+            gone: Header = {"t": "gone", "b": child.branch}
+            if status is not None and os.WIFSIGNALED(status):
+                gone["signal"] = os.WTERMSIG(status)
+            elif status is not None and os.WIFEXITED(status):
+                gone["exit_code"] = os.WEXITSTATUS(status)
+            self.send_host(gone, child.branch)
 
     def finish_exec(self, child: Child) -> None:
-        """Send ``done`` for the running execution, from how ``child`` ended; forget it."""
-        done: Header = {"t": "done", "id": self.exec_id}
+        """Send ``done`` for the execution ``child`` runs, from how it ended; forget it."""
+        done: Header = {"t": "done", "id": child.exec_id}
         status = child.wait_status
         if child.violation is not None:
             done.update(exit_code=128 + signal.SIGKILL, status="protocol_error")
             done["detail"] = child.violation
-        elif self.aborted:
+        elif child.aborted:
             done.update(exit_code=128 + signal.SIGKILL, status="aborted")
         elif status is not None and os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
@@ -467,39 +536,34 @@ class Supervisor:
         if status is not None and not self.once:
             done["lost"] = True
         after = oom_kills(self.config)
-        if self.oom_before is not None and after is not None and after > self.oom_before:
+        if child.oom_before is not None and after is not None and after > child.oom_before:
             done["oom"] = True
-        self.send_host(done)
-        self.exec_id = None
-        self.aborted = False
+        self.send_host(done, child.branch)
+        child.exec_id = None
+        child.aborted = False
         child.status = None
         if self.once:
             self.forget(child)
 
-    def forget(self, child: Child) -> None:
+    def close_child(self, child: Child) -> None:
+        """Stop reading ``child`` and close the supervisor's ends of its pipes."""
         for fd in (child.frm, child.out, child.err):
-            try:
-                self.selector.unregister(fd)
-            except (KeyError, ValueError):
-                pass
-            os.close(fd)
-        try:
-            os.close(child.ctl)
-        except OSError:
-            pass
-        self.child = None
+            self.unregister(fd)
+            close_quietly(fd)
+        close_quietly(child.ctl)
+        close_quietly(child.fds)
+        child.frm = child.out = child.err = child.ctl = child.fds = -1
         self.clear()
+
+    def forget(self, child: Child) -> None:
+        self.close_child(child)
+        self.child = None
         # The next execution's process, forked now that nothing of this one is left, does
         # its set-up while the host reads the result.
         self.spare = self.spawn()
 
     def forget_spare(self, spare: Child) -> None:
-        for fd in (spare.frm, spare.out, spare.err, spare.ctl):
-            self.unregister(fd)
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self.close_child(spare)
 
     def kill_leftovers(self) -> None:
         """Kill every process but this one, and reap them (a one-shot execution is over)."""
@@ -557,36 +621,54 @@ class Supervisor:
         assert body is not None
         header = json.loads(body.decode("ascii"))
         kind = header.get("t")
-        child = self.child
+        branch = header.get("b", 0)
+        if not isinstance(branch, int):
+            branch = -1
+        child = self.child if self.once else self.branches.get(branch)
+        running = child if child is not None and child.exec_id is not None else None
         if kind == "exec":
-            self.start_exec(header, payload_len)
-        elif kind == "input_reply" and child is not None and header.get("exec") == self.exec_id:
-            self.to_child(child, {"t": "input_reply", **header}, payload_len)
+            self.start_exec(header, payload_len, branch)
+        elif kind == "input_reply" and running and header.get("exec") == running.exec_id:
+            self.to_child(running, {"t": "input_reply", **header}, payload_len)
         elif kind == "interrupt":
-            if child is not None and self.exec_id is not None and header.get("id") == self.exec_id:
+            if running and header.get("id") == running.exec_id:
                 # The frame too, for an interrupt that comes before the code's process has
                 # taken up the execution (the signal alone would find it idle, and be lost).
-                self.to_child(child, {"t": "interrupt", "id": self.exec_id}, 0)
-                self.signal_child(child, signal.SIGINT)
+                self.to_child(running, {"t": "interrupt", "id": running.exec_id}, 0)
+                self.signal_child(running, signal.SIGINT)
         elif kind == "abort":
-            if child is not None and self.exec_id is not None and header.get("id") == self.exec_id:
-                self.aborted = True
-                self.signal_child(child, signal.SIGKILL)
+            if running and header.get("id") == running.exec_id:
+                running.aborted = True
+                self.signal_child(running, signal.SIGKILL)
         elif kind in ("complete", "inspect"):
-            if child is not None and self.exec_id is None and not self.once:
+            if child is not None and not running and not child.paused and not self.once:
                 self.to_child(child, header, payload_len)
             else:
                 self.skip(payload_len)
-                self.send_host(empty_reply(header))
+                self.send_host(empty_reply(header), branch)
         elif kind == "view":
             self.skip(payload_len)
-            self.on_view(header)
+            self.on_view(header, branch)
+        elif kind == "fork":
+            self.skip(payload_len)
+            self.on_fork(header, child, branch)
+        elif kind == "close":
+            self.skip(payload_len)
+            if child is not None and not self.once:
+                child.closing = True
+                self.signal_child(child, signal.SIGKILL)
+        elif kind == "resume":
+            self.skip(payload_len)
+            if child is not None and child.paused:
+                child.paused = False
+                self.signal_child(child, signal.SIGCONT)
+                self.to_child(child, {"t": "resumed"}, 0)
         elif kind == "shutdown":
             self.shutdown()
         else:
             self.skip(payload_len)
 
-    def on_view(self, header: Header) -> None:
+    def on_view(self, header: Header, branch: int) -> None:
         """The host published an execution's writes: ask the mounter for the next view."""
         why = "no mounter here" if self.mounter is None else ""
         if self.mounter is not None:
@@ -594,21 +676,26 @@ class Supervisor:
             protected = [str(path)[:4096] for path in (header.get("protected") or [])[:256]]
             why = self.mounter.ask({**request, "protected": protected})
         reply = {"t": "view_done", "id": str(header.get("id"))[:200], "ok": not why}
-        self.send_host({**reply, "detail": why[:2000]})
+        self.send_host({**reply, "detail": why[:2000]}, branch)
 
-    def start_exec(self, header: Header, payload_len: int) -> None:
-        if self.exec_id is not None:
-            self.skip(payload_len)  # the host never sends two at once: refuse the second
-            self.send_host(
-                {"t": "done", "id": header.get("id"), "exit_code": 1, "status": "protocol_error"}
-            )
+    def start_exec(self, header: Header, payload_len: int, branch: int) -> None:
+        child: Optional[Child]
+        if self.once:
+            child = self.child or self.spare or self.spawn()
+            self.child, self.spare = child, None
+        else:
+            found = self.branches.get(branch)
+            child = found if found is not None and not found.paused else None
+        if child is None or child.exec_id is not None:
+            # The host never sends two at once, nor to a branch it has not got: refuse it.
+            self.skip(payload_len)
+            refused = {"t": "done", "id": header.get("id"), "exit_code": 1}
+            self.send_host({**refused, "status": "protocol_error"}, branch)
             return
         self.count += 1
-        self.exec_id = str(header.get("id"))
-        self.oom_before = oom_kills(self.config)
-        child = self.child or self.spare or self.spawn()
-        self.child, self.spare = child, None
-        forwarded: Header = {"t": "exec", "id": self.exec_id, "count": self.count}
+        child.exec_id = str(header.get("id"))
+        child.oom_before = oom_kills(self.config)
+        forwarded: Header = {"t": "exec", "id": child.exec_id, "count": self.count}
         if isinstance(header.get("count"), int):
             forwarded["count"] = header["count"]  # (the caller's numbering: a kernel's prompts)
         for flag in ("silent", "comm"):
@@ -617,6 +704,122 @@ class Supervisor:
         if header.get("parent"):
             forwarded["parent"] = str(header["parent"])[:256]
         self.to_child(child, forwarded, payload_len)
+
+    # -- branches --------------------------------------------------------------------------
+
+    def on_fork(self, header: Header, source: Optional[Child], branch: int) -> None:
+        """Ask ``source`` (a session's idle code process) to fork itself into branch ``n``.
+
+        The new branch's pipes are made here and handed to ``source`` over its socket; it
+        forks twice, so that the branch is this process's child (as the first process of the
+        PID namespace, or its subreaper), and answers ``forked`` with the branch's pid, which
+        is taken only if it is a child of this process and no other branch's (see
+        ``on_status``). The host hears ``forked`` in any case, ``ok`` or not.
+        """
+        request = str(header.get("id"))[:200]
+        number = header.get("n")
+        why = ""
+        if self.once or source is None or not source.ready:
+            why = "there is no such session to fork"
+        elif source.paused:
+            why = "it is paused (a checkpoint): resume it first"
+        elif source.exec_id is not None:
+            why = "it is running code: a session forks between executions"
+        elif source.forking is not None:
+            why = "it is forking already"
+        elif not isinstance(number, int) or not 0 < number < 2**31 or self.taken(number):
+            why = "the new branch's number is taken or out of range"
+        elif len(self.branches) + len(self.starting) >= MAX_BRANCHES:
+            why = "this sandbox runs %d branches already, the most it may" % MAX_BRANCHES
+        if why:
+            self.send_host({"t": "forked", "id": request, "ok": False, "detail": why}, branch)
+            return
+        assert source is not None
+        assert isinstance(number, int)
+        ctl_r, ctl_w = os.pipe()
+        frm_r, frm_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        fds_r, fds_w = socket_pair()
+        theirs = [ctl_r, frm_w, out_w, err_w, fds_r]
+        new = Child(0, ctl_w, frm_r, out_r, err_r, branch=number, fds=fds_w)
+        self.starting.append(new)
+        self.watch(new)
+        pause = bool(header.get("pause"))
+        source.forking = (request, new, pause)
+        ask = {"t": "fork", "reseed": bool(header.get("reseed")), "pause": pause}
+        handed = self.hand_fds(source, theirs)
+        for fd in theirs:
+            close_quietly(fd)
+        if not handed:
+            self.fork_failed(source, "its socket for the branch's pipes is full or closed")
+            return
+        self.to_child(source, ask, 0)
+
+    def taken(self, number: int) -> bool:
+        return number in self.branches or any(child.branch == number for child in self.starting)
+
+    def hand_fds(self, child: Child, fds: List[int]) -> bool:
+        """Send ``fds`` over ``child``'s socket, without waiting (it may never read)."""
+        import array
+
+        try:
+            carrier = socket.socket(fileno=os.dup(child.fds))
+        except OSError:
+            return False
+        try:
+            rights = array.array("i", fds).tobytes()
+            carrier.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+            return True
+        except OSError:
+            return False
+        finally:
+            carrier.close()
+
+    def fork_failed(self, source: Child, why: str) -> None:
+        if source.forking is None:
+            return
+        request, new, _ = source.forking
+        source.forking = None
+        if new in self.starting:
+            self.starting.remove(new)
+        self.close_child(new)
+        if new.pid:
+            self.signal_child(new, signal.SIGKILL)
+        failed = {"t": "forked", "id": request, "ok": False, "detail": why[:500]}
+        self.send_host(failed, source.branch)
+
+    def on_forked(self, source: Child, status: Dict[str, Any]) -> None:
+        """The code's process says it forked (or could not): check and take the branch."""
+        if source.forking is None:
+            return  # nothing was asked of it
+        if status.get("status") == "fork_failed":
+            self.fork_failed(source, str(status.get("detail") or "the fork failed"))
+            return
+        pid = status.get("pid")
+        known = [child.pid for child in self.children()]
+        if not isinstance(pid, int) or pid <= 1 or pid == os.getpid() or pid in known:
+            self.fork_failed(source, "it named no process of its own")
+            return
+        try:
+            ended = self.early.pop(pid, None)
+            if ended is None and os.waitpid(pid, os.WNOHANG)[0] == pid:
+                ended = 0
+        except ChildProcessError:
+            self.fork_failed(source, "it named a process that is not a branch")
+            return
+        if ended is not None:
+            self.fork_failed(source, "the branch ended as it started")
+            return
+        request, new, pause = source.forking
+        source.forking = None
+        self.starting.remove(new)
+        new.pid, new.ready, new.paused = pid, True, pause
+        self.branches[new.branch] = new
+        if pause:
+            self.signal_child(new, signal.SIGSTOP)
+        forked = {"t": "forked", "id": request, "ok": True, "n": new.branch, "pid": pid}
+        self.send_host(forked, source.branch)
 
     def to_child(self, child: Child, header: Header, payload_len: int) -> None:
         """Send a frame to the code's process, its payload streamed from the host's channel
@@ -655,15 +858,26 @@ class Supervisor:
         except OSError:
             pass
 
-    def send_host(self, header: Header) -> None:
+    def send_host(self, header: Header, branch: int = 0) -> None:
+        self.tag(branch)
         body = encode_header(header)
         write_all(self.host_out, HEADER.pack(len(body), 0) + body)
+
+    def tag(self, branch: int) -> None:
+        """Say whose frames follow, when it is another branch than the last frame's: the host
+        reads every frame after ``{"t": "b", "b": N}`` as branch N's. Only this process sends
+        it (a code process may not), so no branch can speak for another. A sandbox that never
+        forked never sends one."""
+        if branch != self.sent_branch:
+            self.sent_branch = branch
+            body = encode_header({"t": "b", "b": branch})
+            write_all(self.host_out, HEADER.pack(len(body), 0) + body)
 
     # -- what the code's process sends -----------------------------------------------------
 
     def owner(self, fd: int) -> Optional[Child]:
-        for child in (self.child, self.spare):
-            if child is not None and fd in (child.frm, child.out, child.err):
+        for child in self.children():
+            if fd in (child.frm, child.out, child.err):
                 return child
         return None
 
@@ -687,6 +901,7 @@ class Supervisor:
                 self.unregister(fd)
                 return False
             body = OUT_HEADERS[fd == child.out]
+            self.tag(child.branch)
             write_all(self.host_out, HEADER.pack(len(body), got) + body)
             write_all(self.host_out, view[:got])
             return True
@@ -765,6 +980,7 @@ class Supervisor:
             elif kind == "status":
                 self.on_status(child, bytes(body) if size <= MAX_STATUS_BYTES else b"")
             else:
+                self.tag(child.branch)
                 write_all(self.host_out, HEADER.pack(size, 0))
                 write_all(self.host_out, body)
         finally:
@@ -785,10 +1001,13 @@ class Supervisor:
             if status.get("note"):
                 self.notes.append(str(status["note"])[:1000])
             return
+        if name in FORK_STATUSES and not self.once:
+            self.on_forked(child, status)
+            return
         if name not in STATUSES or not -(2**31) <= exit_code < 2**31:
             self.violate(child, "it sent a malformed status frame")
             return
-        if self.exec_id is None or status.get("id") != self.exec_id:
+        if child.exec_id is None or status.get("id") != child.exec_id:
             return  # nothing it can end: no execution, or another one
         child.status = (exit_code, name)
         if not self.once:  # a session's process lives on: the execution ends now
@@ -818,6 +1037,22 @@ class Supervisor:
     def unregister(self, fd: int) -> None:
         if self.registered(fd):
             self.selector.unregister(fd)
+
+
+def socket_pair() -> Tuple[int, int]:
+    """A Unix stream socket pair as bare descriptors (the code's end first); this process
+    never reads its end (shut for reading: the code cannot fill it)."""
+    theirs, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.shutdown(socket.SHUT_RD)
+    return theirs.detach(), ours.detach()
+
+
+def close_quietly(fd: int) -> None:
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def write_all_parts(fd: int, head: bytes, rest: memoryview) -> None:
