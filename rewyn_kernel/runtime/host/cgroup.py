@@ -99,6 +99,12 @@ class WorkerCgroup:
     def oom_kills(self) -> int | None:
         return read_oom_kills(self.events) if self.events is not None else None
 
+    def memory_usage(self) -> tuple[int, int | None]:
+        """What its processes use now and its cap (see ``memory_usage``); OSError without."""
+        if self.memory is None:
+            raise OSError("no memory cgroup")
+        return memory_usage(self.memory, self.version)
+
     def remove(self, wait: float = 2.0) -> bool:
         """Remove the cgroups once their processes are gone (they may take a moment to exit
         after a kill). True when they are gone."""
@@ -118,6 +124,29 @@ class WorkerCgroup:
                     return False
                 time.sleep(0.02)
         return True
+
+
+def memory_usage(path: Path, version: int) -> tuple[int, int | None]:
+    """The memory a cgroup's processes use, less the file cache the kernel can drop at once
+    (inactive file pages, as ``docker stats`` counts), and its cap (None: no cap). Raise
+    OSError when it cannot be read."""
+    names = (
+        ("memory.current", "memory.max")
+        if version == 2
+        else (
+            "memory.usage_in_bytes",
+            "memory.limit_in_bytes",
+        )
+    )
+    used = int((path / names[0]).read_text().strip())
+    text = (path / names[1]).read_text().strip()
+    cap = None if text == "max" or int(text) >= 1 << 60 else int(text)
+    inactive = "inactive_file" if version == 2 else "total_inactive_file"
+    for line in (path / "memory.stat").read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if key == inactive and value.isdigit():
+            used = max(0, used - int(value))
+    return used, cap
 
 
 def read_oom_kills(path: Path) -> int | None:
@@ -445,6 +474,13 @@ def bound_container_tcp(container_id: str, limit_bytes: int) -> None:
     """Write the TCP buffer limit (``tcp_share`` of ``limit_bytes``) into the cgroup v1 memory
     cgroup of the container ``container_id`` (docker's or podman's, cgroupfs or systemd
     driver), before any code runs in it. Raise OSError when it cannot be found or written."""
+    found = container_memory_cgroup(container_id)
+    (found / "memory.kmem.tcp.limit_in_bytes").write_text(str(tcp_share(limit_bytes)))
+
+
+def container_memory_cgroup(container_id: str) -> Path:
+    """The memory cgroup (v1) of the container ``container_id`` (docker's or podman's,
+    cgroupfs or systemd driver); OSError when it cannot be found."""
     memory = ROOT / "memory"
     names = (
         f"docker/{container_id}",
@@ -461,4 +497,4 @@ def bound_container_tcp(container_id: str, limit_bytes: int) -> None:
                 break
     if found is None:
         raise OSError(f"no memory cgroup of container {container_id[:12]} under {memory}")
-    (found / "memory.kmem.tcp.limit_in_bytes").write_text(str(tcp_share(limit_bytes)))
+    return found

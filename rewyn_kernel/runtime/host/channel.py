@@ -423,12 +423,14 @@ class LiveWorker:
                 "MiB to start (free memory in the session, or raise memory_limit_mb)"
             )
 
-    def _end_port_locked(self, end: ChannelEnded) -> None:
-        """(With ``_cond`` held.) This branch is over: its frames are dropped from now on."""
+    def _end_port_locked(self, end: ChannelEnded, *, drop: bool = True) -> None:
+        """(With ``_cond`` held.) This branch is over: its frames are dropped from now on
+        (``drop``: those queued too; else they are read before the end)."""
         if self._port_end is not None:
             return
         self._port_end = end
-        self._drop_queued()
+        if drop:
+            self._drop_queued()
         self._inbox.append(end)
         if self._root._ports.get(self.branch) is self:
             del self._root._ports[self.branch]
@@ -715,7 +717,7 @@ class LiveWorker:
         with self._cond:
             port = self._ports.get(gone.b)
             if port is not None:
-                port._end_port_locked(ChannelEnded(gone=f"the branch's process {how}"))
+                port._end_port_locked(ChannelEnded(gone=f"the branch's process {how}"), drop=False)
         return None
 
     def _finish(self, end: ChannelEnded) -> None:

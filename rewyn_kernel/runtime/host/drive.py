@@ -214,6 +214,9 @@ def channel_ended(worker: LiveWorker, end: ChannelEnded, memory_limit_mb: int | 
             reason,
             worker_lost=True,
         )
+    if end.gone is not None:  # a branch's process ended; the sandbox's others live on
+        worker.kill(end.gone)
+        return Outcome("crashed", EXIT_KILLED, end.gone, worker_lost=True)
     if end.error is not None and not isinstance(end.error, TruncatedFrameError):
         worker.kill("the sandbox broke the protocol")
         return Outcome(

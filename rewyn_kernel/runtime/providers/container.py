@@ -143,6 +143,14 @@ class ContainerWorker(PopenWorker):
             raise OSError(f"the engine wrote an unexpected container id {container_id[:80]!r}")
         cgroup.bound_container_tcp(container_id, limit)
 
+    def memory_usage(self) -> tuple[int, int | None]:
+        """What the container uses now and its cap, from its cgroup (v1, found by its id:
+        where its TCP buffers are bounded); OSError elsewhere (gVisor, cgroup v2)."""
+        if self._tcp_limit is None:
+            raise OSError("the container's cgroup is not known here")
+        container_id = self._tcp_limit[0].read_text().strip()
+        return cgroup.memory_usage(cgroup.container_memory_cgroup(container_id), 1)
+
     def close(self) -> None:
         super().close()
         self._let_go()

@@ -207,6 +207,13 @@ class PopenWorker:
             with contextlib.suppress(OSError):
                 callback()
 
+    def memory_usage(self) -> tuple[int, int | None]:
+        """What the sandbox's processes use now, and its memory cap (None: none); OSError
+        where it has no cgroup of its own (see ``LiveWorker.fork``)."""
+        if self._cgroup is None:
+            raise OSError("the sandbox has no memory cgroup of its own")
+        return self._cgroup.memory_usage()
+
     def _read_oom_kills(self) -> int:
         if self._cgroup is not None:
             self._oom_kills = self._cgroup.oom_kills() or self._oom_kills

@@ -328,7 +328,10 @@ class CodeProcess:
                 {"t": "status", "id": None, "status": "fork_failed", "detail": "no pipes came"}
             )
             return False
+        # The process in between says the branch's pid on one pipe, the branch that it is set
+        # up on another (one pipe would let the branch's word come first).
         news_r, news_w = os.pipe()
+        ready_r, ready_w = os.pipe()
         # (``random`` reseeds itself in every fork: the branch puts its state back)
         chance = sys.modules.get("random")
         state = chance.getstate() if chance is not None else None
@@ -345,29 +348,31 @@ class CodeProcess:
         if middle == 0:
             try:
                 os.close(news_r)
+                os.close(ready_r)
                 branch = os.fork()
                 if branch != 0:
                     os.write(news_w, struct.pack("=i", branch))
                     os._exit(0)
+                os.close(news_w)
                 self.become_branch(fds, header)
                 if chance is not None and not header.get("reseed"):
                     chance.setstate(state)
-                os.write(news_w, b"R")  # set up: the supervisor may take it
-                os.close(news_w)
+                os.write(ready_w, b"R")  # set up: the supervisor may take it
+                os.close(ready_w)
                 return True
             except BaseException:
                 os._exit(70)
-        os.close(news_w)
-        for fd in fds:
+        for fd in [news_w, ready_w, *fds]:
             os.close(fd)
         pid = 0
         if middle > 0:
-            why, pid = self.hear_branch(news_r)
+            why, pid = hear_branch(news_r, ready_r)
             try:
                 os.waitpid(middle, 0)
             except ChildProcessError:
                 pass
         os.close(news_r)
+        os.close(ready_r)
         if why:
             self.sender.send({"t": "status", "id": None, "status": "fork_failed", "detail": why})
         else:
@@ -394,30 +399,6 @@ class CodeProcess:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 found.frombytes(data[: len(data) - len(data) % found.itemsize])
         return list(found)
-
-    def hear_branch(self, news: int) -> Tuple[str, int]:
-        """The branch's pid (from the process in between), then its word that it is set up;
-        why not, else ''. A branch that does not set up in time is killed."""
-        pid, got = 0, b""
-        deadline = time.monotonic() + FORK_WAIT
-        while len(got) < 5:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([news], [], [], left)[0]:
-                break
-            chunk = os.read(news, 5 - len(got))
-            if not chunk:
-                break
-            got += chunk
-        if len(got) >= 4:
-            pid = struct.unpack("=i", got[:4])[0]
-        if len(got) == 5 and pid > 0:
-            return "", pid
-        if pid > 0:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        return "the new branch did not set up (in %g s)" % FORK_WAIT, 0
 
     def become_branch(self, fds: List[int], header: Header) -> None:
         """(In the new branch.) Take the pipes the supervisor made, and start again what a
@@ -448,18 +429,16 @@ class CodeProcess:
         if header.get("reseed"):
             reseed()
         if header.get("pause"):
-            self.oom_adj = raise_oom_score()
+            # (the first process the kernel kills when memory runs out: a checkpoint must
+            # never cost a cell its memory)
+            self.oom_adj = system.set_oom_score_adj(b"1000")
         self.start_threads()
 
     def on_resumed(self) -> None:
         """A checkpoint became a session's state again: it is no longer the first to go when
         memory runs short."""
         if self.oom_adj is not None:
-            try:
-                with open("/proc/self/oom_score_adj", "wb") as handle:
-                    handle.write(self.oom_adj)
-            except OSError:
-                pass
+            system.set_oom_score_adj(self.oom_adj)
             self.oom_adj = None
 
     def start_threads(self) -> None:
@@ -638,6 +617,36 @@ class CodeProcess:
             os._exit(exit_code & 0xFF)
 
 
+def hear_branch(news: int, ready: int) -> Tuple[str, int]:
+    """The branch's pid (from the process in between), then its word that it is set up:
+    why not, else ''. A branch that does not set up in time is killed."""
+    deadline = time.monotonic() + FORK_WAIT
+    told = read_within(news, 4, deadline)
+    pid = struct.unpack("=i", told)[0] if len(told) == 4 else 0
+    if pid > 0 and read_within(ready, 1, deadline) == b"R":
+        return "", pid
+    if pid > 0:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return "the new branch did not set up (in %g s)" % FORK_WAIT, 0
+
+
+def read_within(fd: int, size: int, deadline: float) -> bytes:
+    """Up to ``size`` bytes from ``fd``, less if it ends or ``deadline`` passes first."""
+    got = b""
+    while len(got) < size:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, size - len(got))
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def quiet_threads() -> None:
     """Wait (at most QUIET_WAIT) until no other thread of this process is running, holding the
     GIL all along, so no Python thread can start anything meanwhile.
@@ -693,19 +702,6 @@ def reseed() -> None:
             numpy_random.seed()
         except Exception:
             pass
-
-
-def raise_oom_score() -> Optional[bytes]:
-    """Make this process the first the kernel kills when memory runs out (a checkpoint must
-    never cost a cell its memory); return what it was, to put back."""
-    try:
-        with open("/proc/self/oom_score_adj", "rb") as handle:
-            before = handle.read().strip()
-        with open("/proc/self/oom_score_adj", "wb") as handle:
-            handle.write(b"1000")
-        return before
-    except OSError:
-        return None
 
 
 def _exists(folder: str, name: str) -> bool:

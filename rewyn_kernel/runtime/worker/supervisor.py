@@ -32,6 +32,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 
 from . import mounter, system
 from .child import run_child
@@ -76,8 +77,7 @@ FORK_STATUSES = ("forked", "fork_failed")
 """What a session's code process answers a ``fork`` with (see ``on_fork``)."""
 MAX_BRANCHES = 64
 """Code processes of one session's sandbox at once: its branches and their checkpoints."""
-FDS_PER_FORK = 5
-"""The new branch's ends: ctl, frm, stdout, stderr and its own socket for later forks."""
+ADOPTION_WAIT = 0.5
 PRELOAD = ("resource", "getpass", "faulthandler", "fcntl", "ctypes", "io", "queue", "threading")
 """Modules imported once by the supervisor, before it changes directory (see ``start``)."""
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
@@ -801,13 +801,14 @@ class Supervisor:
         if not isinstance(pid, int) or pid <= 1 or pid == os.getpid() or pid in known:
             self.fork_failed(source, "it named no process of its own")
             return
-        try:
-            ended = self.early.pop(pid, None)
-            if ended is None and os.waitpid(pid, os.WNOHANG)[0] == pid:
+        ended = self.early.pop(pid, None)
+        if ended is None:
+            mine = adopted(pid)
+            if mine is None:
+                self.fork_failed(source, "it named a process that is not a branch")
+                return
+            if not mine:
                 ended = 0
-        except ChildProcessError:
-            self.fork_failed(source, "it named a process that is not a branch")
-            return
         if ended is not None:
             self.fork_failed(source, "the branch ended as it started")
             return
@@ -1037,6 +1038,21 @@ class Supervisor:
     def unregister(self, fd: int) -> None:
         if self.registered(fd):
             self.selector.unregister(fd)
+
+
+def adopted(pid: int) -> Optional[bool]:
+    """Whether ``pid`` is a live child of this process (True), one that has ended (False,
+    reaped now), or not a child at all (None). The process in between a branch and its
+    source has exited by now, but under gVisor the branch may take a moment to be handed
+    to this process: it is looked for again, for at most ADOPTION_WAIT seconds."""
+    deadline = time.monotonic() + ADOPTION_WAIT
+    while True:
+        try:
+            return os.waitpid(pid, os.WNOHANG)[0] != pid
+        except ChildProcessError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.001)
 
 
 def socket_pair() -> Tuple[int, int]:

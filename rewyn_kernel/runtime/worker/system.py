@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
     from typing import Any, List, Optional, Tuple
 
 PR_SET_PDEATHSIG = 1
+PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 PR_SET_KEEPCAPS = 8
 PR_CAPBSET_DROP = 24
@@ -55,6 +56,37 @@ def set_dumpable(on: bool) -> bool:
     """Non-dumpable: processes without CAP_SYS_PTRACE cannot ptrace this one, read its memory or
     open its descriptors through /proc, even with the same uid."""
     return prctl(PR_SET_DUMPABLE, 1 if on else 0)
+
+
+def dumpable() -> bool:
+    c = libc()
+    if c is None:
+        return True
+    try:
+        return int(c.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0)) == 1
+    except Exception:
+        return True
+
+
+def set_oom_score_adj(value: bytes) -> Optional[bytes]:
+    """Set this process's ``oom_score_adj`` (raising it needs no privilege; lowering it back
+    to where it was neither); return what it was, or None when it cannot be. A process that
+    changed its user is not dumpable, so its /proc files are root's: it is made dumpable for
+    the write (never the supervisor: only a code process calls this)."""
+    was = dumpable()
+    if not was:
+        set_dumpable(True)
+    try:
+        with open("/proc/self/oom_score_adj", "rb") as handle:
+            before = handle.read().strip()
+        with open("/proc/self/oom_score_adj", "wb") as handle:
+            handle.write(value)
+        return before
+    except OSError:
+        return None
+    finally:
+        if not was:
+            set_dumpable(False)
 
 
 def set_subreaper() -> bool:

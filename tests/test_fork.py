@@ -1,0 +1,255 @@
+"""Branches of a session's state: session.fork(), checkpoints and restore, on every provider.
+
+A branch is a fork of the session's code process in the same sandbox; the supervisor keeps its
+pipes apart and tags what it sends, so each branch has its own output, input, interrupts and
+records, and nothing one branch does after the fork reaches another.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from rewyn_kernel.errors import ForkError
+from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.sandbox import Sandbox
+
+from .conftest import processes_with, wait_until_gone
+
+FORK_PROVIDERS = ("subprocess", "bubblewrap", "docker", "docker+runsc")
+pytestmark = pytest.mark.providers(*FORK_PROVIDERS)
+
+FORGE_SWITCH = """
+import gc, os, struct
+sender = next(o for o in gc.get_objects() if type(o).__name__ == "Sender")
+for body in (b'{"t":"b","b":0}', b'{"t":"done","id":"x","exit_code":0,"status":"ok"}'):
+    os.write(sender.fd, struct.pack(">II", len(body), 0) + body)
+import time
+time.sleep(5)
+"""
+
+
+def text(session_result: object) -> str:
+    return str(getattr(session_result, "stdout", "")).strip()
+
+
+def test_branches_diverge_and_never_see_each_others_later_state(
+    make_box: Callable[..., Sandbox], events: list[SandboxEvent]
+) -> None:
+    box = make_box()
+    main = box.session()
+    assert main.execute("x = [1, 2]; import random; random.seed(7)").ok
+    branch = main.fork()
+    assert branch.forked_from == main.id
+    assert branch.execute("x.append('branch'); y = 'only here'").ok
+    assert main.execute("x.append('main'); z = 'only main'").ok
+    assert text(branch.execute("print(x)")) == "[1, 2, 'branch']"
+    assert text(main.execute("print(x)")) == "[1, 2, 'main']"
+    missing = branch.execute("z")
+    assert missing.error is not None
+    assert missing.error.ename == "NameError"
+    assert main.execute("y").error is not None
+    # Random state is copied as it is: the same numbers follow in each branch, unless reseeded.
+    same = {text(s.execute("print(random.random())")) for s in (main, branch)}
+    assert len(same) == 1
+    reseeded = main.fork(2, reseed=True)
+    drawn = {text(s.execute("print(random.random())")) for s in reseeded}
+    assert len(drawn) == 2
+    assert all(event.forked_from == main.id for event in events if event.session_id == branch.id)
+    assert [e.forked_from for e in events if e.session_id == main.id] == [None] * 5
+
+
+def test_output_input_and_interrupts_stay_with_their_branch(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    box = make_box(timeout=60)
+    main = box.session()
+    assert main.execute("import time").ok
+    branch = main.fork()
+    started = {name: threading.Event() for name in ("main", "branch")}
+    streams: dict[str, list[str]] = {"main": [], "branch": []}
+
+    def on_stream(name: str) -> Callable[[str, str], None]:
+        def take(stream: str, chunk: str) -> None:
+            streams[name].append(chunk)
+            started[name].set()
+
+        return take
+
+    results = {}
+
+    def run_main() -> None:
+        code = "print('main', flush=True)\nanswer = input('main? ')\nprint('main got', answer)"
+        results["main"] = main.execute(
+            code, on_stream=on_stream("main"), on_input=lambda prompt, pw: "for main"
+        )
+
+    runner = threading.Thread(target=run_main)
+    runner.start()
+    ask = threading.Thread(target=lambda: started["branch"].wait(30) and branch.interrupt())
+    ask.start()
+    results["branch"] = branch.execute(
+        "print('branch', flush=True)\nwhile True: time.sleep(0.01)",
+        on_stream=on_stream("branch"),
+    )
+    runner.join(30)
+    ask.join(30)
+    assert results["branch"].interrupted, results["branch"]
+    assert results["main"].ok, results["main"]
+    assert "main got for main" in results["main"].stdout
+    assert "branch" not in "".join(streams["main"])
+    assert "main" not in "".join(streams["branch"])
+    # The interrupted branch keeps its state; the main session never saw the interrupt.
+    assert text(branch.execute("print(time.time() > 0)")) == "True"
+
+
+def test_closing_one_branch_leaves_the_others(
+    make_box: Callable[..., Sandbox], marker: str
+) -> None:
+    box = make_box()
+    main = box.session()
+    assert main.execute(f"tag = {marker!r}").ok
+    first, second = main.fork(2)
+    first.close()
+    assert text(main.execute("print(tag)")) == marker
+    main.close()
+    assert text(second.execute("print(tag)")) == marker
+    assert second.execute("1").sandbox_restarted is False
+    box.close()
+    assert wait_until_gone(marker) == []
+    assert processes_with(marker) == []
+
+
+def test_a_branch_that_dies_loses_only_its_own_state(make_box: Callable[..., Sandbox]) -> None:
+    box = make_box()
+    main = box.session()
+    assert main.execute("import os; kept = 41").ok
+    branch = main.fork()
+    died = branch.execute("os._exit(3)")
+    assert not died.ok
+    assert died.ending == "crashed", died
+    assert text(main.execute("print(kept + 1)")) == "42"
+    # The branch's session goes on in a fresh sandbox, and says its state is gone.
+    again = branch.execute("print('kept' in globals())")
+    assert again.state_lost
+    assert text(again) == "False"
+
+
+def test_a_branch_cannot_speak_for_another(make_box: Callable[..., Sandbox]) -> None:
+    box = make_box(timeout=20)
+    main = box.session()
+    assert main.execute("value = 'main'").ok
+    branch = main.fork()
+    forged = branch.execute(FORGE_SWITCH)
+    assert forged.ending == "protocol_error", forged
+    assert text(main.execute("print(value)")) == "main"
+
+
+def test_restore_brings_back_the_state_of_a_checkpoint(make_box: Callable[..., Sandbox]) -> None:
+    box = make_box()
+    session = box.session()
+    assert session.execute("data = bytearray(b'a' * (8 << 20)); n = 1").ok
+    checkpoint = session.checkpoint()
+    assert checkpoint.lost is None
+    assert session.execute("data[:] = b'b' * len(data); n = 2; extra = True").ok
+    session.restore(checkpoint)
+    assert text(
+        session.execute("print(n, data.count(b'a') == len(data), 'extra' in globals())")
+    ) == ("1 True False")
+    assert not checkpoint.alive
+    with pytest.raises(ForkError, match="gone"):
+        session.restore(checkpoint)
+    # A dropped checkpoint cannot be restored either; the session is unchanged.
+    other = session.checkpoint()
+    other.close()
+    with pytest.raises(ForkError, match="gone"):
+        session.restore(other)
+    assert text(session.execute("print(n)")) == "1"
+
+
+def test_a_checkpoint_is_paused_and_goes_first_when_memory_runs_out(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    box = make_box()
+    session = box.session()
+    assert session.execute("import os, time; counter = 0").ok
+    checkpoint = session.checkpoint()
+    # Its process exists, is stopped (SIGSTOP takes effect as the process is next scheduled:
+    # looked for until it shows, within a bound), and is the OOM killer's first choice.
+    found = session.execute(
+        "import glob\n"
+        "def stopped():\n"
+        "    for path in sorted(glob.glob('/proc/[0-9]*/status')):\n"
+        "        try:\n"
+        "            status = open(path).read()\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        if '(stopped)' in status:\n"
+        "            return open(path.replace('status', 'oom_score_adj')).read().strip()\n"
+        "deadline = time.monotonic() + 5\n"
+        "while stopped() is None and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "print(stopped())\n"
+    )
+    assert text(found) == "1000", found
+    session.restore(checkpoint)
+    assert text(session.execute("print(open('/proc/self/oom_score_adj').read().strip())")) == "0"
+
+
+@pytest.mark.providers("subprocess", "bubblewrap", "docker")
+def test_a_fork_under_a_nearly_full_memory_cap_fails_cleanly(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    box = make_box(memory_limit_mb=256)
+    session = box.session()
+    assert session.execute(
+        "block = bytearray(192 << 20); block[::4096] = b'x' * len(block[::4096])"
+    ).ok
+    with pytest.raises(ForkError, match="memory cap"):
+        session.fork()
+    with pytest.raises(ForkError, match="memory cap"):
+        session.checkpoint()
+    after = session.execute("print(len(block) >> 20)")
+    assert text(after) == "192"
+    assert not after.state_lost
+    assert session.execute("del block").ok
+    branch = session.fork()
+    assert branch.execute("print('branch up')").ok
+
+
+def test_a_fork_waits_for_no_thread_and_no_lock(make_box: Callable[..., Sandbox]) -> None:
+    """A thread holding a logging handler's lock, and another running matrix products (BLAS
+    threads at work: OpenBLAS's own fork handler deadlocks on a worker going to sleep), must
+    neither hang the fork nor the branch."""
+    box = make_box(timeout=60)
+    session = box.session()
+    setup = session.execute(
+        "import logging, threading, time\n"
+        "handler = logging.StreamHandler()\n"
+        "logging.getLogger('held').addHandler(handler)\n"
+        "threading.Thread(target=lambda: (handler.acquire(), time.sleep(3600)), daemon=True)"
+        ".start()\n"
+        "try:\n"
+        "    import numpy\n"
+        "    a = numpy.ones((600, 600))\n"
+        "    def spin():\n"
+        "        while True:\n"
+        "            a @ a\n"
+        "    threading.Thread(target=spin, daemon=True).start()\n"
+        "except ImportError:\n"
+        "    numpy = None\n"
+        "time.sleep(0.3)\n"
+    )
+    assert setup.ok, setup
+    for _ in range(3):
+        branch = session.fork()
+        result = branch.execute(
+            "logging.getLogger('held').warning('logged in the branch')\n"
+            "print(threading.active_count() <= 3, numpy is None or float((a @ a)[0, 0]))"
+        )
+        assert result.ok, result
+        assert "logged in the branch" in result.stderr
+        assert text(result).startswith("True ")
+        branch.close()
