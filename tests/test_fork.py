@@ -13,8 +13,9 @@ from collections.abc import Callable
 import pytest
 
 from rewyn_kernel.errors import ForkError
+from rewyn_kernel.runtime import SandboxPool
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.sandbox import Sandbox
+from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
 
 from .conftest import processes_with, wait_until_gone
 
@@ -253,3 +254,37 @@ def test_a_fork_waits_for_no_thread_and_no_lock(make_box: Callable[..., Sandbox]
         assert "logged in the branch" in result.stderr
         assert text(result).startswith("True ")
         branch.close()
+
+
+PRELOAD = "import json\nPRELOADED = ['yes']\n"
+ITEM = """
+import os, subprocess, sys
+seen = (PRELOADED, 'json' in sys.modules, 'leak' in globals(), os.path.exists('/tmp/item'))
+print(seen, sorted(name for name in os.listdir('.') if name != '.tmp'))
+PRELOADED.append('changed by an item')
+leak = 1
+open('/tmp/item', 'w').write('x')
+open('scratch-file', 'w').write('x')
+subprocess.Popen(['sleep', '600', {marker!r}], start_new_session=True)
+"""
+
+
+def test_a_preloaded_pool_starts_each_item_from_the_preload_alone(
+    provider: SandboxProvider, marker: str
+) -> None:
+    with SandboxPool(provider=provider, size=1, preload=PRELOAD) as pool:
+        results = pool.map([ITEM.format(marker=marker)] * 3, progress=False)
+    for result in results:
+        assert result.ok, result
+        assert result.stdout.strip() == "(['yes'], True, False, False) []", result.stdout
+    assert wait_until_gone(marker) == []
+
+
+@pytest.mark.providers("bubblewrap")
+def test_a_failed_preload_leaves_a_note_and_items_still_run(provider: SandboxProvider) -> None:
+    with SandboxPool(provider=provider, size=1, preload="raise ValueError('no')") as pool:
+        result = pool.map(["print('ran')"], progress=False)[0]
+    assert result.ok, result
+    assert result.stdout.strip() == "ran"
+    assert result.isolation is not None
+    assert any("the preload failed" in note for note in result.isolation.notes)

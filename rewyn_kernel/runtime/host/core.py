@@ -86,6 +86,8 @@ class SandboxCore:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _names: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _cleaned: bool = False
+    preload: str | None = None
+    """Code a one-shot worker runs once before it forks the executions (``warm_up``)."""
 
     def launch_worker(self, *, fork_per_exec: bool) -> LiveWorker:
         """Start one worker for this sandbox (called from Session).
@@ -120,6 +122,7 @@ class SandboxCore:
             # (what only the launch knows: a view it mounted for this worker, say)
             **getattr(process, "settings", {}),
             "fork_per_exec": fork_per_exec,
+            "preload": self.preload if fork_per_exec else None,
             "shell": "ipython" if self.spec.ipython and not fork_per_exec else "python",
             # ("proxy": an allow-list, reached through the proxy's variables)
             "network": self.spec.network if isinstance(self.spec.network, str) else "proxy",

@@ -319,7 +319,7 @@ class Session(Closeable):
                 outcome,
                 (time.monotonic() - started) * 1000,
                 self._core.provider.name,
-                self._core.isolation,
+                self.isolation,  # (with what its worker could not apply)
                 sandbox_restarted=restarted,
                 disk_full=self._core.quota is not None and self._core.quota.full(),
                 files=files if not isinstance(taken, Outcome) else None,

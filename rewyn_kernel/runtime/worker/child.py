@@ -111,14 +111,8 @@ class CodeProcess:
             uid, gid = users["code"]
             if not system.become(int(uid), int(gid)):
                 raise RuntimeError("the code's process could not become %s:%s" % (uid, gid))
-        clean = self.config.get("clean")
-        if self.once and clean:
-            # What the last execution left where every execution writes but scratch: gone before
-            # this one takes code (its processes are all dead by now).
-            for path in clean["dirs"]:
-                system.empty_directory(path, list(clean["keep"]))
-            if clean.get("ipc"):
-                system.remove_sysv_ipc()
+        if self.once:
+            self.clean_up()
         os.chdir(self.config.get("cwd") or os.getcwd())
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
@@ -158,6 +152,16 @@ class CodeProcess:
             self.setup_ipython()
         self.set_path()
         self.put_interpreter_first()
+
+    def clean_up(self) -> None:
+        """What the last one-shot execution left where every execution writes but scratch:
+        gone before this one takes code (its processes are all dead by now)."""
+        clean = self.config.get("clean")
+        if clean:
+            for path in clean["dirs"]:
+                system.empty_directory(path, list(clean["keep"]))
+            if clean.get("ipc"):
+                system.remove_sysv_ipc()
 
     def enter_view(self) -> None:
         """Change into the working directory again, by its path: the workspace's view is
@@ -428,6 +432,9 @@ class CodeProcess:
         self.questions.reset()
         if header.get("reseed"):
             reseed()
+        if header.get("once"):  # (a one-shot execution's process, forked from a preloaded one)
+            self.once = True
+            self.clean_up()
         if header.get("pause"):
             # (the first process the kernel kills when memory runs out: a checkpoint must
             # never cost a cell its memory)
@@ -546,8 +553,8 @@ class CodeProcess:
             else:
                 self.requests.put(frame)
 
-    def serve(self, once: bool) -> None:
-        """Answer requests until the control stream ends (or, ``once``, after one execution)."""
+    def serve(self) -> None:
+        """Answer requests until the control stream ends (or, one-shot, after one execution)."""
         while True:
             try:
                 request = self.requests.get()
@@ -556,7 +563,7 @@ class CodeProcess:
                 header, payload = request
                 kind = header.get("t")
                 if kind == "exec":
-                    self.execute(header, payload.decode("utf-8", "surrogatepass"), once)
+                    self.execute(header, payload.decode("utf-8", "surrogatepass"), self.once)
                     continue
                 if kind == "fork":
                     self.fork_branch(header)  # (the new branch goes on serving from here)
@@ -719,7 +726,7 @@ def run_child(config: Dict[str, Any], pipes: Dict[str, int], once: bool) -> None
             if child.shell_note:
                 ready["note"] = child.shell_note
             child.sender.send(ready)
-        child.serve(once)
+        child.serve()
     except BaseException as exc:
         try:
             lines = describe_error(exc)[2]

@@ -28,6 +28,7 @@ import faulthandler
 import json
 import mmap
 import os
+import select
 import selectors
 import signal
 import socket
@@ -35,7 +36,7 @@ import sys
 import time
 
 from . import mounter, system
-from .child import run_child
+from .child import FORK_WAIT, run_child
 from .mounter import Mounter
 from .relay import Relay, start_relay
 from .wire import CHUNK, HEADER, encode_header, frame_kind, read_exact, write_all
@@ -118,6 +119,7 @@ class Child:
         self.oom_before: Optional[int] = None
         self.paused = False
         self.closing = False  # the host closed it: its end is no news
+        self.muted = False  # what it sends is read and dropped (a one-shot sandbox's template)
         self.forking: Optional[Tuple[str, Child, bool]] = None
         """A fork it was asked for: the request's id, the new branch, whether it is paused."""
         # The frame being read from ``frm``: bytes so far, and how many it needs.
@@ -142,6 +144,9 @@ class Supervisor:
         self.starting: List[Child] = []  # branches forked, not yet confirmed
         self.early: Dict[int, int] = {}  # pids reaped before their branch was confirmed
         self.sent_branch = 0  # whose frames the host reads now (see ``tag``)
+        self.template: Optional[Child] = None
+        """One-shot with ``preload``: the code process that ran it, which each execution's
+        process is forked from (see ``start_template``)."""
         self.selector = selectors.DefaultSelector()
         self.buffer = bytearray(CHUNK)
         self.staging = mmap.mmap(-1, MAX_CHILD_HEADER, flags=mmap.MAP_PRIVATE)
@@ -279,7 +284,10 @@ class Supervisor:
         self.selector.register(self.host_in, selectors.EVENT_READ, self.on_host)
         self.selector.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
         if self.once:
-            self.spare = self.spawn()
+            preload = self.config.get("preload")
+            if preload:
+                self.start_template(str(preload))
+            self.spare = self.next_spare()
         else:
             first = self.branches[0] = self.spawn()
             while not first.ready:
@@ -392,17 +400,18 @@ class Supervisor:
 
     def children(self) -> List[Child]:
         """Every code process this supervisor knows of."""
-        found = [child for child in (self.child, self.spare) if child is not None]
+        found = [child for child in (self.child, self.spare, self.template) if child is not None]
         return found + list(self.branches.values()) + self.starting
 
-    def spawn(self) -> Child:
+    def spawn(self, once: Optional[bool] = None) -> Child:
+        once = self.once if once is None else once
         ctl_r, ctl_w = os.pipe()
         frm_r, frm_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         # A session's code process gets a socket too: the pipes of a branch it forks come
         # through it (``on_fork``). The supervisor only writes to it.
-        fds_r, fds_w = socket_pair() if not self.once else (-1, -1)
+        fds_r, fds_w = socket_pair() if not once else (-1, -1)
         pid = os.fork()
         if pid == 0:  # the code's process
             signal.set_wakeup_fd(-1)
@@ -428,7 +437,7 @@ class Supervisor:
             if not self.first:
                 system.set_death_signal(signal.SIGKILL)
             pipes = {"ctl": ctl_r, "frm": frm_w, "out": out_w, "err": err_w, "fds": fds_r}
-            run_child(self.config, pipes, self.once)
+            run_child(self.config, pipes, once)
             os._exit(70)  # (run_child never returns)
         for fd in (ctl_r, frm_w, out_w, err_w, fds_r):
             close_quietly(fd)
@@ -445,6 +454,67 @@ class Supervisor:
         ):
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, handler)
+
+    def start_template(self, code: str) -> None:
+        """(One-shot, at start.) Fork a code process that runs ``code`` (the host's preload:
+        imports every execution uses) and then only forks: each execution's process is a
+        fork of it (``next_spare``), so none pays for the imports and each starts from the
+        same state. What it prints is dropped; a preload that fails leaves a note, and the
+        executions' processes are forked from here as without one."""
+        template = self.template = self.spawn(once=False)
+        template.muted = True
+        while not template.ready and not template.exited:
+            self.step()
+        if template.ready and not template.exited:
+            body = encode_header({"t": "exec", "id": "preload", "count": 0})
+            payload = code.encode("utf-8", "surrogatepass")
+            template.exec_id = "preload"
+            write_all(template.ctl, HEADER.pack(len(body), len(payload)) + body + payload)
+            while template.status is None and not template.exited:
+                self.step()
+        status = template.status
+        if status is not None and status[1] == "ok" and not template.exited:
+            template.exec_id, template.status = None, None
+            return
+        how = "its process ended" if status is None else "it ended as %r" % status[1]
+        self.notes.append("the preload failed (%s): each execution starts without it" % how)
+        self.drop_template(template)
+
+    def drop_template(self, template: Child) -> None:
+        self.signal_child(template, signal.SIGKILL)
+        self.close_child(template)
+        if self.template is template:
+            self.template = None
+
+    def next_spare(self) -> Optional[Child]:
+        """The next one-shot execution's process: forked from the template where there is one
+        (it arrives as ``on_forked`` takes it; ``await_spare``), else from here."""
+        template = self.template
+        if template is not None and template.exited:
+            self.drop_template(template)
+            self.notes.append("the preload's process ended: executions start without it")
+            template = None
+        if template is None:
+            return self.spawn()
+        self.begin_fork(template, "spare", 0, {"once": True})
+        return self.spare  # (None, or what a failed hand-over forked from here)
+
+    def await_spare(self) -> Optional[Child]:
+        """(One-shot.) Wait for the template's answer to the spare's fork (the host sent an
+        execution before it came): the spare, or None if it did not come."""
+        template = self.template
+        deadline = time.monotonic() + FORK_WAIT
+        while template is not None and template.forking is not None and self.spare is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.registered(template.frm):
+                break
+            if select.select([template.frm], [], [], left)[0]:
+                for _ in range(FRAME_READS):
+                    if not self.read_frames(template):
+                        break
+        if self.spare is None and template is not None and template.forking is not None:
+            self.fork_failed(template, "the template did not fork in time")
+        return self.spare
 
     def on_wake(self, fd: int) -> None:
         try:
@@ -468,6 +538,10 @@ class Supervisor:
             elif self.spare is not None and pid == self.spare.pid:
                 spare, self.spare = self.spare, None  # it failed to set up: the next one forks
                 self.forget_spare(spare)
+            elif self.template is not None and pid == self.template.pid:
+                self.template.wait_status = status
+                self.drop_template(self.template)
+                self.notes.append("the preload's process ended: executions start without it")
             else:
                 branch = self.branch_of(pid)
                 if branch is not None:
@@ -560,14 +634,16 @@ class Supervisor:
         self.child = None
         # The next execution's process, forked now that nothing of this one is left, does
         # its set-up while the host reads the result.
-        self.spare = self.spawn()
+        self.spare = self.next_spare()
 
     def forget_spare(self, spare: Child) -> None:
         self.close_child(spare)
 
     def kill_leftovers(self) -> None:
-        """Kill every process but this one, and reap them (a one-shot execution is over)."""
-        if self.first:
+        """Kill every process but this one (and the template), and reap them (a one-shot
+        execution is over)."""
+        keep = self.template.pid if self.template is not None else None
+        if self.first and keep is None:
             # The first process of a PID namespace: -1 reaches every other process in it, and
             # only those. (Anywhere else -1 would mean every process of this user: never.)
             try:
@@ -582,7 +658,7 @@ class Supervisor:
                 except InterruptedError:
                     continue
         for _ in range(100):
-            found = descendants(os.getpid())
+            found = [pid for pid in descendants(os.getpid()) if pid != keep]
             if not found:
                 return
             for pid in found:
@@ -592,14 +668,16 @@ class Supervisor:
                     pass
             self.reap_orphans()
 
-    @staticmethod
-    def reap_orphans() -> None:
+    def reap_orphans(self) -> None:
         while True:
             try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    return
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
+            if pid == 0:
+                return
+            if self.template is not None and pid == self.template.pid:
+                self.template.wait_status = status  # (``next_spare`` lets it go)
 
     def shutdown(self) -> None:
         """Kill everything this sandbox runs, and exit."""
@@ -681,7 +759,7 @@ class Supervisor:
     def start_exec(self, header: Header, payload_len: int, branch: int) -> None:
         child: Optional[Child]
         if self.once:
-            child = self.child or self.spare or self.spawn()
+            child = self.child or self.spare or self.await_spare() or self.spawn()
             self.child, self.spare = child, None
         else:
             found = self.branches.get(branch)
@@ -736,6 +814,11 @@ class Supervisor:
             return
         assert source is not None
         assert isinstance(number, int)
+        asked = {"reseed": bool(header.get("reseed")), "pause": bool(header.get("pause"))}
+        self.begin_fork(source, request, number, asked)
+
+    def begin_fork(self, source: Child, request: str, number: int, asked: Header) -> None:
+        """Make branch ``number``'s pipes, hand them to ``source`` and ask it to fork."""
         ctl_r, ctl_w = os.pipe()
         frm_r, frm_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -745,9 +828,8 @@ class Supervisor:
         new = Child(0, ctl_w, frm_r, out_r, err_r, branch=number, fds=fds_w)
         self.starting.append(new)
         self.watch(new)
-        pause = bool(header.get("pause"))
-        source.forking = (request, new, pause)
-        ask = {"t": "fork", "reseed": bool(header.get("reseed")), "pause": pause}
+        source.forking = (request, new, bool(asked.get("pause")))
+        ask = {"t": "fork", **asked}
         handed = self.hand_fds(source, theirs)
         for fd in theirs:
             close_quietly(fd)
@@ -786,6 +868,10 @@ class Supervisor:
         self.close_child(new)
         if new.pid:
             self.signal_child(new, signal.SIGKILL)
+        if source is self.template:  # (the next execution's process comes from here)
+            self.notes.append("a fork of the preload failed (%s)" % why[:200])
+            self.spare = self.spawn()
+            return
         failed = {"t": "forked", "id": request, "ok": False, "detail": why[:500]}
         self.send_host(failed, source.branch)
 
@@ -816,6 +902,9 @@ class Supervisor:
         source.forking = None
         self.starting.remove(new)
         new.pid, new.ready, new.paused = pid, True, pause
+        if source is self.template:
+            self.spare = new
+            return
         self.branches[new.branch] = new
         if pause:
             self.signal_child(new, signal.SIGSTOP)
@@ -901,6 +990,8 @@ class Supervisor:
             if got == 0:
                 self.unregister(fd)
                 return False
+            if child.muted:
+                return True
             body = OUT_HEADERS[fd == child.out]
             self.tag(child.branch)
             write_all(self.host_out, HEADER.pack(len(body), got) + body)
@@ -980,7 +1071,7 @@ class Supervisor:
                 self.violate(child, "it sent a frame it may not send")
             elif kind == "status":
                 self.on_status(child, bytes(body) if size <= MAX_STATUS_BYTES else b"")
-            else:
+            elif not child.muted:
                 self.tag(child.branch)
                 write_all(self.host_out, HEADER.pack(size, 0))
                 write_all(self.host_out, body)
@@ -1002,7 +1093,7 @@ class Supervisor:
             if status.get("note"):
                 self.notes.append(str(status["note"])[:1000])
             return
-        if name in FORK_STATUSES and not self.once:
+        if name in FORK_STATUSES and (not self.once or child is self.template):
             self.on_forked(child, status)
             return
         if name not in STATUSES or not -(2**31) <= exit_code < 2**31:
