@@ -176,6 +176,7 @@ def test_protocols_are_satisfied() -> None:
 PUBLIC: dict[str, list[str]] = {
     "rewyn_kernel": ["__version__", "load_ipython_extension", "unload_ipython_extension"],
     "rewyn_kernel.errors": [
+        "ForkError",
         "PolicyError",
         "ProtocolError",
         "ProviderUnavailableError",

@@ -18,6 +18,13 @@ Nothing of one execution's code, input or output becomes a Python object here: t
 through one fixed buffer and one private mapping, cleared after use, so a later execution (a
 fork of this process) finds none of them in its own memory.
 
+A session's sandbox may hold several code processes: its branches (``fork``, a copy-on-write
+fork the code process makes of itself between executions, with pipes made here and handed over
+its socket) and its checkpoints (branches kept stopped until resumed). Each has its own
+execution; what the supervisor relays to the host is tagged with whose it is by a ``b`` frame
+only this process sends (``tag``). A one-shot sandbox given a ``preload`` keeps one code process
+that ran it (the template) and forks each execution's process from it.
+
 When the host's channel ends (the host closed the sandbox, or died), the supervisor kills every
 process of the sandbox and exits; as a PID namespace's first process, its exit alone ends them.
 """
