@@ -288,3 +288,29 @@ def test_a_failed_preload_leaves_a_note_and_items_still_run(provider: SandboxPro
     assert result.stdout.strip() == "ran"
     assert result.isolation is not None
     assert any("the preload failed" in note for note in result.isolation.notes)
+
+
+@pytest.mark.providers("subprocess", "bubblewrap", "docker")
+def test_a_checkpoint_never_costs_a_cell_memory_it_would_have_had(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    box = make_box(memory_limit_mb=256)
+    session = box.session()
+    assert session.execute("import os\nblock = bytearray(os.urandom(1 << 20) * 96)").ok
+    checkpoint = session.checkpoint()
+    # The cell rewrites what the checkpoint shares (96 MiB more) and takes 48 MiB: it fits
+    # under the cap alone, not beside a whole copy of the state.
+    cell = session.execute(
+        "zeros = bytes(1 << 20)\n"
+        "for start in range(0, len(block), len(zeros)):\n"
+        "    block[start : start + len(zeros)] = zeros\n"
+        "more = bytearray(48 << 20)\n"
+        "print('ok')"
+    )
+    assert cell.ok, cell
+    assert text(cell) == "ok"
+    assert not cell.memory_exceeded
+    assert checkpoint.lost is not None, "the checkpoint should have been killed for memory"
+    assert "signal 9" in checkpoint.lost
+    with pytest.raises(ForkError, match="gone"):
+        session.restore(checkpoint)

@@ -124,6 +124,7 @@ class Child:
         self.exec_id: Optional[str] = None
         self.aborted = False
         self.oom_before: Optional[int] = None
+        self.dropped_before = 0  # checkpoints killed before its execution (see finish_exec)
         self.paused = False
         self.closing = False  # the host closed it: its end is no news
         self.muted = False  # what it sends is read and dropped (a one-shot sandbox's template)
@@ -151,6 +152,7 @@ class Supervisor:
         self.starting: List[Child] = []  # branches forked, not yet confirmed
         self.early: Dict[int, int] = {}  # pids reaped before their branch was confirmed
         self.sent_branch = 0  # whose frames the host reads now (see ``tag``)
+        self.dropped = 0  # checkpoints the kernel killed (out of memory: they go first)
         self.template: Optional[Child] = None
         """One-shot with ``preload``: the code process that ran it, which each execution's
         process is forked from (see ``start_template``)."""
@@ -580,12 +582,14 @@ class Supervisor:
             self.finish_exec(child)
         if child.forking is not None:
             self.fork_failed(child, "the process it was forked from ended")
+        status = child.wait_status
+        if child.paused and status is not None and os.WIFSIGNALED(status):
+            self.dropped += 1  # (its OOM kill is no execution's: see finish_exec)
         del self.branches[child.branch]
         self.close_child(child)
         if not self.branches:
             self.shutdown()
         if not child.closing:
-            status = child.wait_status
             gone: Header = {"t": "gone", "b": child.branch}
             if status is not None and os.WIFSIGNALED(status):
                 gone["signal"] = os.WTERMSIG(status)
@@ -617,7 +621,9 @@ class Supervisor:
         if status is not None and not self.once:
             done["lost"] = True
         after = oom_kills(self.config)
-        if child.oom_before is not None and after is not None and after > child.oom_before:
+        # (a checkpoint the kernel killed meanwhile is not this execution's)
+        killed = self.dropped - child.dropped_before
+        if child.oom_before is not None and after is not None and after - child.oom_before > killed:
             done["oom"] = True
         self.send_host(done, child.branch)
         child.exec_id = None
@@ -780,6 +786,7 @@ class Supervisor:
         self.count += 1
         child.exec_id = str(header.get("id"))
         child.oom_before = oom_kills(self.config)
+        child.dropped_before = self.dropped
         forwarded: Header = {"t": "exec", "id": child.exec_id, "count": self.count}
         if isinstance(header.get("count"), int):
             forwarded["count"] = header["count"]  # (the caller's numbering: a kernel's prompts)
