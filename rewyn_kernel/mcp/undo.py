@@ -57,6 +57,9 @@ class UndoHistory:
             raise ValueError(f"the undo depth must be between 0 and {MAX_UNDO_DEPTH}")
         self.depth = depth
         self._kept: list[_Kept] = []
+        self._calls: list[int] = []
+        """The calls whose changes the session's state holds, since its oldest checkpoint (in
+        order: a call after an undo has a higher number than the calls it replaced)."""
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -66,16 +69,21 @@ class UndoHistory:
         (or undo is off), else the note for the call's result that says why not."""
         if self.depth == 0:
             return None
+        note = None
         try:
             checkpoint = await asyncio.to_thread(session.checkpoint)
         except SandboxError as exc:  # (ForkError, or a session closed meanwhile)
             held = f"; undo goes back to before call {self._kept[-1].before + 1}" if self else ""
-            return f"no undo point was kept before this call: {exc}{held}"
-        self._kept.append(_Kept(checkpoint, checkpoint.execution_count, preview(code)))
+            note = f"no undo point was kept before this call: {exc}{held}"
+        else:
+            self._kept.append(_Kept(checkpoint, checkpoint.execution_count, preview(code)))
+        self._calls.append(session.execution_count + 1)
         dropped, self._kept = self._kept[: -self.depth], self._kept[-self.depth :]
+        oldest = self._kept[0].before if self._kept else None
+        self._calls = [] if oldest is None else [c for c in self._calls if c > oldest]
         if dropped:
             await asyncio.to_thread(_close, dropped)
-        return None
+        return note
 
     async def undo(self, session: Session, name: str) -> str:
         """Restore the latest checkpoint as ``session``'s state; the message says which calls'
@@ -88,24 +96,23 @@ class UndoHistory:
                 "reset or was last undone"
             )
         kept = self._kept.pop()
-        now = session.execution_count
         try:
             await asyncio.to_thread(session.restore, kept.checkpoint)
         except ForkError as exc:
             await asyncio.to_thread(_close, [kept])
             left = f" ({len(self)} older undo point(s) left)" if self else ""
             raise UndoError(f"cannot undo call {kept.before + 1}: {exc}{left}") from None
-        first = kept.before + 1
-        calls = f"call {first}" if now <= first else f"calls {first} to {now}"
-        said = f"undid {calls} of session {name!r} (it began `{kept.code}`): its variables, "
-        said += "imports and figures are as they were before it. Files are not rolled back: "
-        said += "what it wrote stays."
+        undone = [c for c in self._calls if c > kept.before] or [kept.before + 1]
+        self._calls = [c for c in self._calls if c <= kept.before]
+        said = f"undid {_calls(undone)} of session {name!r} (call {undone[0]} began "
+        said += f"`{kept.code}`): its variables, imports and figures are as they were before "
+        said += "it. Files are not rolled back: what it wrote stays."
         more = len(self)
         return said + (f" {more} more undo point(s) kept." if more else " No more undo points.")
 
     async def drop(self) -> None:
         """Drop every checkpoint (the session was reset or closed)."""
-        dropped, self._kept = self._kept, []
+        dropped, self._kept, self._calls = self._kept, [], []
         if dropped:
             await asyncio.to_thread(_close, dropped)
 
@@ -113,3 +120,12 @@ class UndoHistory:
 def _close(kept: list[_Kept]) -> None:
     for item in kept:
         item.checkpoint.close()
+
+
+def _calls(numbers: list[int]) -> str:
+    """'call 3', 'calls 1 to 3', or 'calls 2, 5 and 6'."""
+    if len(numbers) == 1:
+        return f"call {numbers[0]}"
+    if numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"calls {numbers[0]} to {numbers[-1]}"
+    return "calls " + ", ".join(map(str, numbers[:-1])) + f" and {numbers[-1]}"
