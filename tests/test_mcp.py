@@ -686,7 +686,7 @@ def test_a_fork_has_the_state_then_goes_its_own_way_and_shares_the_files(tmp_pat
             assert sessions["try-1"]["forked_from"] == "default"
             assert sessions["default"]["forked_from"] is None
             closed = await client.call_tool("close_session", {"session": "default"})
-            assert "shared with 'try-1'" in text_of(closed)
+            assert "its files stay for 'try-1' (forked sessions share" in text_of(closed)
             after = await client.call_tool(
                 "run_python",
                 {"code": "print(x, open('from-branch.txt').read())", "session": "try-1"},
@@ -780,8 +780,10 @@ def test_a_checkpoint_that_cannot_be_taken_never_fails_the_call(tmp_path: Path) 
             assert ran.structured_content["ok"] is True
             assert ran.structured_content["stdout"] == "2\n"
             note = ran.structured_content["note"]
-            assert note.startswith("no undo point was kept before this call: "), note
-            assert "Resource temporarily unavailable" in note
+            # (The fork fails, or the branch cannot start its threads: either is a ForkError.)
+            assert note.startswith(
+                "no undo point was kept before this call: the session could not be forked: "
+            ), note
             assert note.endswith("undo goes back to before call 2")
             undone = await client.call_tool("undo", {"session": "default"})
             assert text_of(undone).startswith("undid calls 2 to 3 of session 'default'")

@@ -310,7 +310,10 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             notes().used(table.get(session))
             notes().session_effect = "restarted"
             await table.reset(session)
-        return f"session {session!r} restarted: variables and imports are gone, files stay"
+        return (
+            f"session {session!r} restarted: variables, imports and undo points are gone, "
+            "files stay"
+        )
 
     @server.tool(
         title="Close a session",
@@ -328,8 +331,8 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             await table.close(session)
         if sharing:
             return (
-                f"session {session!r} closed: its variables are gone; its files stay, shared "
-                f"with {', '.join(map(repr, sharing))} (forks in the same sandbox), until the "
+                f"session {session!r} closed: its variables are gone; its files stay for "
+                f"{', '.join(map(repr, sharing))} (forked sessions share one sandbox) until the "
                 "last of them closes"
             )
         return f"session {session!r} closed: its variables and files are gone"
