@@ -82,6 +82,8 @@ def test_state_plots_and_files_round_trip(tmp_path: Path) -> None:
                 "write_file",
                 "read_file",
                 "list_files",
+                "fork_session",
+                "undo",
             }
             run_tool = listed["run_python"]
             assert run_tool.output_schema is not None
@@ -620,6 +622,255 @@ HELLO = {
     },
 }
 """What a raw client sends first (the SDK's client is not used where the wire itself is tested)."""
+
+
+# -- branches and undo -------------------------------------------------------------------------
+
+
+def calls_of(log: Path, tool: str) -> list[dict[str, Any]]:
+    """The TOOL_CALL records of ``tool`` in the run log, in call order."""
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in records if r["type"] == "TOOL_CALL" and r["tool"] == tool]
+
+
+def test_a_fork_has_the_state_then_goes_its_own_way_and_shares_the_files(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+
+    async def body() -> None:
+        async with stdio_server(log) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            fork_tool = listed["fork_session"]
+            assert fork_tool.input_schema["required"] == ["session", "new_name"]
+            assert fork_tool.input_schema["additionalProperties"] is False
+            assert fork_tool.annotations is not None
+            assert fork_tool.annotations.destructive_hint is False
+            assert "Threads" in (fork_tool.description or "")
+            await client.call_tool("run_python", {"code": "import threading\nx = 1"})
+            await client.call_tool(
+                "run_python", {"code": "t = threading.Thread(target=threading.Event().wait)"}
+            )
+            await client.call_tool("run_python", {"code": "t.daemon = True; t.start()"})
+            forked = await client.call_tool(
+                "fork_session", {"session": "default", "new_name": "try-1"}
+            )
+            assert not forked.is_error, text_of(forked)
+            said = forked.structured_content
+            assert said is not None
+            assert said["session"] == "try-1"
+            assert said["forked_from"] == "default"
+            assert said["execution_count"] == 3
+            assert "threads" in said["not_copied"]
+            assert "files" in said["shared"]
+            await client.call_tool(
+                "run_python", {"code": "y = 'branch'; x += 10", "session": "try-1"}
+            )
+            await client.call_tool("run_python", {"code": "z = 'parent'"})
+            branch = await client.call_tool(
+                "run_python",
+                {
+                    "code": "print(x, y, 'z' in dir(), t.is_alive())\n"
+                    "open('from-branch.txt', 'w').write('hi')",
+                    "session": "try-1",
+                },
+            )
+            assert branch.structured_content is not None
+            assert branch.structured_content["stdout"] == "11 branch False False\n"
+            parent = await client.call_tool(
+                "run_python", {"code": "print(x, z, 'y' in dir(), open('from-branch.txt').read())"}
+            )
+            assert parent.structured_content is not None
+            assert parent.structured_content["stdout"] == "1 parent False hi\n"
+            listing = await client.call_tool("list_sessions", {})
+            assert listing.structured_content is not None
+            sessions = {s["name"]: s for s in listing.structured_content["sessions"]}
+            assert sessions["try-1"]["forked_from"] == "default"
+            assert sessions["default"]["forked_from"] is None
+            closed = await client.call_tool("close_session", {"session": "default"})
+            assert "its files stay for 'try-1' (forked sessions share" in text_of(closed)
+            after = await client.call_tool(
+                "run_python",
+                {"code": "print(x, open('from-branch.txt').read())", "session": "try-1"},
+            )
+            assert after.structured_content is not None
+            assert after.structured_content["stdout"] == "11 hi\n"  # (its sandbox lives on)
+
+    run(body)
+    events = JsonlRunLog.read(log)
+    parent_id = events[0].session_id
+    branch_events = [e for e in events if e.session_id != parent_id]
+    assert branch_events
+    assert {e.forked_from for e in branch_events} == {parent_id}
+    [call] = calls_of(log, "fork_session")
+    assert call["outcome"] == "ok"
+    assert call["session"] == "default"
+    assert call["session_id"] == parent_id
+    assert call["arguments"] == {"session": "default", "new_name": "try-1"}
+
+
+def test_undo_restores_the_state_before_the_last_calls_and_says_which(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+
+    async def body() -> None:
+        async with stdio_server(log, "--undo-depth", "2") as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert "last 2 calls" in (listed["undo"].description or "")
+            assert listed["undo"].input_schema["required"] == ["session"]
+            nothing = await client.call_tool("undo", {"session": "fresh"})
+            assert nothing.is_error
+            assert "no session 'fresh' is open" in text_of(nothing)
+            for code in ("x = 1", "x = 2", "x = 3\nopen('kept.txt', 'w').write('3')"):
+                ran = await client.call_tool("run_python", {"code": code})
+                assert ran.structured_content is not None
+                assert ran.structured_content["note"] is None
+            undone = await client.call_tool("undo", {"session": "default"})
+            assert not undone.is_error
+            assert text_of(undone) == (
+                "undid call 3 of session 'default' (call 3 began `x = 3 ...`): its variables, "
+                "imports and figures are as they were before it. Files are not rolled back: "
+                "what it wrote stays. 1 more undo point(s) kept."
+            )
+            back = await client.call_tool(
+                "run_python", {"code": "print(x, open('kept.txt').read())"}
+            )
+            assert back.structured_content is not None
+            assert back.structured_content["stdout"] == "2 3\n"
+            assert back.structured_content["execution_count"] == 4  # (calls count on)
+            again = await client.call_tool("undo", {"session": "default"})
+            assert text_of(again).startswith("undid call 4 of session 'default'")
+            first = await client.call_tool("run_python", {"code": "x"})
+            assert first.structured_content is not None
+            assert first.structured_content["outputs"] == ["2"]  # (call 4 only read it)
+            await client.call_tool("undo", {"session": "default"})
+            oldest = await client.call_tool("undo", {"session": "default"})
+            assert text_of(oldest).startswith("undid call 2 of session 'default' (call 2 began")
+            empty = await client.call_tool("undo", {"session": "default"})
+            assert empty.is_error
+            assert "nothing to undo in session 'default'" in text_of(empty)
+            await client.call_tool("run_python", {"code": "y = 1"})
+            await client.call_tool("reset_session", {"session": "default"})
+            reset = await client.call_tool("undo", {"session": "default"})
+            assert reset.is_error
+            assert "nothing to undo" in text_of(reset)
+
+    run(body)
+    calls = calls_of(log, "undo")
+    assert [c["outcome"] for c in calls] == ["error", "ok", "ok", "ok", "ok", "error", "error"]
+    assert calls[1]["session"] == "default"
+    assert calls[1]["session_id"]
+    assert calls[1]["text"].startswith("undid call 3")
+
+
+def test_a_checkpoint_that_cannot_be_taken_never_fails_the_call(tmp_path: Path) -> None:
+    """The code holds every process the pids limit allows (threads count): the checkpoint's
+    fork fails, the call runs anyway and says so, and undo goes back to the last one kept."""
+    log = tmp_path / "run.jsonl"
+    fill = (
+        "import threading\nstop = threading.Event()\nthreads = []\nwhile True:\n"
+        "    try:\n        t = threading.Thread(target=stop.wait, daemon=True)\n"
+        "        t.start()\n        threads.append(t)\n"
+        "    except RuntimeError:\n        break"
+    )
+
+    async def body() -> None:
+        async with stdio_server(log, "--pids", "64") as client:
+            await client.call_tool("run_python", {"code": "x = 1"})
+            await client.call_tool("run_python", {"code": fill})
+            ran = await client.call_tool("run_python", {"code": "x = 2\nprint(x)"})
+            assert ran.structured_content is not None
+            assert ran.structured_content["ok"] is True
+            assert ran.structured_content["stdout"] == "2\n"
+            note = ran.structured_content["note"]
+            # (The fork fails, or the branch cannot start its threads: either is a ForkError.)
+            assert note.startswith(
+                "no undo point was kept before this call: the session could not be forked: "
+            ), note
+            assert note.endswith("undo goes back to before call 2")
+            undone = await client.call_tool("undo", {"session": "default"})
+            assert text_of(undone).startswith("undid calls 2 to 3 of session 'default'")
+            back = await client.call_tool("run_python", {"code": "x, 'threads' in dir()"})
+            assert back.structured_content is not None
+            assert back.structured_content["outputs"] == ["(1, False)"]
+
+    run(body)
+
+
+def test_fork_and_undo_errors_are_tool_errors_and_undo_can_be_off(tmp_path: Path) -> None:
+    log = tmp_path / "run.jsonl"
+
+    async def body() -> None:
+        async with stdio_server(log, "--max-sessions", "2", "--undo-depth", "0") as client:
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            assert "fork_session" in listed
+            assert "undo" not in listed
+            await client.call_tool("run_python", {"code": "x = 1"})
+            unknown = await client.call_tool("fork_session", {"session": "nope", "new_name": "b"})
+            assert unknown.is_error
+            assert "no session 'nope' is open" in text_of(unknown)
+            taken = await client.call_tool(
+                "fork_session", {"session": "default", "new_name": "default"}
+            )
+            assert taken.is_error
+            assert "a session 'default' is already open: pick another name" in text_of(taken)
+            bad = await client.call_tool("fork_session", {"session": "default", "new_name": "a/b"})
+            assert bad.is_error
+            assert "bad session name 'a/b'" in text_of(bad)
+            ok = await client.call_tool("fork_session", {"session": "default", "new_name": "b"})
+            assert not ok.is_error
+            full = await client.call_tool("fork_session", {"session": "b", "new_name": "c"})
+            assert full.is_error
+            assert "2 sessions are open, the most" in text_of(full)
+            ran = await client.call_tool("run_python", {"code": "x", "session": "b"})
+            assert ran.structured_content is not None
+            assert ran.structured_content["outputs"] == ["1"]
+            assert ran.structured_content["note"] is None  # (no checkpoints: none to skip)
+
+    run(body)
+    outcomes = [c["outcome"] for c in calls_of(log, "fork_session")]
+    assert outcomes == ["error", "error", "invalid_arguments", "ok", "error"]
+
+
+def test_a_tree_search_forks_candidates_from_one_loaded_state(tmp_path: Path) -> None:
+    """The README's sketch: load once, a fork per candidate, keep the best, close the rest."""
+    log = tmp_path / "run.jsonl"
+    load = (
+        "import random\nrandom.seed(0)\n"
+        "data = [(x, 3 * x + 1 + random.gauss(0, 0.1)) for x in range(1000)]"
+    )
+    score = "err = sum((y - (a * x + 1)) ** 2 for x, y in data) / len(data)\nprint(round(err, 3))"
+
+    async def body() -> None:
+        async with stdio_server(log) as client:
+            await client.call_tool("run_python", {"code": load, "session": "base"})
+            scores: dict[str, float] = {}
+            for a in (2, 3, 4):
+                name = f"a{a}"
+                forked = await client.call_tool(
+                    "fork_session", {"session": "base", "new_name": name}
+                )
+                assert not forked.is_error, text_of(forked)
+                ran = await client.call_tool(
+                    "run_python", {"code": f"a = {a}\n{score}", "session": name}
+                )
+                assert ran.structured_content is not None
+                scores[name] = float(ran.structured_content["stdout"])
+            best = min(scores, key=scores.__getitem__)
+            assert best == "a3"
+            for name in scores:
+                if name != best:
+                    await client.call_tool("close_session", {"session": name})
+            kept = await client.call_tool("run_python", {"code": "a, len(data)", "session": best})
+            assert kept.structured_content is not None
+            assert kept.structured_content["outputs"] == ["(3, 1000)"]
+            base = await client.call_tool("run_python", {"code": "'a' in dir()", "session": "base"})
+            assert base.structured_content is not None
+            assert base.structured_content["outputs"] == ["False"]
+            listing = await client.call_tool("list_sessions", {})
+            assert listing.structured_content is not None
+            assert {s["name"] for s in listing.structured_content["sessions"]} == {"base", "a3"}
+
+    run(body)
+    loads = [e for e in JsonlRunLog.read(log) if e.code == load]
+    assert len(loads) == 1  # (the data was loaded once)
 
 
 def raw_call(run_log: Path, code: str, *extra: str) -> tuple[subprocess.Popen[bytes], list[Any]]:

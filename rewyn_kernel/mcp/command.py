@@ -9,7 +9,14 @@ import os
 import sys
 from pathlib import Path
 
-from rewyn_kernel.mcp.options import MCP_TIMEOUT, SANDBOX_OPTIONS, ServerOptions, default_run_log
+from rewyn_kernel.mcp.options import (
+    MCP_TIMEOUT,
+    SANDBOX_OPTIONS,
+    ServerOptions,
+    default_run_log,
+    option_arguments,
+    option_values,
+)
 from rewyn_kernel.mcp.provider_choice import choose
 from rewyn_kernel.mcp.token import MIN_CHARS, TOKEN_VARIABLE, TokenError, kept_token, token_file
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
@@ -79,6 +86,8 @@ def add_parser(
         help="JSONL file for every call's event (default: a new one per server in "
         "<Jupyter data dir>/rewyn-kernel/runs/)",
     )
+    for flag, kwargs in option_arguments():
+        parser.add_argument(flag, **kwargs)
     group = parser.add_argument_group(
         "sandbox settings",
         f"as the kernel's; --timeout defaults to {MCP_TIMEOUT:g} s here. Without --provider "
@@ -116,6 +125,7 @@ def options_from(
             deny_above=deny,
             approve_above=approve,
             run_log=args.run_log.absolute() if args.run_log else None,
+            **option_values(args),
             **kwargs,
         )
     except ValueError as exc:

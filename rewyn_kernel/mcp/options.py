@@ -1,13 +1,23 @@
 """The MCP server's options, declared once: the sandbox's (``KernelSettings``, the kernel's
-own flags) and the server's (sessions, output budget, policy, run log, transport)."""
+own flags) and the server's (sessions, output budget, policy, run log, transport).
+
+A server option whose field carries ``flag`` metadata (``server_option``) is declared there
+alone: ``rewyn-kernel mcp`` derives its flag, type, default and help from the field
+(``option_arguments``, ``option_values``).
+"""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from rewyn_kernel.mcp.undo import MAX_UNDO_DEPTH
 from rewyn_kernel.runtime._tool import DEFAULT_MAX_RESULT_CHARS
 from rewyn_kernel.settings import SANDBOX_SETTINGS, KernelSettings
 from rewyn_kernel.tools import RiskLevel
@@ -37,6 +47,11 @@ def default_run_log() -> Path:
     )
 
 
+def server_option(flag: str, metavar: str, help: str) -> dict[str, str]:
+    """The metadata of a ServerOptions field that ``rewyn-kernel mcp`` takes as ``flag``."""
+    return {"flag": flag, "metavar": metavar, "help": help}
+
+
 @dataclass(frozen=True)
 class ServerOptions:
     settings: KernelSettings = field(default_factory=KernelSettings)
@@ -50,6 +65,17 @@ class ServerOptions:
     approve_above: RiskLevel | None = RiskLevel.MEDIUM
     run_log: Path | None = None
     """Where every call's SANDBOX_EXECUTED event goes; None: ``default_run_log()``."""
+    undo_depth: int = field(
+        default=1,
+        metadata=server_option(
+            "--undo-depth",
+            "N",
+            "run_python calls of each session that undo can take back: a checkpoint (a paused "
+            "copy-on-write fork of the session's Python, a few ms, memory only as the session "
+            f"writes over it) is kept before each of the last N; 0: off, no undo tool (at most "
+            f"{MAX_UNDO_DEPTH})",
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -60,6 +86,8 @@ class ServerOptions:
             raise ValueError("max_output_chars must be at least 2000")
         if self.approve_above is not None and self.approve_above > self.deny_above:
             raise ValueError("approve_above is above deny_above: nothing could need approval")
+        if not 0 <= self.undo_depth <= MAX_UNDO_DEPTH:
+            raise ValueError(f"undo_depth must be between 0 and {MAX_UNDO_DEPTH}")
 
     def sandbox_settings(self) -> KernelSettings:
         """The sandbox settings as the server runs them: its own timeout unless one was given;
@@ -72,3 +100,31 @@ class ServerOptions:
             values.setdefault("workspace_name", "mcp")  # (its staging folders and versions)
         values.pop("run_log", None)
         return KernelSettings.model_validate(values)
+
+
+def option_arguments() -> list[tuple[str, dict[str, Any]]]:
+    """The ``add_argument`` arguments (flag, keywords) of the ServerOptions fields that have a
+    flag: their type and default the field's, their help its metadata's."""
+    hints = typing.get_type_hints(ServerOptions)
+    arguments: list[tuple[str, dict[str, Any]]] = []
+    for item in dataclasses.fields(ServerOptions):
+        if "flag" not in item.metadata:
+            continue
+        arguments.append(
+            (
+                item.metadata["flag"],
+                {
+                    "dest": item.name,
+                    "type": hints[item.name],
+                    "default": item.default,
+                    "metavar": item.metadata["metavar"],
+                    "help": f"{item.metadata['help']} (default {item.default})",
+                },
+            )
+        )
+    return arguments
+
+
+def option_values(args: argparse.Namespace) -> dict[str, Any]:
+    """The values of the flags ``option_arguments`` declared, as ServerOptions keywords."""
+    return {kwargs["dest"]: getattr(args, kwargs["dest"]) for _, kwargs in option_arguments()}

@@ -18,6 +18,7 @@ which a review shows as a step of its own.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import uuid
@@ -31,8 +32,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ImageContent, InputRequiredResult, TextContent
 from pydantic import ValidationError
 
+from rewyn_kernel.errors import ForkError
 from rewyn_kernel.mcp.arguments import CheckedServer, UnknownArguments
-from rewyn_kernel.mcp.sessions import Entry, SessionTable
+from rewyn_kernel.mcp.sessions import BadSessionName, Entry, SessionError, SessionTable
+from rewyn_kernel.mcp.undo import UndoError
 from rewyn_kernel.runtime._tool_call import (
     MAX_FILES,
     MAX_IMAGES,
@@ -60,6 +63,18 @@ class Denied(ToolError):
 class BadArguments(ToolError):
     """Arguments that passed the schema but not the tool (a timeout over the server's limit,
     content that is not base64, a session name it cannot use)."""
+
+
+@contextlib.contextmanager
+def tool_errors() -> Iterator[None]:
+    """A session that cannot be used, forked or undone is the agent's error (a tool error
+    whose text says why), not the server's."""
+    try:
+        yield
+    except BadSessionName as exc:
+        raise BadArguments(str(exc)) from None
+    except (SessionError, UndoError, ForkError) as exc:
+        raise ToolError(str(exc)) from None
 
 
 @dataclass

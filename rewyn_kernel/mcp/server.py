@@ -2,7 +2,8 @@
 
 ``build_server(options)`` returns an ``MCPServer`` (the SDK's high-level server) with these
 tools: ``run_python``, ``list_sessions``, ``reset_session``, ``close_session``, ``write_file``,
-``read_file`` and ``list_files``. Each session is a sandbox of its own (``sessions.py``);
+``read_file``, ``list_files``, and ``fork_session`` and ``undo`` (``branching.py``). Each
+session is a sandbox of its own, or a fork sharing another's (``sessions.py``);
 every execution is a SANDBOX_EXECUTED event in the run log, and every call, whatever came of
 it, a TOOL_CALL record (``record.py``); a call that the policy puts above ``approve_above`` asks
 the person through the client (elicitation), and is denied where the client cannot ask.
@@ -14,7 +15,7 @@ import asyncio
 import base64
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import (
@@ -33,16 +34,18 @@ from rewyn_kernel import __version__
 from rewyn_kernel.mcp import results
 from rewyn_kernel.mcp.approval import message as approval_message
 from rewyn_kernel.mcp.approval import too_long
+from rewyn_kernel.mcp.branching import add_branch_tools
 from rewyn_kernel.mcp.files import SessionFiles
 from rewyn_kernel.mcp.options import ServerOptions, default_run_log
-from rewyn_kernel.mcp.record import BadArguments, Denied, RecordingServer, Refused, notes
-from rewyn_kernel.mcp.sessions import (
-    DEFAULT_SESSION,
-    BadSessionName,
-    Entry,
-    SessionError,
-    SessionTable,
+from rewyn_kernel.mcp.record import (
+    BadArguments,
+    Denied,
+    RecordingServer,
+    Refused,
+    notes,
+    tool_errors,
 )
+from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionName, SessionTable
 from rewyn_kernel.runtime._tool import assess, result_payload
 from rewyn_kernel.runtime.events import JsonlRunLog
 from rewyn_kernel.runtime.host.scratch import ScratchError
@@ -67,14 +70,6 @@ IMAGE_MAGIC = {
 }
 
 FOLDER = "the session's folder: the workspace the server was given, else its own directory"
-SessionName = Annotated[
-    str,
-    Field(
-        description="Which session: each has its own variables and its own directory; made on "
-        "first use.",
-        max_length=64,
-    ),
-]
 
 
 class Approval(BaseModel):
@@ -111,6 +106,8 @@ class SessionInfo(BaseModel):
     busy: bool
     idle_seconds: float
     age_seconds: float
+    forked_from: str | None = Field(description="The session it was forked from, if it was.")
+    undo_points: int = Field(description="How many of its last calls undo can take back.")
 
 
 class Sessions(BaseModel):
@@ -158,7 +155,12 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         lease = pool[0].lease()
         return lease.sandbox, lease.session
 
-    table = SessionTable(make_session, max_sessions=options.max_sessions, idle_ttl=options.idle_ttl)
+    table = SessionTable(
+        make_session,
+        max_sessions=options.max_sessions,
+        idle_ttl=options.idle_ttl,
+        undo_depth=options.undo_depth,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(server: MCPServer[SessionTable]) -> AsyncIterator[SessionTable]:
@@ -184,7 +186,14 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             "Run Python with run_python: state is kept per session (default: 'default'); "
             "files go in and out with write_file, read_file and list_files, in the session's "
             "working directory. Long output is shortened (head and tail kept) and saved whole "
-            "to a file the result names. " + about
+            "to a file the result names. fork_session copies a session's state into a new one "
+            "(to try an approach and keep the original)"
+            + (
+                ", undo takes back a session's last run_python call. "
+                if options.undo_depth
+                else ". "
+            )
+            + about
         ),
         lifespan=lifespan,
         log_level="WARNING",
@@ -262,14 +271,15 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         if timeout is not None and limit is not None and timeout > limit:
             raise BadArguments(f"timeout {timeout:g} s is over this server's limit of {limit:g} s")
         notes().timeout = timeout
-        with _tool_errors():
-            async with table.use(session) as (entry, note):
+        with tool_errors():
+            async with table.use(session) as (entry, fresh):
                 notes().used(entry)
+                skipped = await entry.history.keep(entry.session, code)
                 return await _run(
                     entry,
                     code,
                     timeout=timeout,
-                    note=note,
+                    note="; ".join(text for text in (fresh, skipped) if text) or None,
                     ctx=ctx,
                     budget=options.max_output_chars,
                 )
@@ -279,7 +289,8 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         annotations=ToolAnnotations(title="List sessions", read_only_hint=True),
     )
     async def list_sessions() -> Sessions:
-        """The open sessions: calls made, whether one is running, seconds idle."""
+        """The open sessions: calls made, whether one is running, seconds idle, what each was
+        forked from, how many calls undo can take back."""
         return Sessions(
             sessions=[SessionInfo.model_validate(info) for info in table.describe()],
             max_sessions=table.max_sessions,
@@ -293,12 +304,16 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         ),
     )
     async def reset_session(session: SessionName) -> str:
-        """Start the session's Python afresh: its variables and imports go, its files stay."""
-        with _tool_errors():
+        """Start the session's Python afresh: its variables, imports and undo history go, its
+        files stay."""
+        with tool_errors():
             notes().used(table.get(session))
             notes().session_effect = "restarted"
             await table.reset(session)
-        return f"session {session!r} restarted: variables and imports are gone, files stay"
+        return (
+            f"session {session!r} restarted: variables, imports and undo points are gone, "
+            "files stay"
+        )
 
     @server.tool(
         title="Close a session",
@@ -307,11 +322,19 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         ),
     )
     async def close_session(session: SessionName) -> str:
-        """Close the session: its Python stops and its directory, with every file, is removed."""
-        with _tool_errors():
+        """Close the session: its Python stops and its directory, with every file, is removed
+        (with the last of the sessions that share it, when it was forked or has forks)."""
+        with tool_errors():
             notes().used(table.get(session))
             notes().session_effect = "closed"
+            sharing = table.sharing(table.get(session))
             await table.close(session)
+        if sharing:
+            return (
+                f"session {session!r} closed: its variables are gone; its files stay for "
+                f"{', '.join(map(repr, sharing))} (forked sessions share one sandbox) until the "
+                "last of them closes"
+            )
         return f"session {session!r} closed: its variables and files are gone"
 
     @server.tool(
@@ -390,11 +413,13 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             truncated=len(entries) > MAX_LISTED,
         )
 
+    add_branch_tools(server, table)
+
     @contextlib.asynccontextmanager
     async def _files(session: str) -> AsyncIterator[Entry]:
         """The session for a file tool: made if needed; bad paths become tool errors."""
         try:
-            with _tool_errors():
+            with tool_errors():
                 async with table.use(session) as (entry, _):
                     notes().used(entry)
                     yield entry
@@ -408,17 +433,6 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             raise ToolError(f"{exc.strerror or exc}") from None
 
     return server
-
-
-@contextlib.contextmanager
-def _tool_errors() -> Iterator[None]:
-    """A session that cannot be used is the agent's error (a tool error), not the server's."""
-    try:
-        yield
-    except BadSessionName as exc:
-        raise BadArguments(str(exc)) from None
-    except SessionError as exc:
-        raise ToolError(str(exc)) from None
 
 
 def _decode(content: str, encoding: str) -> bytes:
@@ -473,7 +487,9 @@ async def _run(
     whole: dict[str, str] = {}
     payload = result_payload(result, budget)  # (once: the text, the files and the schema)
     for name, text in results.shortened_streams(result, payload).items():
-        path = f"{results.OUTPUTS_DIR}/call-{session.execution_count}.{name}.txt"
+        # (Forks share the folder and count on from their parent's calls: each its own.)
+        folder = results.OUTPUTS_DIR + (f"/{entry.name}" if entry.forked_from else "")
+        path = f"{folder}/call-{session.execution_count}.{name}.txt"
         with contextlib.suppress(OSError):  # (a full quota: the result says it was shortened)
             await asyncio.to_thread(session.write_file, path, text.encode("utf-8", "replace"))
             whole[name] = path
