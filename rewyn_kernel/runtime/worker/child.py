@@ -637,7 +637,9 @@ def hear_branch(news: int, ready: int) -> Tuple[str, int]:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    return "the new branch did not set up (in %g s)" % FORK_WAIT, 0
+    if time.monotonic() >= deadline:
+        return "the new branch did not set up in %g s" % FORK_WAIT, 0
+    return "the new branch ended as it started (the process limit reached?)", 0
 
 
 def read_within(fd: int, size: int, deadline: float) -> bytes:
