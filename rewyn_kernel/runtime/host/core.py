@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from rewyn_kernel.runtime._result import ErrorInfo, Isolation, Payload, RichOutput, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime._tool_call import LoggedFile, LoggedImage
-from rewyn_kernel.runtime.egress.proxy import SERVICE
 from rewyn_kernel.runtime.events import (
     EventListener,
     OutputSummary,
@@ -100,6 +99,9 @@ class SandboxCore:
         door = None
         policy = self.spec.allow_list
         if policy is not None:  # (the worker's way out, through this process's proxy)
+            # (Imported here: the proxy and h11 are a start's cost only for an allow-list.)
+            from rewyn_kernel.runtime.egress.proxy import SERVICE
+
             door = SERVICE.open_door(policy)
         try:
             process = (
