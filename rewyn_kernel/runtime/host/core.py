@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewyn_kernel.runtime._result import ErrorInfo, Isolation, Payload, RichOutput, SandboxResult
+from rewyn_kernel.runtime._result import (
+    ErrorInfo,
+    Isolation,
+    NetworkAttempt,
+    NetworkLog,
+    Payload,
+    RichOutput,
+    SandboxResult,
+    WorkspaceFiles,
+)
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime._tool_call import LoggedFile, LoggedImage
 from rewyn_kernel.runtime.events import (
@@ -63,7 +72,9 @@ def build_models() -> None:
     with _BUILT:
         frame_adapter()
         models = (ErrorInfo, RichOutput, Payload, SandboxResult, OutputSummary, SandboxEvent)
-        for model in (*models, ToolResult, ToolCall, LoggedFile, LoggedImage):
+        # (Those a session makes on their own, not only as a result's fields.)
+        parts = (WorkspaceFiles, NetworkLog, NetworkAttempt)
+        for model in (*models, *parts, ToolResult, ToolCall, LoggedFile, LoggedImage):
             if not model.__pydantic_complete__:
                 model.model_rebuild()
 
