@@ -11,7 +11,10 @@ os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 
 def main() -> None:
     """Start the kernel with the settings in ``sys.argv``."""
-    from rewyn_kernel.kernel import prestart
+    from rewyn_kernel.kernel._plugins import no_pydantic_plugins
+
+    with no_pydantic_plugins():  # (the runtime builds models as it is imported: see _plugins)
+        from rewyn_kernel.kernel import prestart
 
     # The sandbox's worker starts now and comes up while Jupyter's stack is imported below.
     prestart.prestart(sys.argv[1:])

@@ -3,7 +3,9 @@ kernel's settings (argv and config files) describe, else closed, leaving nothing
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from rewyn_kernel.kernel import prestart
 from rewyn_kernel.kernel._settings import settings_from_argv
+from rewyn_kernel.kernel.kernelspec import BOOT
 from rewyn_kernel.runtime.events import JsonlRunLog, SandboxEvent
 
 from .conftest import processes_with, wait_until_gone
@@ -103,6 +106,37 @@ def test_a_config_file_is_never_ignored_for_speed(tmp_path: Path) -> None:
         else:
             os.environ["IPYTHONDIR"] = old
     assert wait_until_gone(str(scratch)) == []
+
+
+COUNTED_BOOT = """
+import traceback, pydantic.plugin._loader as loader
+found = loader.entry_points
+def counted(**kw):
+    with open({scans!r}, 'a') as log:
+        log.write(''.join(traceback.format_stack()))  # (where it was asked for)
+    return found(**kw)
+loader.entry_points = counted
+{boot}
+"""
+"""The kernel's own start (``BOOT``), with each scan for pydantic plugins written down (and
+what asked for it)."""
+
+
+def test_a_kernel_starts_without_scanning_for_pydantic_plugins(tmp_path: Path) -> None:
+    """The scan reads every installed distribution's metadata, a kernel's start's time for
+    plugins it never uses; its models are built with the scan off (kernel/_plugins.py), on
+    import as in the early start, and the sandbox's code still finds the switch unset."""
+    scans = tmp_path / "scans.log"
+    spec_dir = tmp_path / "kernels" / "rewyn-test-counted"
+    spec_dir.mkdir(parents=True)
+    program = COUNTED_BOOT.format(scans=str(scans), boot=BOOT.replace(";", "\n"))
+    argv = [sys.executable, "-c", program, "-f", "{connection_file}"]
+    spec = {"argv": argv, "display_name": "counted", "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    with running_kernel(tmp_path, "rewyn-test-counted") as (_, kc):
+        cell = run_cell(kc, "import os; print(os.getenv('PYDANTIC_DISABLE_PLUGINS'))")
+        assert cell.stream() == "None\n"
+    assert not scans.exists(), scans.read_text()
 
 
 def supervisors(scratch: Path) -> list[int]:

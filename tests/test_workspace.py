@@ -544,3 +544,39 @@ def swap_once(monkeypatch: pytest.MonkeyPatch, name: str, when: str, action: Any
         return real(*args)
 
     monkeypatch.setattr(workspace_module, name, hooked)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host's views are a root host's (mounts)")
+def test_the_sweep_unmounts_and_removes_only_the_views_of_hosts_that_died(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead host's view goes, its stacked mounts (an anchor bound on itself, twice) first; a
+    living host's stays mounted; the sweep never removes more than empty folders."""
+    from rewyn_kernel.runtime.host import views
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()  # (a pid whose process has exited)
+    run_dir = tmp_path / "run"
+    dead, living = run_dir / f"{gone}-view", run_dir / f"{os.getpid()}-view"
+    for base in (dead, living):
+        (base / "ws").mkdir(parents=True)
+        (base / "lower").mkdir()
+        for _ in range(2):
+            views.mount(str(base / "ws"), base / "ws", None, views.MS_BIND)
+    leftover = run_dir / f"{gone}-with-files"  # (never a recursive removal)
+    (leftover / "ws").mkdir(parents=True)
+    (leftover / "ws" / "kept.txt").write_text("x")
+    monkeypatch.setattr(views, "RUN_DIR", run_dir)
+    monkeypatch.setattr(views, "_swept", False)
+    try:
+        views.sweep()
+        assert not dead.exists()
+        assert (leftover / "ws" / "kept.txt").read_text() == "x"
+        assert str(living / "ws") in views._mount_points()
+    finally:
+        views._remove_base(living)
+    assert not living.exists()

@@ -14,13 +14,12 @@ as it would have anyway, and reports what went wrong then.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rewyn_kernel.kernel._plugins import no_pydantic_plugins
 from rewyn_kernel.runtime.events import EventListener, SandboxEvent
 from rewyn_kernel.runtime.host.core import build_models
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxSpec, Session
@@ -66,7 +65,7 @@ def prestart(argv: Sequence[str]) -> None:
 
     forward = _Forward()
     try:
-        with _no_pydantic_plugins():
+        with no_pydantic_plugins():
             settings = settings_from_argv(argv).for_kernel()
             spec = settings.spec()
             build_models()  # (the session's, here rather than in the worker's launch)
@@ -85,23 +84,6 @@ def prestart(argv: Sequence[str]) -> None:
         previous, _waiting = _waiting, early
     if previous is not None:  # (prestart called twice: only the last one is kept)
         previous.close()
-
-
-@contextlib.contextmanager
-def _no_pydantic_plugins() -> Iterator[None]:
-    """Build the kernel's models without looking for pydantic plugins: the look is a scan of
-    every installed distribution's metadata, a tenth of this early start, for plugins the
-    kernel process never uses. Only while they are built: a sandbox started with the host's
-    environment must not see the switch, nor code in this process that does want plugins."""
-    name = "PYDANTIC_DISABLE_PLUGINS"
-    if name in os.environ:
-        yield
-        return
-    os.environ[name] = "__all__"
-    try:
-        yield
-    finally:
-        os.environ.pop(name, None)
 
 
 def sandbox_for(settings: KernelSettings, listener: EventListener) -> tuple[Sandbox, Session]:

@@ -14,10 +14,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rewyn_kernel.runtime._result import ErrorInfo, Isolation, Payload, RichOutput, SandboxResult
+from rewyn_kernel.runtime._result import (
+    ErrorInfo,
+    Isolation,
+    NetworkAttempt,
+    NetworkLog,
+    Payload,
+    RichOutput,
+    SandboxResult,
+    WorkspaceFiles,
+)
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime._tool_call import LoggedFile, LoggedImage
-from rewyn_kernel.runtime.egress.proxy import SERVICE
 from rewyn_kernel.runtime.events import (
     EventListener,
     OutputSummary,
@@ -64,7 +72,9 @@ def build_models() -> None:
     with _BUILT:
         frame_adapter()
         models = (ErrorInfo, RichOutput, Payload, SandboxResult, OutputSummary, SandboxEvent)
-        for model in (*models, ToolResult, ToolCall, LoggedFile, LoggedImage):
+        # (Those a session makes on their own, not only as a result's fields.)
+        parts = (WorkspaceFiles, NetworkLog, NetworkAttempt)
+        for model in (*models, *parts, ToolResult, ToolCall, LoggedFile, LoggedImage):
             if not model.__pydantic_complete__:
                 model.model_rebuild()
 
@@ -102,6 +112,9 @@ class SandboxCore:
         door = None
         policy = self.spec.allow_list
         if policy is not None:  # (the worker's way out, through this process's proxy)
+            # (Imported here: the proxy and h11 are a start's cost only for an allow-list.)
+            from rewyn_kernel.runtime.egress.proxy import SERVICE
+
             door = SERVICE.open_door(policy)
         try:
             process = (

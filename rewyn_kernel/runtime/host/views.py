@@ -269,31 +269,37 @@ def sweep() -> None:
     if _swept:
         return
     _swept = True
+    # (The mount table read once for them all: a kernel's start pays for this sweep, and a
+    # host may keep many leftovers.)
+    mounted = _mount_points()
     with contextlib.suppress(OSError):
         for entry in RUN_DIR.iterdir():
             pid = entry.name.partition("-")[0]
             if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                _remove_base(entry)
+                _remove_base(entry, mounted)
 
 
-def _remove_base(base: Path) -> None:
+def _remove_base(base: Path, mounted: set[str] | None = None) -> None:
     """Unmount a view's mounts and remove its empty folders: only ``rmdir``, never a recursive
-    removal (were a mount still there, that would reach the person's files)."""
+    removal (were a mount still there, that would reach the person's files). ``mounted``: the
+    mount table's mount points as read just before (else it is read here)."""
+    if mounted is None:
+        mounted = _mount_points()
     for name in ("ws", "lower"):
         for _ in range(8):  # (the anchor: an overlay on a bind of itself; a lazy umount each)
-            if not _is_mount(base / name):
+            if os.fsdecode(os.fsencode(base / name)) not in mounted:
                 break
             _umount(base / name)
+            mounted = _mount_points()
         with contextlib.suppress(OSError):
             (base / name).rmdir()
     with contextlib.suppress(OSError):
         base.rmdir()
 
 
-def _is_mount(path: Path) -> bool:
-    text = os.fsdecode(os.fsencode(path))
+def _mount_points() -> set[str]:
+    """The mount points in this process's mount table (as /proc/self/mountinfo spells them)."""
     with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            if line.split()[4] == text:
-                return True
-    return False
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        return {line.split()[4] for line in lines}
+    return set()
