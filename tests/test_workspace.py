@@ -565,17 +565,22 @@ def test_the_sweep_unmounts_and_removes_only_the_views_of_hosts_that_died(
     for base in (dead, living):
         (base / "ws").mkdir(parents=True)
         (base / "lower").mkdir()
+        # (folders made for what a sandbox binds in the anchor: .venv, a package)
+        (base / "ws" / ".venv" / "lib").mkdir(parents=True)
         for _ in range(2):
             views.mount(str(base / "ws"), base / "ws", None, views.MS_BIND)
     leftover = run_dir / f"{gone}-with-files"  # (never a recursive removal)
-    (leftover / "ws").mkdir(parents=True)
+    (leftover / "ws" / "pkg").mkdir(parents=True)
     (leftover / "ws" / "kept.txt").write_text("x")
+    (leftover / "ws" / "pkg" / "kept.py").write_text("x")
     monkeypatch.setattr(views, "RUN_DIR", run_dir)
     monkeypatch.setattr(views, "_swept", False)
     try:
         views.sweep()
         assert not dead.exists()
         assert (leftover / "ws" / "kept.txt").read_text() == "x"
+        assert (leftover / "ws" / "pkg" / "kept.py").read_text() == "x"
+        assert (living / "ws" / ".venv" / "lib").is_dir()
         assert str(living / "ws") in views._mount_points()
     finally:
         views._remove_base(living)

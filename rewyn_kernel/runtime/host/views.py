@@ -291,10 +291,23 @@ def _remove_base(base: Path, mounted: set[str] | None = None) -> None:
                 break
             _umount(base / name)
             mounted = _mount_points()
-        with contextlib.suppress(OSError):
-            (base / name).rmdir()
+        _remove_empty(base / name, mounted, depth=8)
     with contextlib.suppress(OSError):
         base.rmdir()
+
+
+def _remove_empty(folder: Path, mounted: set[str], depth: int) -> None:
+    """Remove ``folder`` and the empty folders in it, deepest first (the anchor's mountpoint
+    folders, made for what the sandbox binds there), with ``rmdir`` alone: never into a mount
+    point (a view still mounted shows the person's files) nor through a link."""
+    if depth <= 0 or os.fsdecode(os.fsencode(folder)) in mounted:
+        return
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                _remove_empty(Path(entry.path), mounted, depth - 1)
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 def _mount_points() -> set[str]:
