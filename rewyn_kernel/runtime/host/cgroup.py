@@ -99,6 +99,20 @@ class WorkerCgroup:
     def oom_kills(self) -> int | None:
         return read_oom_kills(self.events) if self.events is not None else None
 
+    def memory_usage(self) -> tuple[int, int | None]:
+        """(bytes the memory cgroup holds now, its cap or None): what a fork of the code's
+        process may still use (``LiveWorker.fork`` refuses one that leaves too little). Under
+        v1 the cap is the memory counter's, without the TCP buffers' share. OSError if it
+        cannot be read."""
+        if self.memory is None:
+            return 0, None
+        names = ("memory.current", "memory.max")
+        if self.version == 1:
+            names = ("memory.usage_in_bytes", "memory.limit_in_bytes")
+        used = int((self.memory / names[0]).read_text())
+        cap = (self.memory / names[1]).read_text().strip()
+        return used, None if cap == "max" else int(cap)
+
     def remove(self, wait: float = 2.0) -> bool:
         """Remove the cgroups once their processes are gone (they may take a moment to exit
         after a kill). True when they are gone."""

@@ -207,6 +207,11 @@ class PopenWorker:
             with contextlib.suppress(OSError):
                 callback()
 
+    def memory_usage(self) -> tuple[int, int | None]:
+        """(bytes the worker's memory cgroup holds, its cap or None): see
+        ``WorkerCgroup.memory_usage``; (0, None) without one."""
+        return self._cgroup.memory_usage() if self._cgroup is not None else (0, None)
+
     def _read_oom_kills(self) -> int:
         if self._cgroup is not None:
             self._oom_kills = self._cgroup.oom_kills() or self._oom_kills
