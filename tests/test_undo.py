@@ -29,6 +29,7 @@ def kernel_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_spec(root, "rewyn-undo-two", ["--SandboxKernel.checkpoints=2"])
     write_spec(root, "rewyn-undo-off", ["--SandboxKernel.checkpoints=0"])
     write_spec(root, "rewyn-undo-capped", ["--SandboxKernel.memory_limit_mb=256"])
+    write_spec(root, "rewyn-undo-512", ["--SandboxKernel.memory_limit_mb=512"])
     return root
 
 
@@ -149,6 +150,25 @@ def test_a_full_memory_cap_skips_the_checkpoint_and_the_cell_runs(kernel_root: P
         assert run_cell(kc, "x = 4").stream("stderr") == ""  # (room again)
         assert run_cell(kc, "%undo").status == "ok"
         assert value(kc, "x") == "3\n"
+
+
+def test_a_cell_that_needs_the_checkpoints_memory_gets_it(kernel_root: Path) -> None:
+    """A cell that fits under the cap without its checkpoint runs to its end: the OOM killer
+    takes the checkpoint (the first to go), and the kernel says the undo is gone."""
+    touch = "for i in range(0, len({0}), 4096): {0}[i] = {1}\n"
+    with running_kernel(kernel_root, "rewyn-undo-512") as (_, kc):
+        assert run_cell(kc, "b = bytearray(200 << 20)\n" + touch.format("b", 1)).status == "ok"
+        grow = touch.format("b", 2) + "c = bytearray(150 << 20)\n" + touch.format("c", 1)
+        cell = run_cell(kc, grow + "print('done')")
+        count = cell.reply["content"]["execution_count"]
+        assert cell.status == "ok"
+        assert cell.stream() == "done\n"
+        assert f"the state kept to undo cell [{count}] is gone" in cell.stream("stderr")
+        assert undo_state(cell) == {"available": 0, "cell": None}
+        nothing = run_cell(kc, "%undo")
+        assert nothing.status == "error"
+        assert f"the state kept to undo cell [{count}] was dropped" in nothing.stream("stderr")
+        assert value(kc, "len(b) >> 20, len(c) >> 20") == "200 150\n"
 
 
 def test_the_note_lists_the_files_the_cell_changed_and_how_to_restore_them(

@@ -83,19 +83,26 @@ class Undo:
         if not self.keep:
             return []
         notes = self.lost()
+        retried = False
         while True:
             try:
                 checkpoint = await asyncio.to_thread(session.checkpoint)
                 break
-            except ForkError as exc:
+            except Exception as exc:  # (ForkError says why; whatever it is, the cell runs)
                 # The cap leaves too little room: the oldest checkpoint goes first, then this
-                # one is skipped (a checkpoint never takes memory the cell needs).
-                if self._points and "memory" in str(exc):
+                # one is skipped (a checkpoint never takes memory the cell needs). ForkError
+                # tells that case only in its words.
+                if self._points and isinstance(exc, ForkError) and "memory" in str(exc):
                     oldest = await self._drop_oldest()
                     notes.append(
                         f"the state kept to undo cell [{oldest}] was dropped to make room "
                         "under the memory cap"
                     )
+                    continue
+                if isinstance(exc, ForkError) and "memory" not in str(exc) and not retried:
+                    # (once more: a fork can fail for a passing reason, such as the code
+                    # having just started or ended a process of its own)
+                    retried = True
                     continue
                 self._why_none = f"the state before cell [{cell}] could not be kept: {exc}"
                 self._ran(cell)
@@ -107,9 +114,6 @@ class Undo:
                     )
                 else:
                     notes.append(f"cell [{cell}] cannot be undone: {exc}")
-                return notes
-            except SandboxError as exc:  # (a sandbox closed, say: the cell reports it)
-                self._why_none = f"the state before cell [{cell}] could not be kept: {exc}"
                 return notes
         self._points.append(Point(checkpoint, [(cell, None)]))
         while len(self._points) > self.keep:
@@ -143,8 +147,9 @@ class Undo:
                 self._points[index - 1].cells += point.cells
             self._why_none = f"the state kept to undo cell [{point.first}] was dropped: {why}"
             notes.append(
-                f"the state kept to undo cell [{point.first}] was dropped when memory ran short "
-                "(checkpoints are the first to go, so that the code keeps its memory)"
+                f"the state kept to undo cell [{point.first}] is gone: {why} (checkpoints are "
+                "the first processes killed when memory runs short, so that the code keeps its "
+                "memory)"
             )
         return notes
 
