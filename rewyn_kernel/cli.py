@@ -125,6 +125,7 @@ SETTING_OPTIONS = (
     "run_log",
     "keep_run_log",
     "event_output",
+    "checkpoints",
     "trust_output",
 )
 """The kernel settings ``install`` bakes into a kernelspec and ``run`` runs a notebook with

@@ -147,6 +147,15 @@ class KernelSettings(SandboxSpec):
         description="Whether each cell also ends with a small output summarising its event "
         "(the cell's metadata keeps its record either way).",
     )
+    checkpoints: int = Field(
+        default=1,
+        ge=0,
+        le=20,
+        description="How many cells back %undo (and the Kernel menu's undo) can go: before each "
+        "cell the kernel keeps the state as a paused copy-on-write fork of the code's process, "
+        "the first to go when memory runs short, and never one the memory cap has no room for; "
+        "0: off. Files are not part of it.",
+    )
     trust_output: bool = Field(
         default=False,
         description="Relay the sandbox's HTML and JavaScript unfiltered. Dangerous: output runs "
@@ -319,6 +328,7 @@ OPTIONS: dict[str, Option] = {
     "run_log": Option("--run-log", "PATH"),
     "keep_run_log": Option("--no-run-log", const=False),
     "event_output": Option("--event-output", const=True),
+    "checkpoints": Option("--checkpoints", "N"),
     "ipython": Option("--no-ipython", const=False),
     "notebook_workspace": Option("--no-notebook-workspace", const=False),
     "workspace": Option("--workspace", "DIR"),

@@ -715,3 +715,47 @@ def test_a_review_opens_on_its_kernel_without_asking(
     page.page.goto(server.notebook_url("lab", "missing.ipynb"))
     page.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
     assert page.page.evaluate(_KERNEL_OR_DIALOG, "missing.ipynb") == "dialog: Select Kernel"
+
+
+UNDO_CELLS = [("code", "x = 1"), ("code", "x = 2"), ("code", "print('x is', x)")]
+UNDO_LABEL = "Undo the last cell's changes to the state"
+
+
+def test_the_undo_command_brings_back_the_variables_before_the_last_cell(
+    server: JupyterServer, page: Watched
+) -> None:
+    """The Kernel menu's undo (its shortcut shown beside it) asks the sandbox kernel for an
+    undo; the status line says when one is available, and that it was made."""
+    assert start(server, page, "undo.ipynb", cells=UNDO_CELLS) == "rewyn-kernel"
+    run_cells(page.page, [0, 1])
+    wait_for_records(page.page, [1, 2, 0])
+    notes = current_notebook(page.page).locator(".rewyn-CellStatus-undo")
+
+    def said() -> list[str]:
+        return notes.all_inner_texts()
+
+    def said_text() -> str:
+        return str(said())
+
+    wait_until(lambda: len(said()) == 1 and "undo available" in said()[0], 30, lambda: str(said()))
+    under = "node => [...document.querySelectorAll('.jp-Notebook .jp-Cell')]" + (
+        ".filter(cell => cell.offsetParent).indexOf(node.closest('.jp-Cell'))"
+    )
+    assert notes.first.evaluate(under) == 1  # (under the cell an undo would undo)
+    page.page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").click()
+    item = page.page.locator(".lm-Menu-item", has_text=UNDO_LABEL)
+    assert "Ctrl+Alt+Z" in item.inner_text()
+    item.click()
+    wait_until(lambda: said() == ["its changes to the state were undone"], 30, lambda: str(said()))
+    run_cells(page.page, [2])
+    output = current_notebook(page.page).locator(".jp-OutputArea-output")
+    wait_until(lambda: "x is 1" in " ".join(output.all_inner_texts()), 30, lambda: "no output")
+    # The print ran after a checkpoint of its own: the shortcut undoes it, and says so.
+    wait_until(lambda: len(said()) == 2, 30, lambda: str(said()))
+    current_notebook(page.page).locator(".jp-Cell").nth(2).click()
+    page.page.keyboard.press("Escape")
+    page.page.keyboard.press("Control+Alt+z")
+    toast = page.page.locator(".Toastify__toast", has_text="Undid cell")
+    wait_until(lambda: toast.count() > 0, 30, lambda: "no note of the undo")
+    assert "Files are not rolled back" in toast.first.inner_text()
+    wait_until(lambda: said().count("its changes to the state were undone") == 2, 30, said_text)

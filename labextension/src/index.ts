@@ -2,13 +2,17 @@
  * The rewyn-kernel JupyterLab / Notebook 7 extension: each cell run on the sandbox kernel keeps
  * the record of its latest execution in its own metadata (recorder.ts), a status line under the
  * cell shows it (status.ts), and the event output the kernel persists on request reads as the
- * same line (the MIME renderer in renderer.ts).
+ * same line (the MIME renderer in renderer.ts). The command "Undo the last cell's changes to
+ * the state" asks the kernel for an undo (undo.ts); its menu entry and shortcut are declared in
+ * schema/undo.json.
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import { Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 import { CellEventRecorder } from './recorder';
 import { CellStatusLines } from './status';
+import { UNDO_COMMAND, UNDO_LABEL, UndoState, undoLastCell } from './undo';
 
 const cellEvents: JupyterFrontEndPlugin<void> = {
   id: 'rewyn-kernel:cell-events',
@@ -31,11 +35,52 @@ const statusLines: JupyterFrontEndPlugin<void> = {
   requires: [INotebookTracker],
   activate: (_: JupyterFrontEnd, notebooks: INotebookTracker): void => {
     const watch = (panel: NotebookPanel): void => {
-      new CellStatusLines(panel);
+      new CellStatusLines(panel, UndoState.of(panel) ?? new UndoState(panel));
     };
     notebooks.forEach(watch);
     notebooks.widgetAdded.connect((__, panel) => watch(panel));
   }
 };
 
-export default [cellEvents, statusLines];
+const undo: JupyterFrontEndPlugin<void> = {
+  id: 'rewyn-kernel:undo',
+  description: "Undo the last cell's changes to the state, on the sandbox kernel.",
+  autoStart: true,
+  requires: [INotebookTracker],
+  activate: (app: JupyterFrontEnd, notebooks: INotebookTracker): void => {
+    const current = (): NotebookPanel | null => notebooks.currentWidget;
+    const stateOf = (panel: NotebookPanel): UndoState =>
+      UndoState.of(panel) ?? new UndoState(panel);
+    const refresh = (panel: NotebookPanel): void => {
+      stateOf(panel).onChange(() => app.commands.notifyCommandChanged(UNDO_COMMAND));
+    };
+    notebooks.forEach(refresh);
+    notebooks.widgetAdded.connect((__, panel) => refresh(panel));
+    notebooks.currentChanged.connect(() => app.commands.notifyCommandChanged(UNDO_COMMAND));
+    app.commands.addCommand(UNDO_COMMAND, {
+      label: UNDO_LABEL,
+      caption:
+        'Put the variables back as they were before the last cell ran (files are not rolled ' +
+        'back): the sandbox kernel keeps the state before its last cells',
+      isEnabled: () => {
+        const panel = current();
+        return panel !== null && stateOf(panel).ours;
+      },
+      execute: async () => {
+        const panel = current();
+        if (panel === null || !stateOf(panel).ours) {
+          return;
+        }
+        const { ok, text } = await undoLastCell(panel);
+        const options = { autoClose: ok ? 8000 : false } as const;
+        if (ok) {
+          Notification.success(text, options);
+        } else {
+          Notification.warning(text, options);
+        }
+      }
+    });
+  }
+};
+
+export default [cellEvents, statusLines, undo];

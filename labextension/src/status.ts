@@ -7,18 +7,27 @@
  *
  * A notebook file can hold any JSON: the record is read through the same checks as the event
  * output (text nodes only, every field typed and bounded).
+ *
+ * The line also says when an undo of the cell's changes to the state is available, or was
+ * made (undo.ts): that is the kernel's live state, never saved in the notebook.
  */
 import { NotebookPanel } from '@jupyterlab/notebook';
 
 import { isObject, METADATA_KEY } from './event';
+import { UndoState } from './undo';
 import { renderEvent } from './view';
 
 const LINE_CLASS = 'rewyn-CellStatus';
+const UNDO_CLASS = 'rewyn-CellStatus-undo';
 
 type Cell = NotebookPanel['content']['widgets'][number];
 
 export class CellStatusLines {
-  constructor(private readonly panel: NotebookPanel) {
+  constructor(
+    private readonly panel: NotebookPanel,
+    private readonly undo: UndoState
+  ) {
+    undo.onChange(() => this.watchAll());
     const notebook = panel.content;
     notebook.model?.cells.changed.connect(() => this.watchAll(), this);
     notebook.modelContentChanged.connect(() => this.watchAll(), this);
@@ -46,7 +55,8 @@ export class CellStatusLines {
     }
     const entry = cell.model.getMetadata(METADATA_KEY);
     const record = isObject(entry) ? entry['record'] : undefined;
-    const key = isObject(record) ? JSON.stringify(record) : '';
+    const note = this.undo.noteFor(cell.model.id);
+    const key = isObject(record) || note ? JSON.stringify([record ?? null, note]) : '';
     let line = cell.node.querySelector(`:scope > .${LINE_CLASS}`) as HTMLElement | null;
     if (!key) {
       line?.remove();
@@ -61,7 +71,13 @@ export class CellStatusLines {
       cell.node.append(line);
     }
     line.dataset.record = key;
-    line.replaceChildren(renderEvent(record, ''));
+    line.replaceChildren(...(isObject(record) ? [renderEvent(record, '')] : []));
+    if (note) {
+      const undo = document.createElement('span');
+      undo.className = UNDO_CLASS;
+      undo.textContent = note;
+      line.append(undo);
+    }
   }
 
   private readonly watched = new Set<Cell>();

@@ -86,6 +86,7 @@ class SandboxSettings(HasTraits):
     run_log = trait_for("run_log")
     keep_run_log = trait_for("keep_run_log")
     event_output = trait_for("event_output")
+    checkpoints = trait_for("checkpoints")
     trust_output = trait_for("trust_output")
 
     def settings(self) -> KernelSettings:

@@ -38,6 +38,7 @@ from rewyn_kernel.kernel.record import (
     event_output,
 )
 from rewyn_kernel.kernel.safety import WIDGET_VIEW_MIME, drop_note, filter_bundle
+from rewyn_kernel.kernel.undo import UNDO_KEY, Undo, is_undo
 from rewyn_kernel.kernel.widgets import WidgetPolicy
 from rewyn_kernel.runtime._result import NetworkLog
 from rewyn_kernel.runtime._spec import not_a_workspace
@@ -82,6 +83,8 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._history = History()
         # (Started while this process imported Jupyter's stack, if the settings match.)
         self._sandbox, self._session = prestart.sandbox_for(self.settings(), self._remember)
+        self._undo = Undo(self.checkpoints, self._sandbox.spec.workspace)
+        self._undone: tuple[int, ...] = ()  # (what this request's undo undid, for its reply)
         if self.trust_output:
             logger.warning(
                 "trust_output is on: rich output from the sandbox (HTML with scripts, "
@@ -152,9 +155,38 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._last_event = None
         if not code.strip():
             return self._ok()
+        if is_undo(code):  # (read here, from the frontend's request: never the sandbox's)
+            async with self._sandbox_turn():
+                return await self._run_undo(code, silent, store_history)
         timeout = self._requested_timeout(cell_meta)
         async with self._sandbox_turn():
+            if not silent:
+                self._parent = self.get_parent("shell")  # type: ignore[no-untyped-call]
+                self._note(await self._undo.before(self._session, self.execution_count))
             return await self._execute(code, silent, store_history, allow_stdin, timeout)
+
+    async def _run_undo(self, code: str, silent: bool, store_history: bool) -> dict[str, Any]:
+        """``%undo``: the state before the last cell (``undo.py``), on the host."""
+        self._parent = self.get_parent("shell")  # type: ignore[no-untyped-call]
+        outcome = await self._undo.undo(self._session)
+        if store_history and not silent:
+            self._history.append(self.execution_count, code)
+        listener = self._listener
+        if outcome.undone and listener is not None:
+            # (it listened to the process the undo replaced: the turn's end starts another)
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+        self._undone = outcome.undone
+        if not silent:
+            self._send_stream("stdout" if outcome.undone else "stderr", outcome.text + "\n")
+        if outcome.undone:
+            return self._ok()
+        error = {"ename": "UsageError", "evalue": outcome.text, "traceback": []}
+        return {"status": "error", "execution_count": self.execution_count, "payload": [], **error}
+
+    def _note(self, notes: list[str]) -> None:
+        for note in notes:
+            self._send_stream("stderr", f"[rewyn: {note}]\n")
 
     def _requested_timeout(self, cell_meta: dict[str, Any] | None) -> float | None:
         """The limit an execute_request asks for in its metadata, ``{"rewyn_kernel":
@@ -253,6 +285,9 @@ class SandboxKernel(Kernel, SandboxSettings):
             self._send_stream("stderr", drop_note(sorted(dropped)) + "\n")
         if store_history and not silent:
             self._history.append(self.execution_count, code)
+        if not silent:
+            self._undo.after(self.execution_count, result.files)
+            self._note(self._undo.lost())
         return self._finish(result, silent, self.timeout if timeout is None else timeout)
 
     # -- comms (ipywidgets) ------------------------------------------------------------------
@@ -499,8 +534,16 @@ class SandboxKernel(Kernel, SandboxSettings):
         """
         metadata = super().finish_metadata(parent, metadata, reply_content)  # type: ignore[no-untyped-call]
         event, self._last_event = self._last_event, None
-        if event is not None and reply_content.get("status") != "aborted":
-            metadata[METADATA_KEY] = {"event": event_json(event), "record": compact_record(event)}
+        undone, self._undone = self._undone, ()
+        if reply_content.get("status") == "aborted":
+            return metadata
+        ours: dict[str, Any] = {}
+        if event is not None:
+            ours = {"event": event_json(event), "record": compact_record(event)}
+        if self._undo.keep:  # (whether an undo is there now, for the frontend to show)
+            ours[UNDO_KEY] = self._undo.state(undone)
+        if ours:
+            metadata[METADATA_KEY] = ours
         return metadata
 
     @property
@@ -616,6 +659,7 @@ class SandboxKernel(Kernel, SandboxSettings):
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         """Kill and reap the sandbox now: nothing of it may outlive the kernel."""
         # (The listener between cells ends with the sandbox: its channel ends.)
+        await asyncio.to_thread(self._undo.close)
         await asyncio.to_thread(self._sandbox.close)
         return {"status": "ok", "restart": restart}
 

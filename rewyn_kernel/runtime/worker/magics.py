@@ -73,6 +73,11 @@ NO_HOST_PROGRAMS = (
     "the host, run: jupyter qtconsole --existing]\n"
 )
 
+UNDO_ALONE = (
+    "%undo must be a cell of its own: the kernel reads it on the host, before anything runs "
+    "in the sandbox (code in a cell cannot ask for an undo)"
+)
+
 
 class Installs:
     """Runs installs offline where the sandbox has no network, and says why one failed."""
@@ -176,7 +181,12 @@ def add_kernel_magics(shell: Any, installs: Installs) -> None:
         # and the sandbox's output filter drops: the words are what a person sees)
         print("Autosaving every %i seconds" % interval if interval else "Autosave disabled")
 
+    def undo(arg_s: str) -> None:
+        """Undo the last cell's changes to the state: the kernel does it, on the host."""
+        raise UsageError(UNDO_ALONE)
+
     for name, function in (
+        ("undo", undo),
         ("less", less),
         ("more", less),
         ("man", man),

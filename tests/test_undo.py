@@ -1,0 +1,207 @@
+"""Undo for cells (kernel/undo.py), on real kernels: ``%undo`` brings back the state before the
+last cell, as far back as ``checkpoints`` cells, says what it did not bring back (files), and
+nothing the sandbox's code does can trigger it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
+from jupyter_client.manager import KernelManager
+
+from rewyn_kernel.kernel.record import METADATA_KEY
+from rewyn_kernel.kernel.undo import UNDO_KEY, is_undo
+
+from .kernel_client import Cell, plain, run_cell, running_kernel, write_spec
+
+Kernel = tuple[KernelManager, BlockingKernelClient]
+
+
+@pytest.fixture(scope="module")
+def kernel_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("jupyter")
+    write_spec(root, "rewyn-undo")
+    write_spec(root, "rewyn-undo-two", ["--SandboxKernel.checkpoints=2"])
+    write_spec(root, "rewyn-undo-off", ["--SandboxKernel.checkpoints=0"])
+    write_spec(root, "rewyn-undo-capped", ["--SandboxKernel.memory_limit_mb=256"])
+    write_spec(root, "rewyn-undo-512", ["--SandboxKernel.memory_limit_mb=512"])
+    return root
+
+
+@pytest.fixture(scope="module")
+def kernel(kernel_root: Path) -> Iterator[Kernel]:
+    with running_kernel(kernel_root, "rewyn-undo") as started:
+        yield started
+
+
+def undo_state(cell: Cell) -> dict[str, Any] | None:
+    state = cell.reply["metadata"].get(METADATA_KEY, {}).get(UNDO_KEY)
+    return state if isinstance(state, dict) else None
+
+
+def value(kc: BlockingKernelClient, expression: str) -> str:
+    cell = run_cell(kc, f"print({expression})")
+    assert cell.status == "ok", cell.reply
+    return cell.stream()
+
+
+def test_an_undo_cell_is_only_percent_undo() -> None:
+    for code in ("%undo", "  %undo \n", "\n%undo"):
+        assert is_undo(code)
+    for code in ("%undo 2", "x = 1\n%undo", "print('%undo')"):
+        assert not is_undo(code)
+
+
+def test_undo_brings_back_the_variables_before_the_last_cell(kernel: Kernel) -> None:
+    _, kc = kernel
+    assert run_cell(kc, "import numpy as np\na = np.arange(5)\nx = 1").status == "ok"
+    changed = run_cell(kc, "x = 2\na[:] = 0\ndel np")  # (the array rewritten in place)
+    assert changed.status == "ok"
+    count = changed.reply["content"]["execution_count"]
+    assert undo_state(changed) == {"available": 1, "cell": count}
+    undone = run_cell(kc, "%undo")
+    assert undone.status == "ok", undone.reply
+    said = undone.stream()
+    assert f"Undid cell [{count}]'s changes to the state" in said
+    assert "Files are not rolled back" in said
+    assert "There is nothing more to undo." in said
+    assert undo_state(undone) == {"available": 0, "cell": None, "undone": [count]}
+    assert value(kc, "x, a.tolist(), np.__name__") == "1 [0, 1, 2, 3, 4] numpy\n"
+
+
+def test_undo_twice_with_one_checkpoint_says_there_is_nothing_more(kernel: Kernel) -> None:
+    _, kc = kernel
+    assert run_cell(kc, "z = 1").status == "ok"
+    assert run_cell(kc, "%undo").status == "ok"
+    again = run_cell(kc, "%undo")
+    assert again.status == "error"
+    assert again.reply["content"]["ename"] == "UsageError"
+    assert "Nothing to undo" in again.stream("stderr")
+    assert "SandboxKernel.checkpoints" in again.stream("stderr")
+    assert undo_state(again) == {"available": 0, "cell": None}
+
+
+def test_code_in_the_sandbox_cannot_trigger_an_undo(kernel: Kernel) -> None:
+    _, kc = kernel
+    assert run_cell(kc, "forged = 1").status == "ok"
+    magic = run_cell(kc, "forged = 2\nget_ipython().run_line_magic('undo', '')")
+    assert magic.status == "error"
+    assert "%undo must be a cell of its own" in plain(repr(magic.messages) + repr(magic.reply))
+    ran = run_cell(kc, "forged = 3\nget_ipython().run_cell('%undo')")
+    assert "%undo must be a cell of its own" in plain(repr(ran.messages))
+    printed = run_cell(kc, "print('%undo')\nforged = 4")
+    assert printed.stream() == "%undo\n"
+    for cell in (magic, ran, printed):
+        assert "undone" not in (undo_state(cell) or {})
+        assert "Undid" not in repr(cell.messages)
+    assert value(kc, "forged") == "4\n"
+
+
+def test_two_checkpoints_go_back_two_cells(kernel_root: Path) -> None:
+    with running_kernel(kernel_root, "rewyn-undo-two") as (_, kc):
+        for n in (1, 2, 3):
+            assert run_cell(kc, f"x = {n}").status == "ok"
+        first = run_cell(kc, "%undo")
+        assert first.status == "ok"
+        assert "%undo again goes back over cell" in first.stream()
+        assert undo_state(first)["available"] == 1  # type: ignore[index]
+        second = run_cell(kc, "%undo")
+        assert second.status == "ok"
+        assert "nothing more to undo" in second.stream()
+        assert run_cell(kc, "%undo").status == "error"
+        assert value(kc, "x") == "1\n"
+
+
+def test_checkpoints_off(kernel_root: Path) -> None:
+    with running_kernel(kernel_root, "rewyn-undo-off") as (_, kc):
+        ran = run_cell(kc, "x = 1")
+        assert UNDO_KEY not in ran.reply["metadata"].get(METADATA_KEY, {})
+        undo = run_cell(kc, "%undo")
+        assert undo.status == "error"
+        assert "checkpoints are off" in undo.stream("stderr")
+        assert value(kc, "x") == "1\n"
+
+
+def test_a_full_memory_cap_skips_the_checkpoint_and_the_cell_runs(kernel_root: Path) -> None:
+    """Where the cap has no room for a checkpoint, the oldest kept goes first, then the cell's
+    own is skipped, each with a note: the cell runs as it would have without them."""
+    with running_kernel(kernel_root, "rewyn-undo-capped") as (_, kc):
+        fill = "b = bytearray(190 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nx = 1"
+        filled = run_cell(kc, fill)
+        assert filled.status == "ok"
+        count = filled.reply["content"]["execution_count"]
+        cell = run_cell(kc, "x = 2")
+        assert cell.status == "ok"
+        note = cell.stream("stderr")
+        assert f"the state kept to undo cell [{count}] was dropped to make room" in note
+        assert f"cell [{count + 1}] cannot be undone: " in note
+        assert "memory cap" in note
+        assert undo_state(cell) == {"available": 0, "cell": None}
+        nothing = run_cell(kc, "%undo")
+        assert nothing.status == "error"
+        assert f"the state before cell [{count + 1}] could not be kept" in nothing.stream("stderr")
+        assert value(kc, "x") == "2\n"
+        assert run_cell(kc, "del b\nx = 3").status == "ok"  # (its checkpoint: still no room)
+        assert run_cell(kc, "x = 4").stream("stderr") == ""  # (room again)
+        assert run_cell(kc, "%undo").status == "ok"
+        assert value(kc, "x") == "3\n"
+
+
+def test_a_cell_that_needs_the_checkpoints_memory_gets_it(kernel_root: Path) -> None:
+    """A cell that fits under the cap without its checkpoint runs to its end: the OOM killer
+    takes the checkpoint (the first to go), and the kernel says the undo is gone."""
+    touch = "for i in range(0, len({0}), 4096): {0}[i] = {1}\n"
+    with running_kernel(kernel_root, "rewyn-undo-512") as (_, kc):
+        assert run_cell(kc, "b = bytearray(200 << 20)\n" + touch.format("b", 1)).status == "ok"
+        grow = touch.format("b", 2) + "c = bytearray(150 << 20)\n" + touch.format("c", 1)
+        cell = run_cell(kc, grow + "print('done')")
+        count = cell.reply["content"]["execution_count"]
+        assert cell.status == "ok"
+        assert cell.stream() == "done\n"
+        assert f"the state kept to undo cell [{count}] is gone" in cell.stream("stderr")
+        assert undo_state(cell) == {"available": 0, "cell": None}
+        nothing = run_cell(kc, "%undo")
+        assert nothing.status == "error"
+        assert f"the state kept to undo cell [{count}] was dropped" in nothing.stream("stderr")
+        assert value(kc, "len(b) >> 20, len(c) >> 20") == "200 150\n"
+
+
+def test_the_note_lists_the_files_the_cell_changed_and_how_to_restore_them(
+    kernel_root: Path, tmp_path: Path
+) -> None:
+    notebook = tmp_path / "project"
+    notebook.mkdir()
+    (notebook / "data.txt").write_text("first\n")
+    with running_kernel(kernel_root, "rewyn-undo", cwd=notebook) as (_, kc):
+        code = (
+            "open('data.txt', 'w').write('second\\n')\n"
+            "open('new.txt', 'w').write('new\\n')\nwritten = True"
+        )
+        assert run_cell(kc, code).status == "ok"
+        undone = run_cell(kc, "%undo")
+        said = undone.stream()
+        assert "created: new.txt" in said
+        assert "changed: data.txt" in said
+        (command,) = [line.strip() for line in said.splitlines() if "--restore" in line]
+        assert value(kc, "'written' in globals()") == "False\n"
+    assert (notebook / "data.txt").read_text() == "second\n"  # (files are not rolled back)
+    argv = command.split()
+    assert argv[:3] == ["rewyn-kernel", "files", str(notebook)]
+    cli = [str(Path(sys.executable).with_name("rewyn-kernel")), *argv[1:]]
+    subprocess.run(cli, check=True, capture_output=True)
+    assert (notebook / "data.txt").read_text() == "first\n"
+
+
+def test_a_restart_drops_the_checkpoints(kernel_root: Path) -> None:
+    with running_kernel(kernel_root, "rewyn-undo") as (km, kc):
+        assert run_cell(kc, "x = 1").status == "ok"
+        km.restart_kernel(now=True)
+        kc.wait_for_ready(timeout=60)
+        undo = run_cell(kc, "%undo")
+        assert undo.status == "error"
+        assert "no cell has run since the kernel started" in undo.stream("stderr")
