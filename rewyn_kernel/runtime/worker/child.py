@@ -117,13 +117,7 @@ class CodeProcess:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        # Private copies keep the pipes open and put fds 1 and 2 back after the code closes them.
-        self.keep = {1: os.dup(out), 2: os.dup(err)}
-        os.close(out)
-        os.close(err)
-        self.pipe_inode = {fd: os.fstat(fd).st_ino for fd in (1, 2)}
+        self.take_output(out, err)
         for name in RESET_SIGNALS:  # the supervisor ignores these; the code's programs must not
             if hasattr(signal, name):
                 signal.signal(getattr(signal, name), signal.SIG_DFL)
@@ -152,6 +146,16 @@ class CodeProcess:
             self.setup_ipython()
         self.set_path()
         self.put_interpreter_first()
+
+    def take_output(self, out: int, err: int) -> None:
+        """Make the pipes ``out`` and ``err`` fds 1 and 2 (and close them as given)."""
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        # Private copies keep the pipes open and put fds 1 and 2 back after the code closes them.
+        self.keep = {1: os.dup(out), 2: os.dup(err)}
+        os.close(out)
+        os.close(err)
+        self.pipe_inode = {fd: os.fstat(fd).st_ino for fd in (1, 2)}
 
     def clean_up(self) -> None:
         """What the last one-shot execution left where every execution writes but scratch:
@@ -415,12 +419,7 @@ class CodeProcess:
         self.sender.live = True
         for old in self.keep.values():
             os.close(old)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        self.keep = {1: os.dup(out), 2: os.dup(err)}
-        os.close(out)
-        os.close(err)
-        self.pipe_inode = {fd: os.fstat(fd).st_ino for fd in (1, 2)}
+        self.take_output(out, err)
         import faulthandler
 
         faulthandler.enable(file=self.keep[2])
