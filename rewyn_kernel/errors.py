@@ -50,7 +50,12 @@ class ProviderUnavailableError(SandboxError, RuntimeError):
 
 class ForkError(SandboxError, RuntimeError):
     """A session (or a checkpoint) could not be forked; the message says why. The session
-    it was asked of is unchanged."""
+    it was asked of is unchanged. ``memory``: because its memory cap leaves too little room
+    (freeing memory, or dropping a checkpoint, may let the next one through)."""
+
+    def __init__(self, message: str, *, memory: bool = False) -> None:
+        super().__init__(message)
+        self.memory = memory
 
 
 class ProtocolError(SandboxError):

@@ -128,17 +128,21 @@ def test_checkpoints_off(kernel_root: Path) -> None:
 
 
 def test_a_full_memory_cap_skips_the_checkpoint_and_the_cell_runs(kernel_root: Path) -> None:
-    """Where the cap has no room for a checkpoint, the oldest kept goes first, then the cell's
-    own is skipped, each with a note: the cell runs as it would have without them."""
+    """Where the cap has no room for a checkpoint, the one kept goes first (as the memory
+    comes near the cap), then the next cell's own is skipped, each with a note: the cells run
+    as they would have without them."""
     with running_kernel(kernel_root, "rewyn-undo-capped") as (_, kc):
         fill = "b = bytearray(190 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nx = 1"
         filled = run_cell(kc, fill)
         assert filled.status == "ok"
         count = filled.reply["content"]["execution_count"]
+        # (dropped while the cell ran, as the memory came near the cap)
+        dropped = filled.stream("stderr")
+        assert f"the state kept to undo cell [{count}] is gone" in dropped
+        assert "dropped when the sandbox's memory came within 32 MiB" in dropped
         cell = run_cell(kc, "x = 2")
         assert cell.status == "ok"
         note = cell.stream("stderr")
-        assert f"the state kept to undo cell [{count}] was dropped to make room" in note
         assert f"cell [{count + 1}] cannot be undone: " in note
         assert "memory cap" in note
         assert undo_state(cell) == {"available": 0, "cell": None}

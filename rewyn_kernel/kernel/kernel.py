@@ -177,6 +177,7 @@ class SandboxKernel(Kernel, SandboxSettings):
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
         self._undone = outcome.undone
+        self._undo.prepare(self._session)  # (the state the next cell starts from)
         if not silent:
             self._send_stream("stdout" if outcome.undone else "stderr", outcome.text + "\n")
         if outcome.undone:
@@ -288,6 +289,9 @@ class SandboxKernel(Kernel, SandboxSettings):
         if not silent:
             self._undo.after(self.execution_count, result.files)
             self._note(self._undo.lost())
+            self._undo.prepare(self._session)  # (the next cell's, while this one's is read)
+        else:
+            await self._undo.stale()  # (silent code may have changed the state)
         return self._finish(result, silent, self.timeout if timeout is None else timeout)
 
     # -- comms (ipywidgets) ------------------------------------------------------------------
@@ -335,6 +339,7 @@ class SandboxKernel(Kernel, SandboxSettings):
             relay.flush()
             self._publish("clear_output", {"wait": wait})
 
+        await self._undo.stale()  # (a widget's callback runs code: the state changes)
         try:
             await self._session.adeliver_comm(
                 message,
@@ -659,6 +664,7 @@ class SandboxKernel(Kernel, SandboxSettings):
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         """Kill and reap the sandbox now: nothing of it may outlive the kernel."""
         # (The listener between cells ends with the sandbox: its channel ends.)
+        await self._undo.stale()
         await asyncio.to_thread(self._undo.close)
         await asyncio.to_thread(self._sandbox.close)
         return {"status": "ok", "restart": restart}

@@ -74,6 +74,8 @@ class Undo:
         self.workspace = workspace
         self._points: list[Point] = []  # oldest first
         self._why_none = "no cell has run since the kernel started"
+        self._ready: asyncio.Task[Checkpoint] | None = None
+        """The next cell's checkpoint, taken as the last cell ended (``prepare``)."""
 
     # -- around each cell ----------------------------------------------------------------------
 
@@ -83,26 +85,22 @@ class Undo:
         if not self.keep:
             return []
         notes = self.lost()
-        retried = False
+        prepared = await self._take_prepared()
         while True:
             try:
-                checkpoint = await asyncio.to_thread(session.checkpoint)
+                if prepared is None:
+                    prepared = await asyncio.to_thread(session.checkpoint)
+                checkpoint = prepared
                 break
             except Exception as exc:  # (ForkError says why; whatever it is, the cell runs)
                 # The cap leaves too little room: the oldest checkpoint goes first, then this
-                # one is skipped (a checkpoint never takes memory the cell needs). ForkError
-                # tells that case only in its words.
-                if self._points and isinstance(exc, ForkError) and "memory" in str(exc):
+                # one is skipped (a checkpoint never takes memory the cell needs).
+                if self._points and isinstance(exc, ForkError) and exc.memory:
                     oldest = await self._drop_oldest()
                     notes.append(
                         f"the state kept to undo cell [{oldest}] was dropped to make room "
                         "under the memory cap"
                     )
-                    continue
-                if isinstance(exc, ForkError) and "memory" not in str(exc) and not retried:
-                    # (once more: a fork can fail for a passing reason, such as the code
-                    # having just started or ended a process of its own)
-                    retried = True
                     continue
                 self._why_none = f"the state before cell [{cell}] could not be kept: {exc}"
                 self._ran(cell)
@@ -119,6 +117,32 @@ class Undo:
         while len(self._points) > self.keep:
             await self._drop_oldest()
         return notes
+
+    def prepare(self, session: Session) -> None:
+        """As a cell ends: take the next cell's checkpoint now, while the person reads the
+        output, so that its fork is not on the next cell's way (``before`` waits for it
+        if that cell comes at once). ``stale`` drops it when the state changes meanwhile."""
+        if self.keep and self._ready is None:
+            loop = asyncio.get_running_loop()
+            self._ready = loop.create_task(asyncio.to_thread(session.checkpoint))
+
+    async def stale(self) -> None:
+        """The state changed between cells (a widget's callback, a silent request, an undo):
+        the checkpoint ``prepare`` took no longer holds it; the next cell takes its own."""
+        checkpoint = await self._take_prepared()
+        if checkpoint is not None:
+            await asyncio.to_thread(checkpoint.close)
+
+    async def _take_prepared(self) -> Checkpoint | None:
+        """The prepared checkpoint, if it was taken (if not, ``before`` tries again and says
+        why not)."""
+        task, self._ready = self._ready, None
+        if task is None:
+            return None
+        try:
+            return await task
+        except Exception:
+            return None
 
     def _ran(self, cell: int) -> None:
         """``cell`` ran without a checkpoint of its own: the latest one's undo covers it."""
@@ -168,6 +192,7 @@ class Undo:
                 "Nothing to undo: checkpoints are off for this kernel (SandboxKernel.checkpoints "
                 "= 0; install it with --checkpoints N to keep the state before the last N cells)."
             )
+        await self.stale()
         notes = self.lost()
         if not self._points:
             return Outcome(f"Nothing to undo: {self._why_none}.", ())
@@ -244,7 +269,8 @@ class Undo:
         return state
 
     def close(self) -> None:
-        """Drop every checkpoint (their processes are killed)."""
+        """Drop every checkpoint (their processes are killed; ``stale`` first, on the loop,
+        for the one ``prepare`` may be taking)."""
         points, self._points = self._points, []
         for point in points:
             point.checkpoint.close()

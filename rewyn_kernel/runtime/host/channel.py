@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +73,9 @@ SMALL_FRAME = 128
 that a branch is gone (the supervisor's own frames, which the I/O thread acts on)."""
 BRANCH_PREFIX = b'{"t":"b","b":'
 GONE_PREFIX = b'{"t":"gone",'
+MEMORY_WATCH_SECONDS = 0.01
+"""How often the sandbox's memory is read while code runs beside a checkpoint (see
+``watch_memory``): a read of one cgroup file, about 50 us."""
 FORK_HEADROOM_BYTES = 32 << 20
 FORK_HEADROOM_SHARE = 20
 """A fork needs this much free under the sandbox's memory cap, or 1/20 of the cap if more: the
@@ -171,6 +174,7 @@ class LiveWorker:
         self._next_branch = 1
         self._port_end: ChannelEnded | None = None  # this branch alone is over
         self._port_reason: str | None = None
+        self._checkpoints: list[LiveWorker] = []  # (under _cond) paused branches, oldest first
         # The I/O thread writes the program first, holding the write lock taken here: no frame
         # can go before it, and the caller need not wait for the sandbox's interpreter to start.
         self._write_lock.acquire()
@@ -348,6 +352,8 @@ class LiveWorker:
             port = LiveWorker.__new__(LiveWorker)
             port._as_port(root, number)
             root._ports[number] = port  # (before the ask: its first frames have a home)
+            if pause:
+                root._checkpoints.append(port)
         ask = {"t": "fork", "id": uuid.uuid4().hex, "n": number, "pause": pause, "reseed": reseed}
         reply = None
         try:
@@ -356,6 +362,8 @@ class LiveWorker:
             if not isinstance(reply, ForkedFrame) or not reply.ok:
                 with root._cond:
                     root._ports.pop(number, None)
+                    if port in root._checkpoints:
+                        root._checkpoints.remove(port)
                 if reply is None:  # (it may still come: nothing would own it)
                     self.send({"t": "close", "b": number}, timeout=1.0)
         if not isinstance(reply, ForkedFrame) or not reply.ok:
@@ -367,7 +375,56 @@ class LiveWorker:
 
     def resume(self) -> bool:
         """Let a paused branch (a checkpoint) run again; False if it is gone."""
+        with self._cond:
+            if self in self._root._checkpoints:
+                self._root._checkpoints.remove(self)
         return not self.ended and self.send({"t": "resume"}, timeout=5.0)
+
+    @contextlib.contextmanager
+    def watch_memory(self) -> Iterator[None]:
+        """While code runs (the block), drop the sandbox's checkpoints, oldest first, when its
+        memory comes within the fork's headroom of its cap: a checkpoint must never cost the
+        code memory it would have had. (The kernel's OOM killer takes checkpoints first too,
+        for what grows faster than this looks: but a second kill can come before the first
+        one's memory is freed, and take the code.) Nothing runs without a checkpoint, or
+        where the provider cannot say what the sandbox uses."""
+        root = self._root
+        reader = getattr(self.process, "memory_usage", None)
+        with root._cond:
+            watched = bool(root._checkpoints) and callable(reader)
+        if not watched or not callable(reader):
+            yield
+            return
+        usage: Callable[[], tuple[int, int | None]] = reader
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(MEMORY_WATCH_SECONDS):
+                try:
+                    used, cap = usage()
+                except (OSError, ValueError):
+                    return
+                if cap is None or cap - used >= headroom(cap):
+                    continue
+                with root._cond:
+                    oldest = root._checkpoints.pop(0) if root._checkpoints else None
+                    if oldest is not None:
+                        why = (
+                            f"dropped when the sandbox's memory came within {headroom(cap) >> 20}"
+                            f" MiB of its cap of {cap >> 20} MiB ({used >> 20} MiB in use)"
+                        )
+                        oldest._end_port_locked(ChannelEnded(gone=why))
+                if oldest is None:
+                    return
+                oldest.send({"t": "close"}, timeout=1.0)
+
+        watcher = threading.Thread(target=watch, daemon=True, name="rewyn-memory")
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
 
     def _as_port(self, root: LiveWorker, number: int) -> None:
         """(For ``fork``.) Make this a port of ``root``'s channel for branch ``number``."""
@@ -415,12 +472,13 @@ class LiveWorker:
             return
         if cap is None:
             return
-        need = max(FORK_HEADROOM_BYTES, cap // FORK_HEADROOM_SHARE)
+        need = headroom(cap)
         if cap - used < need:
             raise ForkError(
                 f"the session could not be forked: {max(0, cap - used) >> 20} MiB are free under "
                 f"the sandbox's memory cap of {cap >> 20} MiB, and a branch needs {need >> 20} "
-                "MiB to start (free memory in the session, or raise memory_limit_mb)"
+                "MiB to start (free memory in the session, or raise memory_limit_mb)",
+                memory=True,
             )
 
     def _end_port_locked(self, end: ChannelEnded, *, drop: bool = True) -> None:
@@ -429,6 +487,8 @@ class LiveWorker:
         if self._port_end is not None:
             return
         self._port_end = end
+        if self in self._root._checkpoints:
+            self._root._checkpoints.remove(self)
         if drop:
             self._drop_queued()
         self._inbox.append(end)
@@ -744,3 +804,8 @@ class LiveWorker:
 
 
 _CUT_SHORT = "the sandbox's channel ended in the middle of a frame"
+
+
+def headroom(cap: int) -> int:
+    """The memory a fork needs free under ``cap`` (see FORK_HEADROOM_BYTES)."""
+    return max(FORK_HEADROOM_BYTES, cap // FORK_HEADROOM_SHARE)

@@ -291,13 +291,14 @@ class Session(Closeable):
                 with self._lock:
                     self._current = (execution, worker)
                 try:
-                    outcome = drive(
-                        worker,
-                        execution,
-                        spec.timeout if timeout is UNSET else timeout,
-                        keep_state=self.keep_state,
-                        memory_limit_mb=spec.memory_limit_mb,
-                    )
+                    with worker.watch_memory():
+                        outcome = drive(
+                            worker,
+                            execution,
+                            spec.timeout if timeout is UNSET else timeout,
+                            keep_state=self.keep_state,
+                            memory_limit_mb=spec.memory_limit_mb,
+                        )
                 except BaseException as exc:
                     # The host stopped waiting (a KeyboardInterrupt in this thread, say):
                     # nothing may go on running unseen, and the execution still gets its event.

@@ -690,10 +690,10 @@ def quiet_threads() -> None:
         stat = buffer.raw[: max(0, size)]
         return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] == b"R"
 
+    # (One look that finds none running is enough: a thread that waits stays waiting, as no
+    # Python thread can take the GIL meanwhile; one that computes shows as running.)
     deadline = time.perf_counter() + QUIET_WAIT
-    calm = 0
-    while calm < 3 and time.perf_counter() < deadline:
-        calm = 0 if any(running(tid) for tid in others) else calm + 1
+    while any(running(tid) for tid in others) and time.perf_counter() < deadline:
         pause = time.perf_counter() + 0.0005
         while time.perf_counter() < pause:
             pass
