@@ -275,14 +275,17 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             async with table.use(session) as (entry, fresh):
                 notes().used(entry)
                 skipped = await entry.history.keep(entry.session, code)
-                return await _run(
-                    entry,
-                    code,
-                    timeout=timeout,
-                    note="; ".join(text for text in (fresh, skipped) if text) or None,
-                    ctx=ctx,
-                    budget=options.max_output_chars,
-                )
+                try:
+                    return await _run(
+                        entry,
+                        code,
+                        timeout=timeout,
+                        note="; ".join(text for text in (fresh, skipped) if text) or None,
+                        ctx=ctx,
+                        budget=options.max_output_chars,
+                    )
+                finally:
+                    entry.history.prepare(entry.session)  # (the next call's, meanwhile)
 
     @server.tool(
         title="List sessions",

@@ -60,6 +60,8 @@ class UndoHistory:
         self._calls: list[int] = []
         """The calls whose changes the session's state holds, since its oldest checkpoint (in
         order: a call after an undo has a higher number than the calls it replaced)."""
+        self._ready: asyncio.Task[Checkpoint] | None = None
+        """The next call's checkpoint, taken as the last call ended (``prepare``)."""
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -71,7 +73,9 @@ class UndoHistory:
             return None
         note = None
         try:
-            checkpoint = await asyncio.to_thread(session.checkpoint)
+            checkpoint = await self._prepared(session.execution_count)
+            if checkpoint is None:
+                checkpoint = await asyncio.to_thread(session.checkpoint)
         except SandboxError as exc:  # (ForkError, or a session closed meanwhile)
             held = f"; undo goes back to before call {self._kept[-1].before + 1}" if self else ""
             note = f"no undo point was kept before this call: {exc}{held}"
@@ -85,9 +89,34 @@ class UndoHistory:
             await asyncio.to_thread(_close, dropped)
         return note
 
+    def prepare(self, session: Session) -> None:
+        """As a call ends: take the next call's checkpoint now, while the agent reads the
+        result, so that its fork is not on the next call's way (``keep`` waits for it if the
+        call comes at once, and takes its own if the state changed meanwhile)."""
+        if self.depth and self._ready is None and not session.closed:
+            self._ready = asyncio.get_running_loop().create_task(
+                asyncio.to_thread(session.checkpoint)
+            )
+
+    async def _prepared(self, count: int) -> Checkpoint | None:
+        """The prepared checkpoint if it holds the state after call ``count`` (no call, undo or
+        reset came between), else None (one not taken, or no longer the state, is dropped)."""
+        task, self._ready = self._ready, None
+        if task is None:
+            return None
+        try:
+            checkpoint = await task
+        except Exception:
+            return None
+        if checkpoint.execution_count == count and checkpoint.alive:
+            return checkpoint
+        await asyncio.to_thread(checkpoint.close)
+        return None
+
     async def undo(self, session: Session, name: str) -> str:
         """Restore the latest checkpoint as ``session``'s state; the message says which calls'
         changes were undone. UndoError when there is nothing to restore."""
+        await self._prepared(-1)  # (the state it held is the one undone)
         if self.depth == 0:
             raise UndoError("undo is off on this server (--undo-depth 0: it keeps no checkpoints)")
         if not self._kept:
@@ -112,6 +141,7 @@ class UndoHistory:
 
     async def drop(self) -> None:
         """Drop every checkpoint (the session was reset or closed)."""
+        await self._prepared(-1)
         dropped, self._kept, self._calls = self._kept, [], []
         if dropped:
             await asyncio.to_thread(_close, dropped)

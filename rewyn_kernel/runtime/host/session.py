@@ -12,13 +12,14 @@ afterwards. Both are this one class; the loop of one execution on a worker is in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -156,6 +157,7 @@ class Session(Closeable):
         self._core = core
         self._owner = owner  # keeps a user's sandbox alive as long as its session
         self._exec_lock = threading.Lock()
+        self._forking = False  # (the lock is held for a fork, not an execution: see _ask)
         self._lock = threading.Lock()
         self._next: LiveWorker | Outcome | None = None
         self._filling: threading.Thread | None = None
@@ -536,7 +538,7 @@ class Session(Closeable):
         if count < 1:
             raise ValueError("fork(n) makes at least one branch")
         made: list[Session] = []
-        with self._exec_lock:
+        with self._exec_lock, self._fork_turn():
             worker = self._live_worker()
             try:
                 for _ in range(count):
@@ -562,10 +564,20 @@ class Session(Closeable):
         """Keep this session's state as it is now (between executions), paused, to
         ``restore`` later: a fork that runs nothing and that the kernel kills first when
         memory runs short. Raise ForkError when it cannot be taken."""
-        with self._exec_lock:
+        with self._exec_lock, self._fork_turn():
             worker = self._live_worker()
             paused = worker.fork(pause=True, timeout=self._core.spec.startup_timeout)
             return Checkpoint(paused, self.id, self._count, time.monotonic())
+
+    @contextlib.contextmanager
+    def _fork_turn(self) -> Iterator[None]:
+        """(With ``_exec_lock`` held.) A fork holds the session, briefly: completions and
+        inspections wait for it instead of answering nothing, as they do while code runs."""
+        self._forking = True
+        try:
+            yield
+        finally:
+            self._forking = False
 
     def restore(self, checkpoint: Checkpoint) -> None:
         """Make ``checkpoint`` this session's state (its variables as they were when it was
@@ -778,7 +790,9 @@ class Session(Closeable):
         timer.start()
 
     def _ask(self, header: dict[str, Any], timeout: float) -> object:
-        if not self._exec_lock.acquire(blocking=False):
+        if not self._exec_lock.acquire(blocking=False) and not (
+            self._forking and self._exec_lock.acquire(timeout=timeout)
+        ):
             return None
         try:
             self._wait_fill()

@@ -583,8 +583,8 @@ class Supervisor:
         if child.forking is not None:
             self.fork_failed(child, "the process it was forked from ended")
         status = child.wait_status
-        if child.paused and status is not None and os.WIFSIGNALED(status):
-            self.dropped += 1  # (its OOM kill is no execution's: see finish_exec)
+        if child.paused and not child.closing and status is not None and os.WIFSIGNALED(status):
+            self.dropped += 1  # (the kernel's OOM kill of a checkpoint: see finish_exec)
         del self.branches[child.branch]
         self.close_child(child)
         if not self.branches:
