@@ -92,9 +92,12 @@ def run_notebook(
     """Execute ``path`` on a sandbox kernel with ``settings``; write the result to ``output``."""
     output = output or path.with_name(path.stem + ".out.ipynb")
     settings = settings or KernelSettings()
+    values = settings.model_dump(exclude_unset=True)
     if settings.run_log is None:  # the whole events, beside the output
-        values = {**settings.model_dump(exclude_unset=True), "run_log": events_log(output)}
-        settings = KernelSettings.model_validate(values)
+        values["run_log"] = events_log(output)
+    # A run has nobody to undo a cell: no checkpoint before each (a fork each) unless asked.
+    values.setdefault("checkpoints", 0)
+    settings = KernelSettings.model_validate(values)
     nb = nbformat.read(path, as_version=4)  # type: ignore[no-untyped-call]
     summary = RunSummary(path=path, output=output, cells=_code_cells(nb))
     started = datetime.now(timezone.utc)
