@@ -370,7 +370,8 @@ class LiveWorker:
             why = reply.detail if isinstance(reply, ForkedFrame) else ""
             if not why:
                 why = "the sandbox is gone" if self.ended else f"no answer in {timeout:g} s"
-            raise ForkError(f"the session could not be forked: {why}")
+            memory = isinstance(reply, ForkedFrame) and reply.memory
+            raise ForkError(f"the session could not be forked: {why}", memory=memory)
         return port
 
     def resume(self) -> bool:
@@ -770,14 +771,17 @@ class LiveWorker:
             return ChannelEnded(exc)
         if not isinstance(gone, GoneFrame):
             return ChannelEnded(ProtocolError("the sandbox sent a malformed 'gone' frame"))
-        if gone.signal is not None:
-            how = describe_exit(128 + gone.signal, gone.signal)
+        if gone.detail:
+            how = gone.detail
+        elif gone.signal is not None:
+            how = "the branch's process " + describe_exit(128 + gone.signal, gone.signal)
         else:
-            how = describe_exit(gone.exit_code if gone.exit_code is not None else 1, None)
+            code = gone.exit_code if gone.exit_code is not None else 1
+            how = "the branch's process " + describe_exit(code, None)
         with self._cond:
             port = self._ports.get(gone.b)
             if port is not None:
-                port._end_port_locked(ChannelEnded(gone=f"the branch's process {how}"), drop=False)
+                port._end_port_locked(ChannelEnded(gone=how), drop=False)
         return None
 
     def _finish(self, end: ChannelEnded) -> None:

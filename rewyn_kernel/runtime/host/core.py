@@ -34,7 +34,7 @@ from rewyn_kernel.runtime.events import (
     ToolResult,
 )
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.channel import LiveWorker
+from rewyn_kernel.runtime.host.channel import FORK_HEADROOM_BYTES, FORK_HEADROOM_SHARE, LiveWorker
 from rewyn_kernel.runtime.host.protocol import (
     MAX_HEADER_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -136,6 +136,7 @@ class SandboxCore:
             **getattr(process, "settings", {}),
             "fork_per_exec": fork_per_exec,
             "preload": self.preload if fork_per_exec else None,
+            "fork_headroom": [FORK_HEADROOM_BYTES, FORK_HEADROOM_SHARE],
             "shell": "ipython" if self.spec.ipython and not fork_per_exec else "python",
             # ("proxy": an allow-list, reached through the proxy's variables)
             "network": self.spec.network if isinstance(self.spec.network, str) else "proxy",

@@ -191,6 +191,8 @@ class ForkedFrame(_Frame):
     n: int | None = None
     pid: int | None = None
     detail: Text = ""
+    memory: bool = False
+    """Refused because the memory cap leaves too little room (the supervisor read it)."""
 
 
 class GoneFrame(_Frame):
@@ -201,6 +203,8 @@ class GoneFrame(_Frame):
     b: Annotated[int, Field(ge=0)]
     signal: int | None = None
     exit_code: int | None = None
+    detail: Text = ""
+    """Why the supervisor ended it, where it did (a checkpoint dropped for memory)."""
 
 
 WorkerFrame = Annotated[

@@ -149,6 +149,8 @@ class ContainerWorker(PopenWorker):
         if self._tcp_limit is None:
             raise OSError("the container's cgroup is not known here")
         container_id = self._tcp_limit[0].read_text().strip()
+        if not re.fullmatch(r"[0-9a-f]{64}", container_id):
+            raise OSError("the engine has not written the container's id yet")
         return cgroup.memory_usage(cgroup.container_memory_cgroup(container_id), 1)
 
     def close(self) -> None:
@@ -350,7 +352,10 @@ class ContainerProvider:
         config = {"memory_limit_bytes": None, "cwd": cwd}
         # (each one-shot execution starts with these empty, as on every provider)
         clean = {"dirs": ["/tmp", "/dev/shm", "/dev/mqueue"], "ipc": True}
-        return {**config, "oom_counter": True, "users": users, "clean": clean}
+        # (gVisor: the host cannot read the sandbox's memory, but its /proc/meminfo is the
+        # container's: what the cap allows and what is free. The supervisor reads it there.)
+        memory = {"memory_view": "meminfo"} if self._gvisor() and spec.memory_limit_mb else {}
+        return {**config, "oom_counter": True, "users": users, "clean": clean, **memory}
 
     def _workspace_view(self, spec: SandboxSpec) -> bool:
         """Whether the workspace is shown through the host's view, renewed after each

@@ -86,6 +86,9 @@ FORK_STATUSES = ("forked", "fork_failed")
 MAX_BRANCHES = 64
 """Code processes of one session's sandbox at once: its branches and their checkpoints."""
 ADOPTION_WAIT = 0.5
+MEMORY_WATCH = 0.01
+"""Seconds between looks at the sandbox's memory while code runs beside a checkpoint, where the
+supervisor reads it itself (``memory_view``: gVisor's /proc/meminfo)."""
 PRELOAD = ("resource", "getpass", "faulthandler", "fcntl", "ctypes", "io", "queue", "threading")
 """Modules imported once by the supervisor, before it changes directory (see ``start``)."""
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
@@ -391,7 +394,10 @@ class Supervisor:
             self.step()
 
     def step(self) -> None:
-        events = self.selector.select()
+        watching = self.watching()
+        events = self.selector.select(MEMORY_WATCH if watching else None)
+        if watching:
+            self.watch_memory()
         # Frames first: the code sends a frame only once its pipes are empty (what it printed
         # before was relayed already: see CodeProcess.finish_output), so output in this batch
         # was printed after the frame, and stays after it. Then stdout before stderr: the code
@@ -823,8 +829,12 @@ class Supervisor:
             why = "the new branch's number is taken or out of range"
         elif len(self.branches) + len(self.starting) >= MAX_BRANCHES:
             why = "this sandbox runs %d branches already, the most it may" % MAX_BRANCHES
-        if why:
-            self.send_host({"t": "forked", "id": request, "ok": False, "detail": why}, branch)
+        short = "" if why else self.memory_short()
+        if why or short:
+            refused = {"t": "forked", "id": request, "ok": False, "detail": why or short}
+            if short:
+                refused["memory"] = True
+            self.send_host(refused, branch)
             return
         assert source is not None
         assert isinstance(number, int)
@@ -851,6 +861,69 @@ class Supervisor:
             self.fork_failed(source, "its socket for the branch's pipes is full or closed")
             return
         self.to_child(source, ask, 0)
+
+    def memory(self) -> Optional[Tuple[int, int]]:
+        """(used, cap) in bytes where this process reads the sandbox's memory itself
+        (``memory_view``), else None."""
+        if self.config.get("memory_view") != "meminfo":
+            return None
+        found: Dict[str, int] = {}
+        try:
+            with open("/proc/meminfo") as handle:
+                for line in handle:
+                    key, _, value = line.partition(":")
+                    if key in ("MemTotal", "MemAvailable"):
+                        found[key] = int(value.split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
+            return None
+        if len(found) != 2:
+            return None
+        return found["MemTotal"] - found["MemAvailable"], found["MemTotal"]
+
+    def headroom(self, cap: int) -> int:
+        least, share = self.config.get("fork_headroom") or (32 << 20, 20)
+        return max(int(least), cap // int(share))
+
+    def memory_short(self) -> str:
+        """Why a fork would leave too little memory under the cap ('' if it would not)."""
+        seen = self.memory()
+        if seen is None:
+            return ""
+        used, cap = seen
+        need = self.headroom(cap)
+        if cap - used >= need:
+            return ""
+        return (
+            "%d MiB are free under the sandbox's memory cap of %d MiB, and a branch needs %d MiB "
+            "to start (free memory in the session, or raise memory_limit_mb)"
+            % (max(0, cap - used) >> 20, cap >> 20, need >> 20)
+        )
+
+    def watching(self) -> bool:
+        """Whether code runs beside a checkpoint where this process watches the memory."""
+        if self.config.get("memory_view") != "meminfo":
+            return False
+        branches = self.branches.values()
+        return any(b.paused for b in branches) and any(b.exec_id for b in branches)
+
+    def watch_memory(self) -> None:
+        """Drop the oldest checkpoint when the memory comes within a fork's headroom of the
+        cap (as the host does where it reads the sandbox's cgroup: a checkpoint must never
+        cost the code memory; here, out of memory, gVisor would end the whole sandbox)."""
+        seen = self.memory()
+        if seen is None or seen[1] - seen[0] >= self.headroom(seen[1]):
+            return
+        paused = [b for b in self.branches.values() if b.paused and not b.closing]
+        if not paused:
+            return
+        oldest = min(paused, key=lambda b: b.branch)
+        oldest.closing = True
+        self.signal_child(oldest, signal.SIGKILL)
+        why = "dropped when the sandbox's memory came within %d MiB of its cap of %d MiB" % (
+            self.headroom(seen[1]) >> 20,
+            seen[1] >> 20,
+        )
+        self.send_host({"t": "gone", "b": oldest.branch, "detail": why}, oldest.branch)
 
     def taken(self, number: int) -> bool:
         return number in self.branches or any(child.branch == number for child in self.starting)
