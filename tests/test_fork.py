@@ -219,13 +219,17 @@ def test_a_fork_under_a_nearly_full_memory_cap_fails_cleanly(
     assert text(after) == str(size)
     assert not after.state_lost
     assert session.execute("del block").ok
-    used, cap = sandbox_memory(session)
-    if cap - used < max(32 << 20, cap // 20):
-        # (gVisor counts memory the code freed as used for a while: still no room)
-        with pytest.raises(ForkError, match="memory cap"):
-            session.fork()
-        return
-    branch = session.fork()
+    if getattr(box.provider, "oci_runtime", None) == "runsc":
+        # gVisor counts memory the code freed as used for a while: a fork now may still be
+        # refused, for memory and nothing else, or go through.
+        try:
+            branch = session.fork()
+        except ForkError as exc:
+            refused_for = "memory" if exc.memory else str(exc)
+            assert refused_for == "memory"
+            return
+    else:
+        branch = session.fork()
     assert branch.execute("print('branch up')").ok
 
 
