@@ -246,12 +246,13 @@ _SAVE = """async () => {
 }"""
 
 # Events recorded per cell in the live model (what a save would write): kept plus dropped.
-_RECORD_COUNTS = """() => {
+_RECORDS = """() => {
   const panel = window.jupyterapp.shell.currentWidget;
   return Array.from(panel.content.model.cells).map(cell => {
     const entry = cell.getMetadata('rewyn_kernel');
     const record = entry && entry.record;
-    return record && Number.isInteger(record.execution_count) ? record.execution_count : 0;
+    return record && Number.isInteger(record.execution_count)
+      ? [record.execution_count, String(record.ending)] : [0, null];
   });
 }"""
 
@@ -303,15 +304,25 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: Callable[[],
         time.sleep(0.05)
 
 
-def wait_for_records(page: Page, expected: list[int], timeout: float = 30.0) -> None:
+def wait_for_records(
+    page: Page,
+    expected: list[int],
+    timeout: float = 30.0,
+    endings: list[str | None] | None = None,
+) -> None:
     """Wait until each cell's metadata holds the record of the execution numbered as in
-    ``expected`` (0: no record), replies may lag a run."""
-    counts: list[int] = []
+    ``expected`` (0: no record), replies may lag a run; then, if ``endings`` is given, check
+    how each of those executions ended ("completed", "timeout", ...)."""
+    records: list[tuple[int, str | None]] = []
 
     def reached() -> bool:
-        counts[:] = page.evaluate(_RECORD_COUNTS)
-        return counts == expected
+        records[:] = [(count, ending) for count, ending in page.evaluate(_RECORDS)]
+        return [count for count, _ in records] == expected
 
     wait_until(
-        reached, timeout, lambda: f"recorded executions per cell: {counts}, expected {expected}"
+        reached,
+        timeout,
+        lambda: f"recorded (execution, ending) per cell: {records}, expected {expected}",
     )
+    if endings is not None:
+        assert [ending for _, ending in records] == endings, records

@@ -46,6 +46,9 @@ from tests.kernel_client import write_spec
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
 SANDBOX_KERNEL = "rewyn-browser"
+PATIENT_KERNEL = "rewyn-browser-patient"
+"""The same kernel with the default timeout, for cells that import pandas or matplotlib: on a
+loaded machine (the suite runs on two processes) their first import can outlast 3 s."""
 OTHER_KERNEL = "forging"  # an IPython kernel whose replies carry made-up rewyn_kernel events
 BUILT = Path(__file__).resolve().parent.parent / "rewyn_kernel" / "labextension"
 
@@ -122,6 +125,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
             f"--SandboxKernel.run_log={work / RUN_LOG}",
         ],
     )
+    write_spec(kernels, PATIENT_KERNEL, [f"--SandboxKernel.run_log={work / RUN_LOG}"])
     forging = kernels / "kernels" / OTHER_KERNEL
     forging.mkdir(parents=True)
     argv = [
@@ -441,9 +445,10 @@ def test_a_styled_table_shows_its_colours_and_its_css_fetches_nothing(
 ) -> None:
     """pandas' Styler through the sandbox kernel: its colours reach its own cells; a hostile
     stylesheet in the same cell fetches nothing and styles nothing outside its output."""
-    start(server, page, "styled.ipynb", "lab", cells=[("code", STYLED_CELL)])
+    cells = [("code", STYLED_CELL)]
+    start(server, page, "styled.ipynb", "lab", kernel=PATIENT_KERNEL, cells=cells)
     run_cells(page.page, [0])
-    wait_for_records(page.page, [1])
+    wait_for_records(page.page, [1], endings=["completed"])
     hover_outputs(page.page)
     page.page.wait_for_timeout(1000)  # time for a stylesheet, font or image to load
     assert cell_background(page.page, "3.25") == YELLOW
@@ -505,9 +510,9 @@ def test_widgets_work_a_progress_bar_ends_full_and_a_slider_drives_a_plot(
     """tqdm's notebook bar and an ``interact`` plot through the sandbox kernel, in JupyterLab
     with ipywidgets' own extension: the slider's moves run the callback in the sandbox."""
     cells = [("code", PROGRESS_CELL), ("code", INTERACT_CELL)]
-    start(server, page, "widgets.ipynb", "lab", cells=cells)
+    start(server, page, "widgets.ipynb", "lab", kernel=PATIENT_KERNEL, cells=cells)
     run_cells(page.page, [0, 1])
-    wait_for_records(page.page, [1, 2])
+    wait_for_records(page.page, [1, 2], endings=["completed", "completed"])
     notebook = current_notebook(page.page)
     bar = notebook.locator(".jp-Cell").nth(0).locator(".progress-bar")
     bar.wait_for(timeout=15_000)
@@ -546,9 +551,10 @@ WIDGET_VECTORS = ("onerror", "widget_style", "widget_image")
 def test_a_hostile_widget_runs_nothing_and_fetches_nothing(
     server: JupyterServer, page: Watched
 ) -> None:
-    start(server, page, "hostile-widgets.ipynb", "lab", cells=[("code", HOSTILE_WIDGETS_CELL)])
+    cells = [("code", HOSTILE_WIDGETS_CELL)]
+    start(server, page, "hostile-widgets.ipynb", "lab", kernel=PATIENT_KERNEL, cells=cells)
     run_cells(page.page, [0])
-    wait_for_records(page.page, [1])
+    wait_for_records(page.page, [1], endings=["completed"])
     cell = current_notebook(page.page).locator(".jp-Cell").nth(0)
     cell.locator(".widget-label", has_text="boxed").wait_for(timeout=15_000)
     page.page.wait_for_timeout(1000)  # time for a handler, a stylesheet or an image to fire
