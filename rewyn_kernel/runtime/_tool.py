@@ -56,8 +56,8 @@ from rewyn_kernel.runtime._result import (
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime._tool_call import Outcome, bounded_arguments, bounded_text
 from rewyn_kernel.runtime.events import ToolCall, record_tool_call
+from rewyn_kernel.runtime.host.base import Sandbox
 from rewyn_kernel.runtime.host.session import UNSET, Session
-from rewyn_kernel.runtime.providers.base import Sandbox
 from rewyn_kernel.tools import RiskLevel, Tool
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "assess", "risk_of", "sandbox_tool"]

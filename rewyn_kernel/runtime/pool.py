@@ -36,12 +36,12 @@ from typing import Any, TextIO
 from rewyn_kernel.runtime._result import SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.create import create, get_default_provider
+from rewyn_kernel.runtime.factory import create, get_default_provider
+from rewyn_kernel.runtime.host.base import BaseSandbox, Sandbox
 from rewyn_kernel.runtime.host.scratch import remove_tree
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.host.sync import Closeable
-from rewyn_kernel.runtime.providers.base import Sandbox, SandboxProvider
+from rewyn_kernel.runtime.providers.base import SandboxProvider
 
 __all__ = ["BatchSummary", "Lease", "SandboxPool"]
 

@@ -22,20 +22,19 @@ from rewyn_kernel.runtime._spec import (
     SandboxSpec,
 )
 from rewyn_kernel.runtime._tool import sandbox_tool
-from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.create import (
+from rewyn_kernel.runtime.factory import (
     acreate,
     create,
     get_default_provider,
     local_provider,
     set_default_provider,
 )
+from rewyn_kernel.runtime.host.base import BaseSandbox, Sandbox
 from rewyn_kernel.runtime.host.protocol import CommFrame
 from rewyn_kernel.runtime.host.session import Session
 from rewyn_kernel.runtime.providers.base import (
     CheckItem,
     ExitInfo,
-    Sandbox,
     SandboxProvider,
     WorkerProcess,
 )

@@ -9,7 +9,7 @@ import uuid
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rewyn_kernel.errors import SandboxClosedError
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
@@ -29,11 +29,78 @@ from rewyn_kernel.runtime.host.sync import Closeable
 from rewyn_kernel.runtime.host.workspace import Budget
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from rewyn_kernel.runtime.events import EventListener
     from rewyn_kernel.runtime.providers.base import SandboxProvider
 
 
-"""Bytes ``read_file`` returns at most unless told otherwise."""
+@runtime_checkable
+class Sandbox(Protocol):
+    """A place to run code under a spec. ``execute`` keeps nothing between calls."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def spec(self) -> SandboxSpec: ...
+
+    @property
+    def provider(self) -> SandboxProvider: ...
+
+    @property
+    def isolation(self) -> Isolation: ...
+
+    @property
+    def workdir(self) -> Path: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def listeners(self) -> tuple[EventListener, ...]: ...
+
+    def execute(
+        self,
+        code: str,
+        *,
+        timeout: float | None = ...,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> SandboxResult: ...
+
+    async def aexecute(
+        self,
+        code: str,
+        *,
+        timeout: float | None = ...,
+        on_stream: StreamCallback | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> SandboxResult: ...
+
+    def interrupt(self) -> bool: ...
+
+    def session(self, *, keep_state: bool = True) -> Session: ...
+
+    def read_file(self, path: str | os.PathLike[str], *, limit: int = ...) -> bytes: ...
+
+    def write_file(self, path: str | os.PathLike[str], data: bytes) -> None: ...
+
+    def list_files(
+        self, path: str | os.PathLike[str] = ..., *, limit: int | None = None
+    ) -> list[ScratchEntry]: ...
+
+    def close(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc_info: object) -> None: ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(self, *exc_info: object) -> None: ...
 
 
 def code_owner(provider: SandboxProvider, spec: SandboxSpec) -> tuple[int, int] | None:

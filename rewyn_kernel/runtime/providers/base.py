@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from rewyn_kernel.runtime._result import Isolation, SandboxResult
+from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
-
     from rewyn_kernel.runtime.events import EventListener
-    from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
-    from rewyn_kernel.runtime.host.scratch import ScratchEntry
-    from rewyn_kernel.runtime.host.session import Session
+    from rewyn_kernel.runtime.host.base import Sandbox
 
 
 @dataclass(frozen=True)
@@ -118,71 +113,3 @@ class SandboxProvider(Protocol):
     def create(
         self, spec: SandboxSpec | None = None, *, listeners: Sequence[EventListener] = ()
     ) -> Sandbox: ...
-
-
-@runtime_checkable
-class Sandbox(Protocol):
-    """A place to run code under a spec. ``execute`` keeps nothing between calls."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def spec(self) -> SandboxSpec: ...
-
-    @property
-    def provider(self) -> SandboxProvider: ...
-
-    @property
-    def isolation(self) -> Isolation: ...
-
-    @property
-    def workdir(self) -> Path: ...
-
-    @property
-    def closed(self) -> bool: ...
-
-    @property
-    def listeners(self) -> tuple[EventListener, ...]: ...
-
-    def execute(
-        self,
-        code: str,
-        *,
-        timeout: float | None = ...,
-        on_stream: StreamCallback | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> SandboxResult: ...
-
-    async def aexecute(
-        self,
-        code: str,
-        *,
-        timeout: float | None = ...,
-        on_stream: StreamCallback | None = None,
-        on_output: OutputCallback | None = None,
-    ) -> SandboxResult: ...
-
-    def interrupt(self) -> bool: ...
-
-    def session(self, *, keep_state: bool = True) -> Session: ...
-
-    def read_file(self, path: str | os.PathLike[str], *, limit: int = ...) -> bytes: ...
-
-    def write_file(self, path: str | os.PathLike[str], data: bytes) -> None: ...
-
-    def list_files(
-        self, path: str | os.PathLike[str] = ..., *, limit: int | None = None
-    ) -> list[ScratchEntry]: ...
-
-    def close(self) -> None: ...
-
-    async def aclose(self) -> None: ...
-
-    def __enter__(self) -> Self: ...
-
-    def __exit__(self, *exc_info: object) -> None: ...
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(self, *exc_info: object) -> None: ...

@@ -11,8 +11,9 @@ from typing import Any, Literal
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress.policy import NetworkPolicy
 from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.host.base import Sandbox
 from rewyn_kernel.runtime.host.session import UNSET
-from rewyn_kernel.runtime.providers.base import Sandbox, SandboxProvider
+from rewyn_kernel.runtime.providers.base import SandboxProvider
 from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider, probe_bubblewrap
 from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider
 
