@@ -167,18 +167,19 @@ def test_an_item_whose_sandbox_did_not_start_runs_once_more_in_a_fresh_one() -> 
     from pathlib import Path
 
     from rewyn_kernel.runtime import SubprocessProvider
+    from rewyn_kernel.runtime.providers.base import SandboxFiles
     from rewyn_kernel.runtime.providers.popen import PopenWorker
 
     class FailsOnce(SubprocessProvider):
         launches = 0
 
         def launch(
-            self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+            self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
         ) -> PopenWorker:
             type(self).launches += 1
             if type(self).launches == 1:
                 raise OSError("the engine went away")
-            return super().launch(spec, workdir, name, egress=egress)
+            return super().launch(spec, files, name, egress=egress)
 
     with SandboxPool(provider=FailsOnce(), size=1, warm=0) as pool:
         (result,) = pool.map(["print('ran')"])
@@ -187,7 +188,7 @@ def test_an_item_whose_sandbox_did_not_start_runs_once_more_in_a_fresh_one() -> 
 
     class AlwaysFails(SubprocessProvider):
         def launch(
-            self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+            self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
         ) -> PopenWorker:
             raise OSError("the engine went away")
 

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress.policy import NetworkPolicy
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.host.base import Sandbox
+from rewyn_kernel.runtime.host.base import Sandbox, open_sandbox
 from rewyn_kernel.runtime.host.session import UNSET
 from rewyn_kernel.runtime.providers.base import SandboxProvider
 from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider, probe_bubblewrap
@@ -99,7 +99,7 @@ def create(
     }
     base = spec.model_dump(exclude_unset=True) if spec is not None else {}
     full = SandboxSpec.model_validate({**base, **given})
-    return (provider or get_default_provider()).create(full, listeners=listeners)
+    return open_sandbox(provider or get_default_provider(), full, listeners)
 
 
 async def acreate(

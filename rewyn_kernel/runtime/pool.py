@@ -38,7 +38,6 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.factory import create, get_default_provider
 from rewyn_kernel.runtime.host.base import BaseSandbox, Sandbox
-from rewyn_kernel.runtime.host.scratch import remove_tree
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.host.sync import Closeable
 from rewyn_kernel.runtime.providers.base import SandboxProvider
@@ -461,14 +460,7 @@ class SandboxPool(Closeable):
 def _empty(box: Sandbox) -> None:
     """Remove what the item left in the scratch directory (never through a link), so the next
     item finds it as a fresh sandbox would; the worker's own temporary directory stays, empty."""
-    with contextlib.suppress(OSError), os.scandir(box.workdir) as entries:
-        for entry in entries:
-            if entry.name == ".tmp" and entry.is_dir(follow_symlinks=False):
-                with contextlib.suppress(OSError), os.scandir(entry.path) as inside:
-                    for item in inside:
-                        remove_tree(box.workdir / ".tmp" / item.name)
-                continue
-            remove_tree(box.workdir / entry.name)
+    box.files.empty()
 
 
 def collect(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import uuid
 import weakref
@@ -14,16 +13,10 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from rewyn_kernel.errors import SandboxClosedError
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime.host import quota
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
-from rewyn_kernel.runtime.host.scratch import (
-    READ_LIMIT,
-    ScratchEntry,
-    list_dir,
-    read_file,
-    write_file,
-)
+from rewyn_kernel.runtime.host.files import LocalFiles
+from rewyn_kernel.runtime.host.scratch import READ_LIMIT, ScratchEntry
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.host.sync import Closeable
 from rewyn_kernel.runtime.host.workspace import Budget
@@ -32,7 +25,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from rewyn_kernel.runtime.events import EventListener
-    from rewyn_kernel.runtime.providers.base import SandboxProvider
+    from rewyn_kernel.runtime.providers.base import SandboxFiles, SandboxProvider
 
 
 @runtime_checkable
@@ -53,6 +46,9 @@ class Sandbox(Protocol):
 
     @property
     def workdir(self) -> Path: ...
+
+    @property
+    def files(self) -> SandboxFiles: ...
 
     @property
     def closed(self) -> bool: ...
@@ -110,6 +106,28 @@ def code_owner(provider: SandboxProvider, spec: SandboxSpec) -> tuple[int, int] 
     return ask(spec) if callable(ask) else None
 
 
+def open_sandbox(
+    provider: SandboxProvider, spec: SandboxSpec, listeners: Sequence[EventListener] = ()
+) -> Sandbox:
+    """A new sandbox of ``provider``: of its own class where it has one (its ``create``, an
+    optional part of the contract), else a ``BaseSandbox``."""
+    make = getattr(provider, "create", None)
+    if callable(make):
+        box: Sandbox = make(spec, listeners=listeners)
+        return box
+    return BaseSandbox(provider, spec, listeners)
+
+
+def sandbox_files(provider: SandboxProvider, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+    """The files of a new sandbox: the provider's own (an optional part of its contract), else
+    a folder of this host's (``LocalFiles``)."""
+    make = getattr(provider, "files", None)
+    if callable(make):
+        files: SandboxFiles = make(spec, sandbox_id)
+        return files
+    return LocalFiles.make(spec, sandbox_id, code_owner(provider, spec))
+
+
 class BaseSandbox(Closeable):
     """A sandbox: a spec, a provider, a scratch directory and the sessions running in it.
 
@@ -126,37 +144,20 @@ class BaseSandbox(Closeable):
         listeners: Sequence[EventListener] = (),
     ) -> None:
         sandbox_id = uuid.uuid4().hex[:12]
-        owned = spec.workdir is None
-        workdir = Path(tempfile.mkdtemp(prefix=f"rewyn-{sandbox_id}-")) if owned else spec.workdir
-        assert workdir is not None
-        owner = code_owner(provider, spec)
-        if owned and owner is not None:
-            # The code runs as another uid than this process (a root host's): its scratch
-            # directory is given to it, and so is the quota's filesystem made on it below.
-            os.chown(workdir, *owner)
+        files = sandbox_files(provider, spec, sandbox_id)
         isolation = provider.isolation(spec)
-        scratch_quota = None
-        if spec.disk_limit_mb is not None:
-            try:
-                scratch_quota = quota.make(workdir, spec.disk_limit_mb)
-                disk = (
-                    f"a {spec.disk_limit_mb} MiB filesystem of its own (ext4 on a loop device): "
-                    "writes past it fail with ENOSPC"
-                )
-                isolation = isolation.model_copy(update={"disk": disk})
-            except OSError as exc:
-                disk = f"no quota: {exc}"
-                notes = (*isolation.notes, f"disk_limit_mb is not applied here ({exc})")
-                isolation = isolation.model_copy(update={"disk": disk, "notes": notes})
+        if files.disk is not None or files.notes:
+            update: dict[str, object] = {"notes": (*isolation.notes, *files.notes)}
+            if files.disk is not None:
+                update["disk"] = files.disk
+            isolation = isolation.model_copy(update=update)
         self._core = SandboxCore(
             id=sandbox_id,
             provider=provider,
             spec=spec,
-            workdir=workdir,
-            owns_workdir=owned,
+            files=files,
             isolation=isolation,
             listeners=tuple(listeners),
-            quota=scratch_quota,
             budget=Budget(spec.disk_limit_mb * 1024 * 1024 if spec.disk_limit_mb else None),
         )
         self._lock = threading.Lock()
@@ -189,8 +190,15 @@ class BaseSandbox(Closeable):
 
     @property
     def workdir(self) -> Path:
-        """The scratch directory: the code's working directory and HOME, readable from here."""
-        return self._core.workdir
+        """The scratch directory: the code's working directory and HOME, readable from here.
+        ScratchError where the provider keeps the files elsewhere (see ``files``)."""
+        return self._core.workdir()
+
+    @property
+    def files(self) -> SandboxFiles:
+        """The scratch directory's files as the host reaches them, wherever the provider keeps
+        them (``read_file``, ``write_file`` and ``list_files`` go through it)."""
+        return self._core.files
 
     @property
     def closed(self) -> bool:
@@ -205,19 +213,19 @@ class BaseSandbox(Closeable):
         ``~/.ssh/id_rsa``), as is anything but a regular file, and a file over ``limit`` bytes:
         ``ScratchError`` says which.
         """
-        return read_file(self.workdir, path, limit)
+        return self._core.files.read(os.fspath(path), limit)
 
     def write_file(self, path: str | os.PathLike[str], data: bytes) -> None:
         """Put a file in the scratch directory for the code (folders are made as needed);
         never through a link the code made."""
-        write_file(self.workdir, path, data)
+        self._core.files.write(os.fspath(path), data)
 
     def list_files(
         self, path: str | os.PathLike[str] = ".", *, limit: int | None = None
     ) -> list[ScratchEntry]:
         """The entries of a directory in scratch, links shown as links (never followed), by
         name; with ``limit``, at most that many."""
-        return list_dir(self.workdir, path, limit)
+        return self._core.files.list(os.fspath(path), limit)
 
     def execute(
         self,

@@ -7,6 +7,7 @@ kills what is still running and removes the scratch directory.
 
 from __future__ import annotations
 
+import errno
 import functools
 import itertools
 import threading
@@ -41,9 +42,8 @@ from rewyn_kernel.runtime.host.protocol import (
     frame_adapter,
     worker_program,
 )
-from rewyn_kernel.runtime.host.quota import Quota
-from rewyn_kernel.runtime.host.scratch import remove_tree
 from rewyn_kernel.runtime.host.workspace import Budget
+from rewyn_kernel.runtime.providers.base import SandboxFiles, ScratchError
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.providers.base import SandboxProvider
@@ -84,12 +84,10 @@ class SandboxCore:
     id: str
     provider: SandboxProvider
     spec: SandboxSpec
-    workdir: Path
-    owns_workdir: bool
+    files: SandboxFiles
+    """The scratch directory, wherever the provider keeps it (closed at cleanup)."""
     isolation: Isolation
     listeners: tuple[EventListener, ...]
-    quota: Quota | None = None
-    """The scratch directory's own filesystem (disk_limit_mb), removed at cleanup."""
     budget: Budget = field(default_factory=lambda: Budget(None))
     """What the code may still write in its workspace (disk_limit_mb: host/workspace.py)."""
     _live: set[LiveWorker] = field(default_factory=set)
@@ -118,9 +116,9 @@ class SandboxCore:
             door = SERVICE.open_door(policy)
         try:
             process = (
-                self.provider.launch(self.spec, self.workdir, name, egress=door.folder)
+                self.provider.launch(self.spec, self.files, name, egress=door.folder)
                 if door is not None
-                else self.provider.launch(self.spec, self.workdir, name)
+                else self.provider.launch(self.spec, self.files, name)
             )
         except BaseException:
             if door is not None:
@@ -129,9 +127,10 @@ class SandboxCore:
         cells = getattr(process, "workspace", None)
         if isinstance(cells, WorkspaceCells):  # (the sandbox's, for all of its workers)
             cells.budget = self.budget
-            cells.scratch = self.workdir if self.quota is not None else None
+            quota = getattr(self.files, "quota", None)  # (a LocalFiles' own filesystem)
+            cells.scratch = self.files.host_path if quota is not None else None
         config: dict[str, Any] = {
-            **self.provider.worker_config(self.spec, self.workdir),
+            **self.provider.worker_config(self.spec, self.files),
             # (what only the launch knows: a view it mounted for this worker, say)
             **getattr(process, "settings", {}),
             "fork_per_exec": fork_per_exec,
@@ -190,10 +189,17 @@ class SandboxCore:
             live = list(self._live)
         for worker in live:
             worker.teardown("the sandbox was closed")
-        if self.quota is not None:  # (its workers are gone: nothing holds it)
-            self.quota.remove()
-        # (Without following any link the code made there: see scratch.py.)
-        if self.owns_workdir:
-            remove_tree(self.workdir)
-        else:
-            remove_tree(self.workdir / ".tmp")
+        self.files.close()  # (its workers are gone: nothing holds it)
+
+    def workdir(self) -> Path:
+        """The scratch directory on this host; ScratchError where the provider keeps the files
+        elsewhere (read them through ``files``)."""
+        path = self.files.host_path
+        if path is None:
+            raise ScratchError(
+                errno.ENOENT,
+                "this sandbox's files are not on this host: use read_file, write_file and "
+                "list_files (or .files)",
+                f"{self.provider.name} sandbox {self.id}",
+            )
+        return path

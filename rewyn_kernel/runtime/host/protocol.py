@@ -36,19 +36,6 @@ JSON takes many times its size in memory, a list of small numbers about 40 bytes
 MAX_MATCHES = 1000
 MAX_NAME_CHARS = 4096
 
-BOOTSTRAP = (
-    "import sys,os;sys.path[:]=[p for p in sys.path if os.path.isabs(p)];import struct;"
-    "b=sys.stdin.buffer;n,=struct.unpack('>I',b.read(4));"
-    "exec(compile(b.read(n),'<rewyn-worker>','exec'))"
-)
-"""The one line a sandbox runs, under ``python -I`` (isolated: no current directory, user site
-or PYTHON* variables on its path): keep only absolute entries on the path before the first
-import (so no ``struct.py`` the code left in its working directory is ever imported here), then
-read the worker's length-prefixed source from stdin and run it.
-
-The host sends nothing more until the worker says ``ready``, so the buffered read above can
-never swallow a frame meant for the worker's own reader.
-"""
 
 Text = Annotated[str, Field(max_length=MAX_NAME_CHARS)]
 

@@ -16,8 +16,9 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from rewyn_kernel.runtime.providers.base import ScratchEntry, ScratchError
 
 __all__ = [
     "READ_LIMIT",
@@ -34,20 +35,6 @@ __all__ = [
 READ_LIMIT = 64 * 1024 * 1024
 """The largest file ``read_file`` returns by default, in bytes."""
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class ScratchError(OSError):
-    """A path in the scratch directory that cannot be used: a link, outside it, not a file."""
-
-
-@dataclass(frozen=True)
-class ScratchEntry:
-    """One entry of a directory in scratch, as it is (a link is a link, never its target)."""
-
-    name: str
-    kind: str
-    """'file', 'dir', 'link' or 'other'."""
-    size: int
 
 
 def remove_tree(path: Path) -> None:

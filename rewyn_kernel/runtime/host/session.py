@@ -56,12 +56,9 @@ from rewyn_kernel.runtime.host.protocol import (
 from rewyn_kernel.runtime.host.scratch import (
     READ_LIMIT,
     ScratchEntry,
-    list_dir,
-    read_file,
-    write_file,
 )
 from rewyn_kernel.runtime.host.sync import Closeable, ask_on_loop, on_loop, run_in_thread
-from rewyn_kernel.runtime.providers.base import ExitInfo
+from rewyn_kernel.runtime.providers.base import ExitInfo, SandboxFiles
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.host.core import SandboxCore
@@ -214,24 +211,30 @@ class Session(Closeable):
 
     @property
     def workdir(self) -> Path:
-        """The sandbox's scratch directory on the host (shared by its sessions)."""
-        return self._core.workdir
+        """The sandbox's scratch directory on the host (shared by its sessions); ScratchError
+        where the provider keeps the files elsewhere (see ``files``)."""
+        return self._core.workdir()
+
+    @property
+    def files(self) -> SandboxFiles:
+        """The sandbox's files as the host reaches them, wherever the provider keeps them."""
+        return self._core.files
 
     def read_file(self, path: str | os.PathLike[str], *, limit: int = READ_LIMIT) -> bytes:
         """A file the code wrote, by its path relative to the scratch directory: a link on the
         way, anything but a regular file and a file over ``limit`` bytes raise ScratchError."""
-        return read_file(self._core.workdir, path, limit)
+        return self._core.files.read(os.fspath(path), limit)
 
     def write_file(self, path: str | os.PathLike[str], data: bytes) -> None:
         """Put a file in the scratch directory for the code (folders made as needed), never
         through a link the code made; it belongs to the code's user."""
-        write_file(self._core.workdir, path, data)
+        self._core.files.write(os.fspath(path), data)
 
     def list_files(
         self, path: str | os.PathLike[str] = ".", *, limit: int | None = None
     ) -> list[ScratchEntry]:
         """The entries of a directory in scratch, links shown as links (never followed)."""
-        return list_dir(self._core.workdir, path, limit)
+        return self._core.files.list(os.fspath(path), limit)
 
     def execute(
         self,
@@ -324,7 +327,7 @@ class Session(Closeable):
                 self._core.provider.name,
                 self.isolation,  # (with what its worker could not apply)
                 sandbox_restarted=restarted,
-                disk_full=self._core.quota is not None and self._core.quota.full(),
+                disk_full=self._core.files.full(),
                 files=files if not isinstance(taken, Outcome) else None,
                 network=network,
             )

@@ -35,10 +35,10 @@ from rewyn_kernel.runtime.egress import EGRESS_FOLDER, EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
+from rewyn_kernel.runtime.host.files import host_folder
 from rewyn_kernel.runtime.host.identity import identity, setup_namespace
-from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.host.views import HostMount, WorkspaceView
-from rewyn_kernel.runtime.providers.base import CheckItem
+from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_argv
 from rewyn_kernel.runtime.providers.local import (
     common_notes,
     local_config,
@@ -263,7 +263,8 @@ class BubblewrapProvider:
             notes=tuple(notes),
         )
 
-    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
+        workdir = host_folder(files)
         limit = spec.memory_limit_mb
         caps = self.probe().caps
         config: dict[str, Any] = {
@@ -348,10 +349,11 @@ class BubblewrapProvider:
         return argv
 
     def launch(
-        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+        self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
     ) -> PopenWorker:
         """``egress``: the folder of the host proxy's socket for this worker (network=[...]),
         shown to the sandbox at EGRESS_FOLDER."""
+        workdir = host_folder(files)
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR="/tmp", REWYN_SANDBOX=name)
         env.update(spec.env)
@@ -398,7 +400,7 @@ class BubblewrapProvider:
         # The sandbox's root (a tmpfs bwrap made to hold the mount points) read-only last: the
         # code writes only where it was given room (scratch, /tmp, /dev/shm, the overlay).
         argv += ["--remount-ro", "/"]
-        argv += [self._python(spec), "-I", "-c", BOOTSTRAP]
+        argv += worker_argv(self._python(spec))
         userns = (setup_namespace(),) if identity().dedicated else ()
         try:
             # Killing the process group (PopenWorker.kill) kills bwrap and the supervisor, the

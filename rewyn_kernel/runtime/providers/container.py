@@ -37,11 +37,11 @@ from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, views
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
+from rewyn_kernel.runtime.host.files import host_folder
 from rewyn_kernel.runtime.host.identity import identity, idmap_namespace
-from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.host.workspace import PROTECTED, STORE, existing_protected
-from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
+from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo, SandboxFiles, worker_argv
 from rewyn_kernel.runtime.providers.local import workspace_cells, workspace_note
 from rewyn_kernel.runtime.providers.popen import PopenWorker
 
@@ -344,7 +344,8 @@ class ContainerProvider:
                 return info.st_uid, info.st_gid
         return self._code_ids
 
-    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
+        host_folder(files)  # (its folder is mounted at SCRATCH: see launch)
         code = self._code(spec)
         supervisor = next(ids for ids in SUPERVISOR_IDS if ids[0] != code[0])
         users = {"supervisor": list(supervisor), "code": list(code)}
@@ -446,10 +447,11 @@ class ContainerProvider:
         ]
 
     def launch(
-        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+        self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
     ) -> ContainerWorker:
         """``egress``: the folder of the host proxy's socket for this worker (network=[...]),
         mounted read-only at EGRESS_FOLDER."""
+        workdir = host_folder(files)
         owned = spec.workdir is None  # never re-own a directory the caller chose
         uid, gid = self._code(spec)
         if owned and os.getuid() == 0 and workdir.stat().st_uid != uid:
@@ -489,8 +491,8 @@ class ContainerProvider:
             # pids limit bounds each container on its own. As high as the host allows, then.
             argv += ["--ulimit", f"nproc={_nproc_ceiling()}:{_nproc_ceiling()}"]
         argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"]
-        files, cells, mounts, settings = self._workspace_mounts(spec)
-        argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *files]
+        shown, cells, mounts, settings = self._workspace_mounts(spec)
+        argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *shown]
         if egress is not None:
             argv += ["--volume", f"{egress}:{EGRESS_FOLDER}:ro"]
             settings = {**settings, "egress": {"folder": EGRESS_FOLDER}}
@@ -522,7 +524,7 @@ class ContainerProvider:
         ]
         for variable in sorted(inside):
             argv += ["--env", variable]
-        argv += [self.image, spec.python or self.python, "-I", "-c", BOOTSTRAP]
+        argv += [self.image, *worker_argv(spec.python or self.python)]
         try:
             return ContainerWorker(
                 argv,

@@ -34,7 +34,8 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
+from rewyn_kernel.runtime.host.files import host_folder
+from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo, SandboxFiles
 
 __all__ = ["ScriptedProcess", "ScriptedProvider", "ScriptedSandbox", "ScriptedWorker"]
 
@@ -256,11 +257,12 @@ class ScriptedProvider:
             notes=("a scripted worker for tests: nothing is isolated",),
         )
 
-    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
+        workdir = host_folder(files)
         return {"memory_limit_bytes": None, "cwd": str(workdir)}
 
     def launch(
-        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+        self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
     ) -> ScriptedProcess:
         if egress is not None:
             from rewyn_kernel.errors import ProviderUnavailableError

@@ -26,11 +26,11 @@ from rewyn_kernel.runtime.egress import EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
+from rewyn_kernel.runtime.host.files import host_folder
 from rewyn_kernel.runtime.host.identity import give, identity, setup_namespace
-from rewyn_kernel.runtime.host.protocol import BOOTSTRAP
 from rewyn_kernel.runtime.host.scratch import ensure_dir
 from rewyn_kernel.runtime.host.views import HostMount
-from rewyn_kernel.runtime.providers.base import CheckItem
+from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_argv
 from rewyn_kernel.runtime.providers.local import (
     common_notes,
     local_config,
@@ -324,7 +324,8 @@ class SubprocessProvider:
             notes=tuple(notes),
         )
 
-    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
+        workdir = host_folder(files)
         limit = spec.memory_limit_mb
         namespaced = bool(self._namespaces(spec).prefix)
         tmp = str(workdir / ".tmp")
@@ -357,10 +358,11 @@ class SubprocessProvider:
         return "/dev/mqueue" if os.path.isdir("/dev/mqueue") else MQUEUE_IN_TMP
 
     def launch(
-        self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None
+        self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
     ) -> PopenWorker:
         """``egress``: the folder of the host proxy's socket for this worker (network=[...]);
         the sandbox sees the host's paths, so it is reached where it is."""
+        workdir = host_folder(files)
         ns = self._namespaces(spec)
         if identity().dedicated and not ns.prefix:
             from rewyn_kernel.errors import ProviderUnavailableError
@@ -377,7 +379,7 @@ class SubprocessProvider:
         env.update(HOME=str(workdir), TMPDIR=str(tmp), REWYN_SANDBOX=name)
         env.update(spec.env)
         prefix = ns.argv(share_net=spec.network == "allow")
-        argv = [*prefix, self._python(spec), "-I", "-c", BOOTSTRAP]
+        argv = [*prefix, *worker_argv(self._python(spec))]
         # With namespaces, PopenWorker.kill signals unshare's process group; unshare's death
         # kills the namespace's first process (the supervisor, which runs no code and so cannot
         # be talked out of that), and its death the rest of the PID namespace. Without, the
