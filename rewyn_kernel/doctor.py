@@ -18,9 +18,10 @@ from pathlib import Path
 
 from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.mcp.provider_choice import choose
-from rewyn_kernel.runtime import BubblewrapProvider, local_provider
+from rewyn_kernel.runtime import BubblewrapProvider, create, local_provider
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
 from rewyn_kernel.runtime.host.cgroup import cgroup_support
+from rewyn_kernel.runtime.providers import registry
 from rewyn_kernel.runtime.sandbox import (
     CheckItem,
     SandboxProvider,
@@ -70,8 +71,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def doctor(image: str, oci_runtimes: Sequence[str], *, python: str | None = None) -> int:
-    """Print, per provider, its pieces and a real sandbox's start; then the memory cgroups,
-    the default provider and the kernel's pieces. 0 when some provider ran code, else 1."""
+    """Print, per provider (the built-in ones, then those packages register), its pieces and
+    a real sandbox's start; then the memory cgroups, the default provider and the kernel's
+    pieces. 0 when some provider ran code, else 1."""
     providers: list[SandboxProvider] = [
         BubblewrapProvider(python=python),
         SubprocessProvider(python=python),
@@ -81,7 +83,20 @@ def doctor(image: str, oci_runtimes: Sequence[str], *, python: str | None = None
         providers += [
             ContainerProvider(image=image, runtime=cli, oci_runtime=oci) for oci in oci_runtimes
         ]
+    # (and every provider a package registers: made with no options, as a setting names it)
+    unmade: list[tuple[str, str]] = []
+    for name, entry in registry.entries().items():
+        if not entry.builtin:
+            try:
+                providers.append(registry.make(name))
+            except (TypeError, ValueError) as exc:
+                unmade.append((f"{name} (from {entry.distribution})", str(exc)))
     usable = 0
+    for name, why in unmade:
+        print(f"{name}: NOT usable")
+        print_items([CheckItem("made", False, why)])
+    for problem in registry.problems():
+        print(f"registered providers: {problem}")
     for provider in providers:
         items = list(provider.check())
         said: list[str] = []
@@ -114,7 +129,7 @@ def start(provider: SandboxProvider) -> tuple[CheckItem, list[str]]:
     began = time.monotonic()
     spec = SandboxSpec(timeout=START_SECONDS, startup_timeout=START_SECONDS)
     try:
-        with provider.create(spec) as box:
+        with create(spec, provider=provider) as box:
             result = box.execute(PROBE)
     except Exception as exc:  # (a doctor reports what fails; it does not fail with it)
         return CheckItem("start", False, f"{type(exc).__name__}: {exc}"), []

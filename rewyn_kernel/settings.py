@@ -25,16 +25,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rewyn_kernel.runtime import (
-    BubblewrapProvider,
     ContainerProvider,
     JsonlRunLog,
-    SubprocessProvider,
     create,
     local_provider,
 )
 from rewyn_kernel.runtime._spec import not_a_workspace
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.providers import registry
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
 
 __all__ = [
@@ -106,11 +105,13 @@ class KernelSettings(SandboxSpec):
         "as on ipykernel, what it writes published when each cell ends, the versions it "
         "replaces kept in .rewyn/versions, protected paths read-only.",
     )
-    provider: Literal["auto", "bubblewrap", "subprocess", "container"] = Field(
+    provider: str = Field(
         default="auto",
+        max_length=40,
         description='"auto": bubblewrap where it works here, else subprocess (and the banner '
         'says so); "bubblewrap": the host\'s files and sockets out of reach; "subprocess": '
-        'against accidents, the host\'s files open; "container": for code you did not write.',
+        'against accidents, the host\'s files open; "container": for code you did not write; '
+        "or the name a package registers a provider under (rewyn-kernel doctor lists them).",
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
@@ -161,6 +162,14 @@ class KernelSettings(SandboxSpec):
         description="Relay the sandbox's HTML and JavaScript unfiltered. Dangerous: output runs "
         "in the frontend with the user's Jupyter credentials, outside any sandbox.",
     )
+
+    @field_validator("provider")
+    @classmethod
+    def _check_provider_name(cls, value: str) -> str:
+        known = (registry.AUTO, *registry.names())
+        if value not in known:
+            raise ValueError(f"{value!r} is no provider here: use one of {', '.join(known)}")
+        return value
 
     @field_validator("image", "oci_runtime")
     @classmethod
@@ -222,11 +231,9 @@ class KernelSettings(SandboxSpec):
             return ContainerProvider(
                 image=self.image, runtime=self.container_runtime, oci_runtime=self.oci_runtime
             )
-        if self.provider == "bubblewrap":
-            return BubblewrapProvider()
-        if self.provider == "subprocess":
-            return SubprocessProvider()
-        return local_provider()
+        if self.provider == registry.AUTO:
+            return local_provider()
+        return registry.make(self.provider)
 
     def for_kernel(self) -> KernelSettings:
         """These settings as the kernel runs them: with its own run log where none is given."""

@@ -16,6 +16,7 @@ import pytest
 from rewyn_kernel.runtime import create
 from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.providers import registry
 from rewyn_kernel.runtime.providers.bubblewrap import probe_bubblewrap
 from rewyn_kernel.runtime.sandbox import (
     BubblewrapProvider,
@@ -25,7 +26,11 @@ from rewyn_kernel.runtime.sandbox import (
 )
 
 PROVIDERS = ("subprocess", "bubblewrap", "docker", "docker+runsc", "podman")
-"""Every provider the shared behaviour tests run against; containers use TEST_IMAGE."""
+"""The built-in providers (containers use TEST_IMAGE)."""
+SHARED = (*PROVIDERS, "relay")
+"""What the shared behaviour tests (those that name no providers) run against: the built-in
+providers and ``relay``, a provider from a package of its own registered by entry point
+(tests/provider_package; tasks.py installs it), made through the registry as a setting would."""
 TEST_IMAGE = os.environ.get("REWYN_TEST_IMAGE", "rewyn-test-python:3.11")
 DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm-3")
 """IPython, NumPy, pandas and matplotlib (scripts/container-engines.sh builds it)."""
@@ -35,13 +40,20 @@ PODMAN_OCI_RUNTIME = os.environ.get("REWYN_PODMAN_RUNTIME", "/usr/sbin/runc")
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "provider" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("providers")
-        kinds = marker.args if marker else PROVIDERS
+        kinds = marker.args if marker else SHARED
         metafunc.parametrize("provider", kinds, indirect=True)
 
 
 def build_provider(kind: str) -> SandboxProvider:
     """The provider a test kind names: 'subprocess', 'bubblewrap', 'docker', 'docker+runsc',
-    'podman'."""
+    'podman', or 'relay' (registered by entry point)."""
+    if kind == "relay":
+        if "relay" not in registry.names():
+            unavailable(
+                "the test provider package is not installed: "
+                "pip install --no-deps ./tests/provider_package (tasks.py does)"
+            )
+        return registry.make("relay")
     if kind == "subprocess":
         return SubprocessProvider()
     if kind == "bubblewrap":
@@ -74,7 +86,8 @@ def provider(request: pytest.FixtureRequest) -> SandboxProvider:
     kind: str = request.param
     if kind == "bubblewrap" and not (found := probe_bubblewrap()).works:
         unavailable(f"bubblewrap is not usable here ({found.detail}); apt-get install bubblewrap")
-    if kind not in ("subprocess", "bubblewrap") and (problem := engine_problem(kind)) is not None:
+    local = ("subprocess", "bubblewrap", "relay")
+    if kind not in local and (problem := engine_problem(kind)) is not None:
         unavailable(f"{kind} is not usable here ({problem}); run scripts/container-engines.sh")
     return build_provider(kind)
 
@@ -116,7 +129,7 @@ def make_box(provider: SandboxProvider) -> Iterator[Callable[..., Sandbox]]:
 
 def inside_workdir(box: Sandbox) -> str:
     """The scratch directory as the code in ``box`` sees it."""
-    return str(box.provider.worker_config(box.spec, box.workdir)["cwd"])
+    return str(box.provider.worker_config(box.spec, box.files)["cwd"])
 
 
 @pytest.fixture

@@ -240,7 +240,7 @@ def test_event_output_and_run_log(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--network", "maybe"], "argument --network: network must be 'none' or 'allow'"),
-        (["--provider", "x"], "argument --provider: invalid choice: 'x'"),
+        (["--provider", "x"], "--provider: 'x' is no provider here: use one of auto, bubblewrap"),
         (["--timeout", "-1"], "--timeout: Input should be greater than 0"),
         (["--timeout", "soon"], "'soon' is not a number of seconds or 'none'"),
         (["--memory", "8"], "--memory: Input should be greater than or equal to 32"),
