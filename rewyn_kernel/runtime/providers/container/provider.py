@@ -14,18 +14,12 @@ values reach ``<cli> run -e NAME`` through the CLI's own environment.
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
 import os
 import re
 import resource
 import shutil
-import signal
-import subprocess
 import tempfile
-import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,160 +35,22 @@ from rewyn_kernel.runtime.host.files import host_folder
 from rewyn_kernel.runtime.host.identity import identity, idmap_namespace
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.host.workspace import PROTECTED, STORE, existing_protected
-from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo, SandboxFiles, worker_argv
+from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_argv
+from rewyn_kernel.runtime.providers.container.checks import engine_checks
+from rewyn_kernel.runtime.providers.container.engine import daemonless, labels
+from rewyn_kernel.runtime.providers.container.sweep import EngineSweep
+from rewyn_kernel.runtime.providers.container.worker import ContainerWorker
 from rewyn_kernel.runtime.providers.local import workspace_cells, workspace_note
-from rewyn_kernel.runtime.providers.popen import PopenWorker
 
-__all__ = ["ContainerProvider", "ContainerSandbox", "ContainerWorker", "DEFAULT_IMAGE", "LABEL"]
+__all__ = ["ContainerProvider", "ContainerSandbox", "DEFAULT_IMAGE"]
 
 DEFAULT_IMAGE = "python:3.13-slim"
 """The image a container sandbox runs when none is given (pull it, or build one: see README)."""
 
-LABEL = "io.rewyn-kernel.sandbox"
-"""Every container carries this label (value: its name), so it can always be found and removed."""
-HOST_PID_LABEL = "io.rewyn-kernel.host-pid"
-BOOT_LABEL = "io.rewyn-kernel.boot"
-"""This machine's boot id: a host pid only means something on the boot that started it."""
-PIDNS_LABEL = "io.rewyn-kernel.host-pidns"
-"""The PID namespace the host pid is a pid of (a host in a container has its own)."""
-CLI_WAIT_SECONDS = 15.0
 SCRATCH = "/scratch"
 NOBODY = "65534:65534"
 SUPERVISOR_IDS = ((65533, 65533), (65532, 65532))
 """The supervisor's uid:gid inside a container: the first that is not the code's."""
-DAEMONLESS = {"podman"}
-"""CLIs that take the OCI runtime as a global option (``podman --runtime X run``)."""
-
-
-class ContainerWorker(PopenWorker):
-    """``<cli> run`` of one worker container; killing it removes the container."""
-
-    def __init__(
-        self,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        cwd: Path,
-        *,
-        cli: Sequence[str],
-        name: str,
-        memory_capped: bool,
-        tcp_limit: tuple[Path, int] | None = None,
-        workspace: WorkspaceCells | None = None,
-        mounts: Sequence[HostMount] = (),
-        settings: Mapping[str, object] | None = None,
-    ) -> None:
-        super().__init__(
-            argv,
-            env,
-            cwd,
-            settings=settings,
-            workspace=workspace,
-            on_close=[mount.remove for mount in mounts],
-        )
-        self._tcp_limit = tcp_limit
-        """Where the engine writes the container's id, and the memory cap whose share bounds
-        its TCP buffers (cgroup v1: see on_ready)."""
-        self._cli = list(cli)
-        self._name = name
-        self._memory_capped = memory_capped
-        self._gvisor = any(Path(arg).name == "runsc" for arg in argv)
-        self._killed = False
-
-    def kill(self) -> None:
-        """Remove the container, then see the CLI end; nothing of this name is left after.
-
-        The CLI is not killed first: killed while the engine creates the container, it would
-        leave it behind in "Created" state (the engine finishes the creation, and nobody starts
-        or removes it). So the container is removed, again and again until the CLI has exited
-        (it does once its container is gone); only a CLI that hangs past CLI_WAIT_SECONDS is
-        killed. Then the name is removed until it is no longer listed.
-        """
-        self._killed = self._killed or self.poll() is None
-        deadline = time.monotonic() + CLI_WAIT_SECONDS
-        while self.poll() is None and time.monotonic() < deadline:
-            self._remove()
-            self.wait(0.2)
-        if self.poll() is None:
-            self.signal_group(signal.SIGKILL)
-            self.wait(10)
-        deadline = time.monotonic() + 5
-        while self._listed() and time.monotonic() < deadline:
-            self._remove()
-            time.sleep(0.1)
-        self._let_go()
-
-    def _let_go(self) -> None:
-        """(Nothing but the container was the engine's: the workspace and its mounts are this
-        worker's, released at close.)"""
-
-    def on_ready(self) -> None:
-        """Called by the channel when the container's supervisor is up, before any code runs:
-        bound its TCP buffers, which cgroup v1 counts apart from its memory, and only once a
-        limit is written (host/cgroup.py); mount the workspace's first view."""
-        super().on_ready()
-        if self._tcp_limit is None:
-            return
-        cidfile, limit = self._tcp_limit
-        try:
-            container_id = cidfile.read_text().strip()
-        except OSError as exc:
-            raise OSError(f"the engine wrote no container id ({exc})") from exc
-        if not re.fullmatch(r"[0-9a-f]{64}", container_id):
-            raise OSError(f"the engine wrote an unexpected container id {container_id[:80]!r}")
-        cgroup.bound_container_tcp(container_id, limit)
-
-    def memory_usage(self) -> tuple[int, int | None]:
-        """What the container uses now and its cap, from its cgroup (v1, found by its id:
-        where its TCP buffers are bounded); OSError elsewhere (gVisor, cgroup v2)."""
-        if self._tcp_limit is None:
-            raise OSError("the container's cgroup is not known here")
-        container_id = self._tcp_limit[0].read_text().strip()
-        if not re.fullmatch(r"[0-9a-f]{64}", container_id):
-            raise OSError("the engine has not written the container's id yet")
-        return cgroup.memory_usage(cgroup.container_memory_cgroup(container_id), 1)
-
-    def close(self) -> None:
-        super().close()
-        self._let_go()
-        if self._tcp_limit is not None:
-            with contextlib.suppress(OSError):
-                self._tcp_limit[0].unlink()
-
-    def _remove(self) -> None:
-        # podman's rm -f waits 10 s for a graceful stop unless told not to.
-        grace = ["-t", "0"] if Path(self._cli[0]).name in DAEMONLESS else []
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run(
-                [*self._cli, "rm", "-f", "-v", *grace, self._name],
-                capture_output=True,
-                timeout=15,
-                check=False,
-            )
-
-    def _listed(self) -> bool:
-        try:
-            done = subprocess.run(
-                [*self._cli, "ps", "-aq", "--filter", f"label={LABEL}={self._name}"],
-                capture_output=True,
-                timeout=15,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return bool(done.stdout.strip())
-
-    def exit_info(self) -> ExitInfo:
-        info = super().exit_info()
-        # PID 1 of a container ignores every signal sent from inside it, so a SIGKILL that the
-        # host did not send comes from the kernel: under a memory cap, the OOM killer (which,
-        # under gVisor, kills the whole sandbox).
-        oom = info.exit_code == 137 and self._memory_capped and not self._killed
-        note = ""
-        if oom and self._gvisor:
-            note = "most likely; under gVisor code can also SIGKILL its own init"
-        elif self._gvisor and info.exit_code == 2 and not self._killed:
-            note = "under gVisor, reaching the pids limit ends the whole sandbox this way"
-        return ExitInfo(exit_code=info.exit_code, signal=info.signal, oom_killed=oom, note=note)
 
 
 class ContainerProvider:
@@ -256,7 +112,7 @@ class ContainerProvider:
         return shutil.which(self.runtime) is not None
 
     def _cli(self) -> list[str]:
-        if self.oci_runtime and Path(self.runtime).name in DAEMONLESS:
+        if self.oci_runtime and daemonless(self.runtime):
             return [self.runtime, "--runtime", self.oci_runtime]
         return [self.runtime]
 
@@ -438,14 +294,6 @@ class ContainerProvider:
         )
         return argv, None, mounts, {"workspace": {"path": folder, "bound": True}}
 
-    @staticmethod
-    def _labels(name: str) -> list[str]:
-        """What marks a container (or volume) as this process's, on this boot."""
-        return [
-            *("--label", f"{LABEL}={name}", "--label", f"{HOST_PID_LABEL}={os.getpid()}"),
-            *("--label", f"{BOOT_LABEL}={_boot_id()}", "--label", f"{PIDNS_LABEL}={_pid_ns()}"),
-        ]
-
     def launch(
         self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
     ) -> ContainerWorker:
@@ -468,9 +316,9 @@ class ContainerProvider:
         # container come from it by name, so they never appear in argv.
         cli_env = {**os.environ, **inside}
         argv = [*self._cli(), "run", "-i", "--rm", "--name", name]
-        self._sweep_once()
-        argv += self._labels(name)
-        if self.oci_runtime and Path(self.runtime).name not in DAEMONLESS:
+        self._sweeper().sweep_once()
+        argv += labels(name)
+        if self.oci_runtime and not daemonless(self.runtime):
             argv += ["--runtime", self.oci_runtime]
         argv += ["--pull", self.pull]
         argv += [] if spec.network == "allow" else ["--network", "none"]
@@ -485,7 +333,7 @@ class ContainerProvider:
         argv += ["--ulimit", f"nofile={self.nofile}:{self.nofile}"]
         # No engine log of the channel: json-file would write every byte printed to disk.
         argv += ["--log-driver", "none"]
-        if Path(self.runtime).name in DAEMONLESS:
+        if daemonless(self.runtime):
             # podman's default nproc can exceed what the runtime may set, and the start fails.
             # RLIMIT_NPROC counts a uid across the whole host, so no lower value is right: the
             # pids limit bounds each container on its own. As high as the host allows, then.
@@ -549,166 +397,19 @@ class ContainerProvider:
     def containers(self, *, host_pid: int | None = None, everyone: bool = False) -> list[str]:
         """Names of rewyn containers (running or not) started by this process (or by
         ``host_pid``, or by anyone)."""
-        label = LABEL if everyone else f"{HOST_PID_LABEL}={host_pid or os.getpid()}"
-        done = subprocess.run(
-            [*self._cli(), "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        if done.returncode != 0:  # (an empty list would claim there are none)
-            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-            raise ProviderUnavailableError(f"{self.runtime} ps failed: {why}")
-        return [line for line in done.stdout.split() if line]
+        return self._sweeper().containers(host_pid=host_pid, everyone=everyone)
 
     def sweep(self) -> list[str]:
-        """Remove rewyn containers whose host process is gone; return their names.
+        """Remove rewyn containers whose host process is gone; return their names (see
+        ``sweep.EngineSweep.sweep``)."""
+        return self._sweeper().sweep()
 
-        Only containers started on this boot of this machine, by a host in this PID namespace,
-        are judged (a pid means nothing elsewhere, nor to a host in another container; one with
-        no such labels, from an older version, counts as ours), and a pid that is alive keeps
-        its containers. Every provider sweeps once per
-        process when it first launches (in the background), so a host that died (SIGKILL, a
-        crash) leaves nothing behind for longer than its next start.
-        """
-        stale = _stale(self._labelled("container"))
-        with contextlib.suppress(subprocess.TimeoutExpired):  # (the volumes are still swept)
-            self._remove_stale(stale)
-        if Path(self.runtime).name in DAEMONLESS:  # and the named volumes of files views
-            _remove_volumes(self._cli(), _stale(self._labelled("volume")))
-        return stale
-
-    def _remove_stale(self, stale: list[str]) -> None:
-        if stale:
-            # podman: no 10 s grace, and --ignore, without which one name gone since the
-            # listing makes its rm remove none of the others (podman 4.3, exit 0).
-            grace = ["-t", "0", "--ignore"] if Path(self.runtime).name in DAEMONLESS else []
-            subprocess.run(
-                [*self._cli(), "rm", "-f", "-v", *grace, *stale],
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
-
-    def _labelled(self, kind: str) -> dict[str, dict[str, str]]:
-        """Each rewyn ``kind`` ("container" or "volume") the engine lists, by name, with its
-        labels; nothing at all when either listing fails (a sweep must never judge a guess).
-
-        The labels come from ``inspect``, whose template reads the same on docker and podman
-        (podman's ``ps`` has no ``.Label``: its listing errs half-way through each line).
-        """
-        listing = (
-            ["ps", "-a", "--format", "{{.Names}}"]
-            if kind == "container"
-            else ["volume", "ls", "--format", "{{.Name}}"]
-        )
-        listed = subprocess.run(
-            [*self._cli(), *listing, "--filter", f"label={LABEL}"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        names = listed.stdout.split()
-        if listed.returncode != 0 or not names:
-            return {}
-        field = ".Config.Labels" if kind == "container" else ".Labels"
-        inspected = subprocess.run(
-            [
-                *self._cli(),
-                kind,
-                "inspect",
-                "--format",
-                "{{.Name}}\t{{json " + field + "}}",
-                *names,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        found: dict[str, dict[str, str]] = {}
-        for line in inspected.stdout.splitlines():  # (one gone since it was listed: no line)
-            name, _, labels = line.partition("\t")
-            try:
-                parsed = json.loads(labels)
-            except ValueError:
-                continue
-            if isinstance(parsed, dict) and name.lstrip("/") in names:
-                found[name.lstrip("/")] = {str(k): str(v) for k, v in parsed.items()}
-        return found
-
-    def _sweep_once(self) -> None:
-        """Start this process's one sweep for this engine (see ``sweep``), in the background."""
-        key = (*self._cli(), os.environ.get("DOCKER_HOST", ""))
-        with _SWEEP_LOCK:
-            if key in _SWEPT:
-                return
-            _SWEPT.add(key)
-
-        def sweep() -> None:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                self.sweep()
-
-        threading.Thread(target=sweep, daemon=True, name="rewyn-sweep").start()
+    def _sweeper(self) -> EngineSweep:
+        return EngineSweep(self._cli(), self.runtime)
 
     def check(self) -> Sequence[CheckItem]:
         """Say precisely what is missing: the CLI, the daemon, the image, the OCI runtime."""
-        binary = shutil.which(self.runtime)
-        items = [
-            CheckItem("binary", binary is not None, binary or f"{self.runtime} is not on PATH")
-        ]
-        if binary is None:
-            return items
-        info = self._run([*self._cli(), "info", "--format", "{{json .}}"])
-        if info.returncode != 0:
-            why = (info.stderr.strip().splitlines() or ["no answer"])[-1]
-            items.append(CheckItem("daemon", False, f"{why} (start the engine, e.g. dockerd)"))
-            return items
-        items.append(CheckItem("daemon", True, "answers"))
-        image = self._run([*self._cli(), "image", "inspect", self.image])
-        items.append(
-            CheckItem(
-                "image",
-                image.returncode == 0,
-                self.image
-                if image.returncode == 0
-                else f"{self.image} is not present: {self.runtime} pull {self.image}",
-            )
-        )
-        if self.oci_runtime:
-            items.append(self._check_oci(info.stdout))
-        return items
-
-    def _check_oci(self, info_json: str) -> CheckItem:
-        assert self.oci_runtime is not None
-        if Path(self.runtime).name in DAEMONLESS:
-            found = shutil.which(self.oci_runtime) is not None
-            return CheckItem(
-                "oci runtime", found, self.oci_runtime if found else f"{self.oci_runtime} not found"
-            )
-        try:
-            runtimes = json.loads(info_json).get("Runtimes") or {}
-        except (ValueError, AttributeError):
-            runtimes = {}
-        ok = self.oci_runtime in runtimes
-        detail = (
-            self.oci_runtime
-            if ok
-            else (
-                f"{self.oci_runtime} is not registered with the engine (add it to "
-                "/etc/docker/daemon.json 'runtimes' and reload the daemon)"
-            )
-        )
-        return CheckItem("oci runtime", ok, detail)
-
-    @staticmethod
-    def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-        try:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=15, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return subprocess.CompletedProcess(argv, 1, "", str(exc))
+        return engine_checks(self._cli(), self.runtime, self.image, self.oci_runtime)
 
     def create(
         self, spec: SandboxSpec | None = None, *, listeners: Sequence[EventListener] = ()
@@ -718,52 +419,6 @@ class ContainerProvider:
     def __repr__(self) -> str:
         extra = f", oci_runtime={self.oci_runtime!r}" if self.oci_runtime else ""
         return f"ContainerProvider(image={self.image!r}, runtime={self.runtime!r}{extra})"
-
-
-_SWEPT: set[tuple[str, ...]] = set()
-_SWEEP_LOCK = threading.Lock()
-
-
-@functools.cache
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-@functools.cache
-def _pid_ns() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return "unknown"
-
-
-def _stale(labelled: dict[str, dict[str, str]]) -> list[str]:
-    """The names whose host process is gone. Only this boot's and this PID namespace's are
-    judged (a pid means nothing elsewhere; no such label, from an older version, counts as
-    ours)."""
-    stale = []
-    for name, labels in labelled.items():
-        if labels.get(LABEL) is None:
-            continue  # not one of ours after all
-        if labels.get(BOOT_LABEL, "") not in ("", _boot_id()):
-            continue  # another boot, or another machine on the same engine: not ours
-        if labels.get(PIDNS_LABEL, "") not in ("", _pid_ns()):
-            continue  # a host in another PID namespace (a container): its pid is not ours to judge
-        pid = labels.get(HOST_PID_LABEL, "")
-        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
-            stale.append(name)
-    return stale
-
-
-def _remove_volumes(cli: Sequence[str], names: Sequence[str]) -> None:
-    if names:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run(
-                [*cli, "volume", "rm", "-f", *names], capture_output=True, timeout=30, check=False
-            )
 
 
 def _nproc_ceiling() -> int:
