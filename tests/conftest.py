@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import pytest
 
@@ -46,7 +46,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def build_provider(kind: str) -> SandboxProvider:
     """The provider a test kind names: 'subprocess', 'bubblewrap', 'docker', 'docker+runsc',
-    'podman', or 'relay' (registered by entry point)."""
+    'podman', 'docker+volume' (its scratch a volume of the engine), or 'relay' (registered by
+    entry point)."""
     if kind == "relay":
         if "relay" not in registry.names():
             unavailable(
@@ -58,10 +59,14 @@ def build_provider(kind: str) -> SandboxProvider:
         return SubprocessProvider()
     if kind == "bubblewrap":
         return BubblewrapProvider()
-    cli, _, oci = kind.partition("+")
+    cli, *options = kind.split("+")
+    scratch: Literal["host", "volume"] = "volume" if "volume" in options else "host"
+    oci = next((option for option in options if option != "volume"), "")
     if cli == "podman":
         oci = oci or PODMAN_OCI_RUNTIME  # podman's default crun fails on hybrid cgroups
-    return ContainerProvider(image=TEST_IMAGE, runtime=cli, oci_runtime=oci or None, pull="never")
+    return ContainerProvider(
+        image=TEST_IMAGE, runtime=cli, oci_runtime=oci or None, pull="never", scratch=scratch
+    )
 
 
 def unavailable(message: str) -> NoReturn:

@@ -31,7 +31,7 @@ from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host import cgroup, views
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.files import host_folder
+from rewyn_kernel.runtime.host.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.host.identity import identity, idmap_namespace
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.host.workspace import PROTECTED, STORE, existing_protected
@@ -39,6 +39,7 @@ from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_
 from rewyn_kernel.runtime.providers.container.checks import engine_checks
 from rewyn_kernel.runtime.providers.container.engine import daemonless, labels
 from rewyn_kernel.runtime.providers.container.sweep import EngineSweep
+from rewyn_kernel.runtime.providers.container.volume import SCRATCH, Engine, VolumeFiles
 from rewyn_kernel.runtime.providers.container.worker import ContainerWorker
 from rewyn_kernel.runtime.providers.local import workspace_cells, workspace_note
 
@@ -47,7 +48,6 @@ __all__ = ["ContainerProvider", "ContainerSandbox", "DEFAULT_IMAGE"]
 DEFAULT_IMAGE = "python:3.13-slim"
 """The image a container sandbox runs when none is given (pull it, or build one: see README)."""
 
-SCRATCH = "/scratch"
 NOBODY = "65534:65534"
 SUPERVISOR_IDS = ((65533, 65533), (65532, 65532))
 """The supervisor's uid:gid inside a container: the first that is not the code's."""
@@ -69,6 +69,7 @@ class ContainerProvider:
         nofile: int = 1024,
         cpus: float | None = None,
         pull: Literal["missing", "never", "always"] = "missing",
+        scratch: Literal["host", "volume"] = "host",
     ) -> None:
         """``image`` needs ``python3`` (3.8+) with its standard library and nothing else.
         ``runtime``: the CLI, by name or path. ``oci_runtime``: e.g. ``"runsc"`` (gVisor), as
@@ -76,7 +77,12 @@ class ContainerProvider:
         default the host's when that is not root, else nobody (65534); the sandbox's supervisor
         runs as another (65533). ``pull``: whether ``run`` may pull the image (a pull counts
         against ``startup_timeout``). ``pids_limit``: tasks per container, overriding the
-        sandbox spec's ``pids_limit`` (None: the spec's)."""
+        sandbox spec's ``pids_limit`` (None: the spec's). ``scratch``: where each sandbox's
+        files are kept: "host", a folder of this host mounted into its containers; "volume", a
+        volume of the engine that the host reads and writes only through the engine (nothing
+        on the host's disk; no ``disk_limit_mb``, no ``workdir``: see ``volume.py``)."""
+        if scratch not in ("host", "volume"):
+            raise ValueError(f"scratch must be 'host' or 'volume', not {scratch!r}")
         if (pids_limit is not None and pids_limit < 8) or tmpfs_mb < 1 or nofile < 64:
             raise ValueError("pids_limit >= 8, tmpfs_mb >= 1 and nofile >= 64 are required")
         if cpus is not None and cpus <= 0:
@@ -96,6 +102,7 @@ class ContainerProvider:
         self.nofile = nofile
         self.cpus = cpus
         self.pull = pull
+        self.scratch = scratch
 
     @property
     def name(self) -> str:
@@ -142,6 +149,11 @@ class ContainerProvider:
                 notes.append(workspace_note(spec, in_sandbox=False))
             else:
                 notes.append(self._direct_note(spec))
+        if self.scratch == "volume":
+            notes.append(
+                "scratch: a volume of the engine, read and written through the engine "
+                "(nothing of it on the host's disk)"
+            )
         memory = None
         if spec.memory_limit_mb:
             memory = f"cgroup {spec.memory_limit_mb} MiB, swap included"
@@ -200,8 +212,17 @@ class ContainerProvider:
                 return info.st_uid, info.st_gid
         return self._code_ids
 
+    def files(self, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+        """Where a sandbox's files are kept (see ``scratch``): a temporary folder of this
+        host's, or a volume of the engine."""
+        if self.scratch == "volume":
+            python = spec.python or self.python
+            engine = Engine(tuple(self._cli()), self.runtime, self.image, python)
+            return VolumeFiles.make(engine, self._code(spec), spec, sandbox_id)
+        return LocalFiles.make(spec, sandbox_id)
+
     def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
-        host_folder(files)  # (its folder is mounted at SCRATCH: see launch)
+        # (the files are at SCRATCH in the container, wherever they are kept: see launch)
         code = self._code(spec)
         supervisor = next(ids for ids in SUPERVISOR_IDS if ids[0] != code[0])
         users = {"supervisor": list(supervisor), "code": list(code)}
@@ -299,10 +320,15 @@ class ContainerProvider:
     ) -> ContainerWorker:
         """``egress``: the folder of the host proxy's socket for this worker (network=[...]),
         mounted read-only at EGRESS_FOLDER."""
-        workdir = host_folder(files)
+        if isinstance(files, VolumeFiles):
+            workdir, shown_scratch = Path("/"), f"{files.volume}:{SCRATCH}:rw,nocopy"
+        else:
+            workdir = host_folder(files)
+            shown_scratch = f"{workdir}:{SCRATCH}:rw"
         owned = spec.workdir is None  # never re-own a directory the caller chose
         uid, gid = self._code(spec)
-        if owned and os.getuid() == 0 and workdir.stat().st_uid != uid:
+        local = not isinstance(files, VolumeFiles)
+        if local and owned and os.getuid() == 0 and workdir.stat().st_uid != uid:
             try:
                 os.chown(workdir, uid, gid)  # the code's user must write there
             except OSError as exc:
@@ -340,7 +366,7 @@ class ContainerProvider:
             argv += ["--ulimit", f"nproc={_nproc_ceiling()}:{_nproc_ceiling()}"]
         argv += ["--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmpfs_mb}m,mode=1777"]
         shown, cells, mounts, settings = self._workspace_mounts(spec)
-        argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *shown]
+        argv += ["--volume", shown_scratch, *shown]
         if egress is not None:
             argv += ["--volume", f"{egress}:{EGRESS_FOLDER}:ro"]
             settings = {**settings, "egress": {"folder": EGRESS_FOLDER}}

@@ -67,8 +67,8 @@ class EngineSweep:
         stale = _stale(self._labelled("container"))
         with contextlib.suppress(subprocess.TimeoutExpired):  # (the volumes are still swept)
             self._remove_stale(stale)
-        if daemonless(self.runtime):  # and the named volumes of files views
-            _remove_volumes(self._cli(), _stale(self._labelled("volume")))
+        # and the named volumes: podman's files views, every engine's scratch='volume' ones
+        _remove_volumes(self._cli(), _stale(self._labelled("volume")))
         return stale
 
     def _remove_stale(self, stale: list[str]) -> None:
