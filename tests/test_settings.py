@@ -121,7 +121,7 @@ def test_the_flags_a_kernelspec_carries_read_back_as_the_same_settings() -> None
     assert settings_from_argv(nothing.flags()).inherit_env == ()
     app = Application()
     app.parse_command_line(KernelSettings(inherit_env=("PATH", "TZ")).flags())
-    assert SandboxKernel(config=app.config).inherit_env == ["PATH", "TZ"]
+    assert SandboxKernel(config=app.config).settings().inherit_env == ("PATH", "TZ")
 
 
 def test_a_bad_setting_in_a_config_file_names_the_setting() -> None:
