@@ -82,6 +82,7 @@ def add_parser(
     )
     parser.add_argument(
         "--run-log",
+        dest="server_run_log",  # (the server's own: not the kernel's run_log setting)
         type=Path,
         help="JSONL file for every call's event (default: a new one per server in "
         "<Jupyter data dir>/rewyn-kernel/runs/)",
@@ -124,7 +125,7 @@ def options_from(
             idle_ttl=args.idle_ttl or None,
             deny_above=deny,
             approve_above=approve,
-            run_log=args.run_log.absolute() if args.run_log else None,
+            run_log=args.server_run_log.absolute() if args.server_run_log else None,
             **option_values(args),
             **kwargs,
         )

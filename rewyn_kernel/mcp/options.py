@@ -19,21 +19,13 @@ from typing import Any
 
 from rewyn_kernel.mcp.undo import MAX_UNDO_DEPTH
 from rewyn_kernel.runtime._tool import DEFAULT_MAX_RESULT_CHARS
-from rewyn_kernel.settings import SANDBOX_SETTINGS, KernelSettings
+from rewyn_kernel.settings import KernelSettings, Surface, taken_by
 from rewyn_kernel.tools import RiskLevel
 
 MCP_TIMEOUT = 120.0
 """Seconds a call may run unless ``--timeout`` says otherwise: an agent waits on each call
 (the kernel's 600 s suits a notebook cell that trains a model, not a tool call)."""
-SANDBOX_OPTIONS = (
-    *SANDBOX_SETTINGS,
-    "workspace",
-    "protected",
-    "read_dirs",
-    "env",
-    "output_limit_bytes",
-    "ipython",
-)
+SANDBOX_OPTIONS = taken_by(Surface.MCP)
 """The kernel settings ``rewyn-kernel mcp`` takes for its sandboxes."""
 
 
