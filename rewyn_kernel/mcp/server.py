@@ -50,8 +50,8 @@ from rewyn_kernel.runtime._tool import assess, result_payload
 from rewyn_kernel.runtime.events import JsonlRunLog
 from rewyn_kernel.runtime.host.scratch import ScratchError
 from rewyn_kernel.runtime.pool import SandboxPool
-from rewyn_kernel.runtime.sandbox import Sandbox, Session
-from rewyn_kernel.tools import MaxRiskLevel, RiskLevel, Tool
+from rewyn_kernel.runtime.sandbox import Isolation, Sandbox, Session
+from rewyn_kernel.tools import MaxRiskLevel, PermissionPolicy, RiskLevel, Tool
 
 MAX_CODE_CHARS = 4_000_000
 """The longest code a call may send (an agent pasting a data set into a cell, say)."""
@@ -114,6 +114,44 @@ class Sessions(BaseModel):
     sessions: list[SessionInfo]
     max_sessions: int
     idle_ttl_seconds: float | None
+
+
+class Gate:
+    """Whether the policy lets a run_python call run, asks the person for it, or denies it."""
+
+    def __init__(self, policy: PermissionPolicy, judged: Tool) -> None:
+        self.policy = policy
+        self.judged = judged
+
+    def judge(self, code: str, ctx: Context) -> tuple[Literal["run", "ask", "deny"], str]:
+        """What the policy says of this call, and why; a call that needs a person's approval
+        is denied where the client cannot ask one (no elicitation)."""
+        try:
+            decision = self.policy.check(self.judged, {"code": code})
+        except Exception as exc:  # (a policy that fails denies)
+            return "deny", f"the policy failed: {exc}"
+        if not decision.allowed:
+            return "deny", f"denied: {decision.reason}"
+        if not decision.requires_approval:
+            return "run", decision.reason
+        unreadable = too_long(code)
+        if unreadable is not None:
+            return "deny", f"not approved: {unreadable} ({decision.reason})"
+        capabilities = ctx.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            return "deny", (
+                f"not approved: {decision.reason}; this client cannot ask a person (it offers "
+                "no elicitation): use a sandbox of lower risk (bubblewrap or a container, no "
+                "network, no secret-named variables) or start the server with a higher "
+                "--approve-above"
+            )
+        return "ask", decision.reason
+
+    async def approval_for(self, code: str, ctx: Context) -> Elicit[Approval] | Approval:
+        verdict, reason = self.judge(code, ctx)
+        if verdict != "ask":
+            return Approval(approve=verdict == "run")
+        return Elicit(approval_message(code, reason), Approval)
 
 
 def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable]:
@@ -199,38 +237,39 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         log_level="WARNING",
         run_log=run_log,
     )
+    gate = Gate(policy, judged)
+    add_run_tool(
+        server,
+        table,
+        gate,
+        about=about,
+        level=level,
+        isolation=isolation,
+        limit=limit,
+        budget=options.max_output_chars,
+    )
+    add_session_tools(server, table)
+    add_file_tools(server, table)
+    add_branch_tools(server, table)
+    return server
+
+
+def add_run_tool(
+    server: MCPServer[SessionTable],
+    table: SessionTable,
+    gate: Gate,
+    *,
+    about: str,
+    level: RiskLevel,
+    isolation: Isolation,
+    limit: float | None,
+    budget: int,
+) -> None:
+    """Add ``run_python``: code in a session, as ``gate`` allows, ``about`` the sandbox
+    (``level`` its risk), at most ``limit`` seconds a call and ``budget`` characters of output
+    for the model."""
     open_world = isolation.network != "isolated"
     host_files = isolation.files != "isolated"
-
-    def judge(code: str, ctx: Context) -> tuple[Literal["run", "ask", "deny"], str]:
-        """What the policy says of this call, and why; a call that needs a person's approval
-        is denied where the client cannot ask one (no elicitation)."""
-        try:
-            decision = policy.check(judged, {"code": code})
-        except Exception as exc:  # (a policy that fails denies)
-            return "deny", f"the policy failed: {exc}"
-        if not decision.allowed:
-            return "deny", f"denied: {decision.reason}"
-        if not decision.requires_approval:
-            return "run", decision.reason
-        unreadable = too_long(code)
-        if unreadable is not None:
-            return "deny", f"not approved: {unreadable} ({decision.reason})"
-        capabilities = ctx.client_capabilities
-        if capabilities is None or capabilities.elicitation is None:
-            return "deny", (
-                f"not approved: {decision.reason}; this client cannot ask a person (it offers "
-                "no elicitation): use a sandbox of lower risk (bubblewrap or a container, no "
-                "network, no secret-named variables) or start the server with a higher "
-                "--approve-above"
-            )
-        return "ask", decision.reason
-
-    async def approval_for(code: str, ctx: Context) -> Elicit[Approval] | Approval:
-        verdict, reason = judge(code, ctx)
-        if verdict != "ask":
-            return Approval(approve=verdict == "run")
-        return Elicit(approval_message(code, reason), Approval)
 
     @server.tool(
         title=f"Run Python ({level} risk)",
@@ -252,7 +291,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             Field(description="Python source, like a notebook cell.", max_length=MAX_CODE_CHARS),
         ],
         ctx: Context,
-        approval: Annotated[ElicitationResult[Approval], Resolve(approval_for)],
+        approval: Annotated[ElicitationResult[Approval], Resolve(gate.approval_for)],
         session: SessionName = DEFAULT_SESSION,
         timeout: Annotated[
             float | None,
@@ -264,7 +303,7 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
         ] = None,
     ) -> Annotated[CallToolResult, results.RunOutput]:
         if not (isinstance(approval, AcceptedElicitation) and approval.data.approve):
-            verdict, reason = judge(code, ctx)
+            verdict, reason = gate.judge(code, ctx)
             if verdict == "ask":
                 reason = f"not approved: the person did not approve this call ({reason})"
             raise Denied(reason)
@@ -282,10 +321,14 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
                         timeout=timeout,
                         note="; ".join(text for text in (fresh, skipped) if text) or None,
                         ctx=ctx,
-                        budget=options.max_output_chars,
+                        budget=budget,
                     )
                 finally:
                     entry.history.prepare(entry.session)  # (the next call's, meanwhile)
+
+
+def add_session_tools(server: MCPServer[SessionTable], table: SessionTable) -> None:
+    """Add ``list_sessions``, ``reset_session`` and ``close_session``."""
 
     @server.tool(
         title="List sessions",
@@ -339,6 +382,10 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
                 "last of them closes"
             )
         return f"session {session!r} closed: its variables and files are gone"
+
+
+def add_file_tools(server: MCPServer[SessionTable], table: SessionTable) -> None:
+    """Add ``write_file``, ``read_file`` and ``list_files``, in a session's folder."""
 
     @server.tool(
         title="Write a file",
@@ -416,8 +463,6 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             truncated=len(entries) > MAX_LISTED,
         )
 
-    add_branch_tools(server, table)
-
     @contextlib.asynccontextmanager
     async def _files(session: str) -> AsyncIterator[Entry]:
         """The session for a file tool: made if needed; bad paths become tool errors."""
@@ -434,8 +479,6 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
             raise ToolError("that is a folder: use list_files") from None
         except OSError as exc:
             raise ToolError(f"{exc.strerror or exc}") from None
-
-    return server
 
 
 def _decode(content: str, encoding: str) -> bytes:
