@@ -1,3 +1,8 @@
+"""The MCP server's file tools: ``write_file``, ``read_file`` and ``list_files``, in a
+session's folder (``files.py``: its workspace, else its scratch directory). Paths the folder's
+rules refuse (outside it, through a link) are refused calls, as are files over the limits."""
+
+# (No ``from __future__ import annotations``: the SDK reads each tool's annotations.)
 import asyncio
 import base64
 import contextlib

@@ -1,3 +1,13 @@
+"""Whether a ``run_python`` call runs, is put to the person, or is denied.
+
+``Gate`` asks the server's policy (``MaxRiskLevel(--max-risk, approve_above=--approve-above)``)
+about the sandbox every call runs in. A call the policy wants approved is put to the person
+through the client (MCP elicitation: ``approval_for`` is ``run_python``'s resolver), showing all
+of its code (``approval.py``); it is denied where the client cannot ask, or the code is too long
+to show.
+"""
+
+# (No ``from __future__ import annotations``: the SDK reads the resolver's annotations.)
 from typing import Literal
 
 from mcp.server.mcpserver import Context, Elicit

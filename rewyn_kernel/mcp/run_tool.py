@@ -1,3 +1,13 @@
+"""The MCP server's ``run_python`` tool: code in a session, with progress, output for a model.
+
+The gate (``gate.py``) decides first; then the code runs in the named session (made on its
+first call), the server keeps a checkpoint for ``undo`` meanwhile (``undo.py``), and the result
+gives the model the output's head and tail (the whole saved to files the result names), the
+files the code wrote, and its images (``results.py``).
+"""
+
+# (No ``from __future__ import annotations``: the SDK reads each tool's annotations, and
+# ``run_python``'s name a resolver held by ``add_run_tool``'s gate.)
 import asyncio
 import contextlib
 import time

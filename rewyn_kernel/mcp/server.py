@@ -1,16 +1,17 @@
 """The MCP server: Python in sandboxed sessions, files in and out, over the official SDK.
 
 ``build_server(options)`` returns an ``MCPServer`` (the SDK's high-level server) with these
-tools: ``run_python``, ``list_sessions``, ``reset_session``, ``close_session``, ``write_file``,
-``read_file``, ``list_files``, and ``fork_session`` and ``undo`` (``branching.py``). Each
-session is a sandbox of its own, or a fork sharing another's (``sessions.py``);
-every execution is a SANDBOX_EXECUTED event in the run log, and every call, whatever came of
-it, a TOOL_CALL record (``record.py``); a call that the policy puts above ``approve_above`` asks
-the person through the client (elicitation), and is denied where the client cannot ask.
+tools: ``run_python`` (``run_tool.py``, as ``gate.py`` allows), ``list_sessions``,
+``reset_session`` and ``close_session`` (``session_tools.py``), ``write_file``, ``read_file``
+and ``list_files`` (``file_tools.py``), and ``fork_session`` and ``undo`` (``branching.py``).
+Each session is a sandbox of its own, or a fork sharing another's (``sessions.py``); every
+execution is a SANDBOX_EXECUTED event in the run log, and every call, whatever came of it, a
+TOOL_CALL record (``record.py``); a call that the policy puts above ``approve_above`` asks the
+person through the client (elicitation), and is denied where the client cannot ask.
 """
 
-# (No ``from __future__ import annotations``: the SDK reads each tool's annotations, and
-# ``run_python``'s name a resolver local to ``build_server``.)
+from __future__ import annotations
+
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator

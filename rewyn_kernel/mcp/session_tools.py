@@ -1,3 +1,7 @@
+"""The MCP server's tools over its sessions: ``list_sessions``, ``reset_session`` and
+``close_session`` (the table itself is ``sessions.py``)."""
+
+# (No ``from __future__ import annotations``: the SDK reads each tool's annotations.)
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
