@@ -38,10 +38,10 @@ from rewyn_kernel.runtime import (
     create,
     local_provider,
 )
-from rewyn_kernel.runtime._spec import not_a_workspace
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
+from rewyn_kernel.runtime.workspace import not_a_workspace
 
 __all__ = [
     "CONTAINER_CLIS",
@@ -379,7 +379,7 @@ install``/``run``/``mcp`` and the magic), in the order commands list their optio
 def notebook_name() -> str:
     """The name of the notebook a kernel runs for, as a folder name: JupyterLab, Notebook 7
     and ``rewyn-kernel run`` tell the kernel its notebook's path in ``JPY_SESSION_NAME``."""
-    from rewyn_kernel.runtime.host.workspace import safe_name
+    from rewyn_kernel.runtime.workspace import safe_name
 
     session = os.environ.get("JPY_SESSION_NAME", "")
     return safe_name(Path(session).stem) if session else "kernel"
@@ -512,7 +512,7 @@ def _host_arguments() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
 
 
 def _host(text: str) -> str:
-    from rewyn_kernel.runtime.egress.policy import parse_rule
+    from rewyn_kernel.runtime.network import parse_rule
 
     try:
         parse_rule(text)

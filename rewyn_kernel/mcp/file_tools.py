@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from rewyn_kernel.mcp.files import SessionFiles
 from rewyn_kernel.mcp.record import BadArguments, Refused, notes, tool_errors
 from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionName, SessionTable
-from rewyn_kernel.runtime.host.scratch import ScratchError
+from rewyn_kernel.runtime.scratch import ScratchError
 
 MAX_WRITE_BYTES = 16 * 1024 * 1024
 MAX_READ_BYTES = 16 * 1024 * 1024

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rewyn_kernel.mcp.undo import MAX_UNDO_DEPTH
-from rewyn_kernel.runtime._tool import DEFAULT_MAX_RESULT_CHARS
+from rewyn_kernel.runtime.tool import DEFAULT_MAX_RESULT_CHARS
 from rewyn_kernel.settings import KernelSettings, Surface, plain_type, taken_by
 from rewyn_kernel.tools import RiskLevel
 

@@ -21,8 +21,8 @@ from rewyn_kernel.mcp import results
 from rewyn_kernel.mcp.gate import Approval, Gate
 from rewyn_kernel.mcp.record import BadArguments, Denied, notes, tool_errors
 from rewyn_kernel.mcp.sessions import DEFAULT_SESSION, Entry, SessionName, SessionTable
-from rewyn_kernel.runtime._tool import result_payload
 from rewyn_kernel.runtime.sandbox import Isolation
+from rewyn_kernel.runtime.tool import result_payload
 from rewyn_kernel.tools import RiskLevel
 
 MAX_CODE_CHARS = 4_000_000

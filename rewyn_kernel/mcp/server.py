@@ -38,10 +38,10 @@ from rewyn_kernel.mcp.record import RecordingServer
 from rewyn_kernel.mcp.run_tool import MAX_CODE_CHARS, PROGRESS_EVERY, add_run_tool
 from rewyn_kernel.mcp.session_tools import SessionInfo, Sessions, add_session_tools
 from rewyn_kernel.mcp.sessions import SessionTable
-from rewyn_kernel.runtime._tool import assess
 from rewyn_kernel.runtime.events import JsonlRunLog
 from rewyn_kernel.runtime.pool import SandboxPool
 from rewyn_kernel.runtime.sandbox import Sandbox, Session
+from rewyn_kernel.runtime.tool import assess
 from rewyn_kernel.tools import MaxRiskLevel, RiskLevel, Tool
 
 __all__ = [
