@@ -18,7 +18,7 @@ from rewyn_kernel import __version__
 from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.runtime import JsonlRunLog, create
 from rewyn_kernel.runtime.sandbox import SandboxResult
-from rewyn_kernel.settings import SANDBOX_SETTINGS, KernelSettings, add_options, from_options
+from rewyn_kernel.settings import KernelSettings, Surface, add_options, from_options, taken_by
 
 DESCRIPTION = (
     "Run model-written and untrusted Python in a sandbox: from code (the runtime), in Jupyter "
@@ -115,22 +115,6 @@ def demo() -> int:
     return 0
 
 
-SETTING_OPTIONS = (
-    *SANDBOX_SETTINGS,
-    "output_limit_bytes",
-    "ipython",
-    "notebook_workspace",
-    "protected",
-    "read_dirs",
-    "run_log",
-    "keep_run_log",
-    "event_output",
-    "checkpoints",
-    "trust_output",
-)
-"""The kernel settings ``install`` bakes into a kernelspec and ``run`` runs a notebook with
-(``env`` is left out: its values could be secrets, and a kernelspec is a readable file)."""
-
 TRUST_WARNING = """\
 !!! WARNING: --trust-output turns off output filtering for this kernel. !!!
 HTML, JavaScript and widget messages from the sandbox will reach the notebook unfiltered.
@@ -170,13 +154,14 @@ def _add_install_parser(
         help=f'name shown in the launcher (default "{kernelspec.DISPLAY_NAME}", or '
         '"Python (sandboxed, NAME)" with --name)',
     )
-    _add_settings(parser)
+    _add_settings(parser, Surface.INSTALL)
     return parser
 
 
-def _add_settings(parser: argparse.ArgumentParser) -> None:
-    """The kernel settings ``install`` bakes into a spec and ``run`` runs a notebook with."""
-    add_options(parser.add_argument_group("kernel settings"), SETTING_OPTIONS)
+def _add_settings(parser: argparse.ArgumentParser, surface: Surface) -> None:
+    """The kernel settings ``install`` bakes into a spec and ``run`` runs a notebook with
+    (``env`` is not one: its values could be secrets, and a kernelspec is a readable file)."""
+    add_options(parser.add_argument_group("kernel settings"), taken_by(surface))
 
 
 def _settings(args: argparse.Namespace, parser: argparse.ArgumentParser) -> KernelSettings:
@@ -217,7 +202,7 @@ def _add_run_parser(
     parser.add_argument(
         "--allow-errors", action="store_true", help="run every cell even after one fails; exit 0"
     )
-    _add_settings(parser)
+    _add_settings(parser, Surface.RUN)
     return parser
 
 

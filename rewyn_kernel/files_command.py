@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from rewyn_kernel.runtime.host.workspace import STORE, Workspace
+from rewyn_kernel.runtime.workspace import STORE, Workspace
 
 
 def add_parser(

@@ -1,13 +1,17 @@
-"""Every setting of the sandbox kernel, the ``%%sandbox`` magic and the command, declared once.
+"""Every setting of the sandbox kernel, the ``%%sandbox`` magic and the commands, declared once.
 
 ``KernelSettings`` is the one declaration. The sandbox's limits are ``SandboxSpec``'s own fields
 (inherited with their defaults, bounds and descriptions); which provider runs the sandbox and what
-the kernel keeps of each cell are declared here. Everything else is derived from it:
+the kernel keeps of each cell are declared here. ``SETTINGS``, beside it, tags each setting with
+the surfaces that take it (``Surface``) and its command-line flag. Everything else is derived:
 
 - the kernel's traitlets, ``SandboxKernel.<name>`` (``kernel/_settings.py``);
 - the argv flags a kernelspec carries (``KernelSettings.flags``: only the fields given);
-- the command line's options (``add_options`` / ``from_options``: ``rewyn-kernel install`` and
-  ``run``) and the magic's (``kernel/magic.py``), by the names in ``OPTIONS``.
+- the options of ``rewyn-kernel install``, ``run`` and ``mcp`` and of the magic
+  (``add_options`` / ``from_options``), and the magic's defaults (``kernel/magic.py``);
+- the limits a review's kernel pins (``notebooks/_review_notebook.py``),
+
+each from ``taken_by(surface)``; tests/test_settings.py checks every surface against its tags.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import types
 import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from enum import Flag, auto
+from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -30,11 +36,11 @@ from rewyn_kernel.runtime import (
     create,
     local_provider,
 )
-from rewyn_kernel.runtime._spec import not_a_workspace
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.providers import registry
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
+from rewyn_kernel.runtime.workspace import not_a_workspace
 
 __all__ = [
     "CONTAINER_CLIS",
@@ -58,20 +64,6 @@ KERNEL_TIMEOUT = 600.0
 KERNEL_CLASS = "SandboxKernel"
 """The traitlets class name the flags configure (``--SandboxKernel.<setting>=<value>``)."""
 CONTAINER_CLIS = ("docker", "podman", "nerdctl")
-SANDBOX_SETTINGS = (
-    "provider",
-    "image",
-    "container_runtime",
-    "oci_runtime",
-    "timeout",
-    "memory_limit_mb",
-    "pids_limit",
-    "disk_limit_mb",
-    "network",
-    "inherit_env",
-)
-"""The settings of where the code runs and under which limits, in the order commands list
-their options (``rewyn-kernel install``/``run``/``mcp`` and the magic take these and more)."""
 CONTAINER_ONLY = ("image", "container_runtime", "oci_runtime")
 """The settings only the container provider reads."""
 _PROVIDER_FIELDS = ("provider", *CONTAINER_ONLY)
@@ -270,16 +262,131 @@ class KernelSettings(SandboxSpec):
         return {name: values[name] for name in self._given()}
 
     def _given(self) -> list[str]:
-        """The fields set (but env), where the sandbox runs first, then in declaration order."""
+        """The fields set that a kernelspec takes (not env), where the sandbox runs first, then
+        in declaration order."""
+        written = taken_by(Surface.KERNELSPEC)
         names = [name for name in type(self).model_fields if name in self.model_fields_set]
-        names = [name for name in names if name != "env"]
+        names = [name for name in names if name in written]
         return sorted(names, key=lambda name: name not in _PROVIDER_FIELDS)
+
+
+# -- where each setting is taken -----------------------------------------------------------------
+
+
+class Surface(Flag):
+    """A place that takes settings. ``SETTINGS`` tags each setting with the surfaces that take
+    it, and each surface takes exactly those (``taken_by``; tests/test_settings.py checks)."""
+
+    KERNEL = auto()
+    """The kernel's traitlets, ``SandboxKernel.<name>``: kernel.json argv, Jupyter config files."""
+    KERNELSPEC = auto()
+    """The flags a kernelspec's argv carries (``KernelSettings.flags``; a kernel started from one,
+    by Jupyter, ``rewyn-kernel run`` or papermill, reads them as ``KERNEL``)."""
+    INSTALL = auto()
+    """``rewyn-kernel install``'s options (written into the kernelspec it installs)."""
+    RUN = auto()
+    """``rewyn-kernel run``'s options (written into the kernelspec it runs the notebook on)."""
+    MAGIC = auto()
+    """The options of ``%%sandbox`` and ``%sandbox config`` (a cell's own)."""
+    MAGIC_DEFAULTS = auto()
+    """A notebook's defaults for ``%%sandbox``: ``%sandbox config`` keeps them as the magic's
+    traits, which ``c.SandboxMagics.<name>`` in an IPython config file also sets."""
+    MCP = auto()
+    """``rewyn-kernel mcp``'s sandbox options."""
+    REVIEW = auto()
+    """The limits a review notebook's kernel pins to replay a recorded run (read from its
+    events; ``rewyn-kernel install`` options in the command the review prints)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one setting is written on a command line (``rewyn-kernel`` and ``%%sandbox``)."""
+
+    flag: str
+    metavar: str | None = None
+    const: bool | None = None
+    """For a boolean setting: the flag alone sets it to this."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where one setting is taken, and its flag where a command line takes it."""
+
+    surfaces: Surface
+    option: Option | None = None
+
+
+_KERNEL = Surface.KERNEL | Surface.KERNELSPEC
+_COMMANDS = Surface.INSTALL | Surface.RUN
+_MAGIC = Surface.MAGIC | Surface.MAGIC_DEFAULTS
+_EVERYWHERE = _KERNEL | _COMMANDS | _MAGIC | Surface.MCP
+SETTINGS: dict[str, Setting] = {
+    # Where the code runs and under which limits.
+    "provider": Setting(_EVERYWHERE | Surface.REVIEW, Option("--provider")),
+    "image": Setting(_EVERYWHERE, Option("--image")),
+    "container_runtime": Setting(
+        _EVERYWHERE | Surface.REVIEW, Option("--runtime", "{docker,podman,nerdctl}")
+    ),
+    "oci_runtime": Setting(_EVERYWHERE | Surface.REVIEW, Option("--oci-runtime", "RUNTIME")),
+    "timeout": Setting(_EVERYWHERE | Surface.REVIEW, Option("--timeout", "SECONDS|none")),
+    "memory_limit_mb": Setting(_EVERYWHERE | Surface.REVIEW, Option("--memory", "MB|none")),
+    "pids_limit": Setting(_EVERYWHERE | Surface.REVIEW, Option("--pids", "N|none")),
+    "disk_limit_mb": Setting(_EVERYWHERE | Surface.REVIEW, Option("--disk", "MB|none")),
+    "network": Setting(_EVERYWHERE | Surface.REVIEW, Option("--network", "none|allow|HOST,...")),
+    "inherit_env": Setting(_EVERYWHERE, Option("--inherit-env", "NAME,...")),
+    # Its values could be secrets: never written into a kernelspec (so not install's or run's,
+    # which write one), nor kept as a notebook's default by %sandbox config.
+    "env": Setting(Surface.KERNEL | Surface.MAGIC | Surface.MCP, Option("--env", "NAME=VALUE")),
+    "output_limit_bytes": Setting(
+        _KERNEL | _COMMANDS | Surface.MCP, Option("--output-limit", "BYTES")
+    ),
+    "ipython": Setting(
+        _KERNEL | _COMMANDS | Surface.MCP | Surface.REVIEW, Option("--no-ipython", const=False)
+    ),
+    # The files the code works on.
+    "workspace": Setting(_KERNEL | _MAGIC | Surface.MCP, Option("--workspace", "DIR")),
+    "notebook_workspace": Setting(
+        _KERNEL | _COMMANDS, Option("--no-notebook-workspace", const=False)
+    ),
+    "protected": Setting(_EVERYWHERE, Option("--protect", "PATTERN,...")),
+    "read_dirs": Setting(_EVERYWHERE, Option("--read", "DIR,...")),
+    # What the kernel keeps of each cell, and what it shows.
+    "run_log": Setting(_KERNEL | _COMMANDS, Option("--run-log", "PATH")),
+    "keep_run_log": Setting(_KERNEL | _COMMANDS, Option("--no-run-log", const=False)),
+    "event_output": Setting(_KERNEL | _COMMANDS, Option("--event-output", const=True)),
+    "checkpoints": Setting(_KERNEL | _COMMANDS, Option("--checkpoints", "N")),
+    "trust_output": Setting(_KERNEL | _COMMANDS, Option("--trust-output", const=True)),
+    # The kernel's alone (traits and config files): no command takes them.
+    "workdir": Setting(_KERNEL),
+    "startup_timeout": Setting(_KERNEL),
+    "python": Setting(_KERNEL),
+    "workspace_name": Setting(_KERNEL),
+}
+"""Every field of ``KernelSettings``: the surfaces that take it, and its flag on a command line,
+in the order commands list their options. A new setting gets its row here, and nowhere else."""
+
+
+@cache
+def taken_by(surface: Surface) -> tuple[str, ...]:
+    """The settings ``surface`` takes, in ``SETTINGS``' order."""
+    return tuple(name for name, setting in SETTINGS.items() if surface in setting.surfaces)
+
+
+OPTIONS: dict[str, Option] = {
+    name: setting.option for name, setting in SETTINGS.items() if setting.option is not None
+}
+"""The flag of every setting a command line may give, by setting name."""
+SANDBOX_SETTINGS = tuple(
+    name for name, setting in SETTINGS.items() if _EVERYWHERE in setting.surfaces
+)
+"""The settings every surface but a review takes (the kernel, its kernelspecs, ``rewyn-kernel
+install``/``run``/``mcp`` and the magic), in the order commands list their options."""
 
 
 def notebook_name() -> str:
     """The name of the notebook a kernel runs for, as a folder name: JupyterLab, Notebook 7
     and ``rewyn-kernel run`` tell the kernel its notebook's path in ``JPY_SESSION_NAME``."""
-    from rewyn_kernel.runtime.host.workspace import safe_name
+    from rewyn_kernel.runtime.workspace import safe_name
 
     session = os.environ.get("JPY_SESSION_NAME", "")
     return safe_name(Path(session).stem) if session else "kernel"
@@ -307,43 +414,6 @@ def _flag_values(value: object) -> list[str]:
 
 
 # -- command-line options ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Option:
-    """How one setting is written on a command line (``rewyn-kernel`` and ``%%sandbox``)."""
-
-    flag: str
-    metavar: str | None = None
-    const: bool | None = None
-    """For a boolean setting: the flag alone sets it to this."""
-
-
-OPTIONS: dict[str, Option] = {
-    "provider": Option("--provider"),
-    "image": Option("--image"),
-    "container_runtime": Option("--runtime", "{docker,podman,nerdctl}"),
-    "oci_runtime": Option("--oci-runtime", "RUNTIME"),
-    "timeout": Option("--timeout", "SECONDS|none"),
-    "memory_limit_mb": Option("--memory", "MB|none"),
-    "pids_limit": Option("--pids", "N|none"),
-    "disk_limit_mb": Option("--disk", "MB|none"),
-    "network": Option("--network", "none|allow|HOST,..."),
-    "inherit_env": Option("--inherit-env", "NAME,..."),
-    "env": Option("--env", "NAME=VALUE"),
-    "output_limit_bytes": Option("--output-limit", "BYTES"),
-    "run_log": Option("--run-log", "PATH"),
-    "keep_run_log": Option("--no-run-log", const=False),
-    "event_output": Option("--event-output", const=True),
-    "checkpoints": Option("--checkpoints", "N"),
-    "ipython": Option("--no-ipython", const=False),
-    "notebook_workspace": Option("--no-notebook-workspace", const=False),
-    "workspace": Option("--workspace", "DIR"),
-    "protected": Option("--protect", "PATTERN,..."),
-    "read_dirs": Option("--read", "DIR,..."),
-    "trust_output": Option("--trust-output", const=True),
-}
-"""The flag of every setting a command line may give, by setting name."""
 
 
 def plain_type(annotation: Any) -> tuple[Any, bool]:
@@ -404,13 +474,13 @@ def option_arguments(
             kwargs["type"] = _network
         elif kind in (float, int):
             kwargs["type"] = _number_or_none(kind) if nullable else kind
-        elif name in ("inherit_env", "protected", "read_dirs"):
+        elif typing.get_origin(kind) is tuple:  # (a list: A,B,...)
             kwargs["type"] = _names
-        elif name == "env":
+        elif typing.get_origin(kind) is dict:  # (a mapping: one NAME=VALUE per flag)
             kwargs.update(action="append", type=_pair)
         if option.metavar:
             kwargs["metavar"] = option.metavar
-        if defaults and option.const is None and name != "env":
+        if defaults and option.const is None and kwargs.get("action") != "append":
             text += f" (default: {_shown(field.get_default(call_default_factory=True))})"
         kwargs["help"] = text.replace("%", "%%")
         arguments.append(((option.flag,), kwargs))
@@ -449,7 +519,7 @@ def _host_arguments() -> list[tuple[tuple[str, ...], dict[str, Any]]]:
 
 
 def _host(text: str) -> str:
-    from rewyn_kernel.runtime.egress.policy import parse_rule
+    from rewyn_kernel.runtime.network import parse_rule
 
     try:
         parse_rule(text)

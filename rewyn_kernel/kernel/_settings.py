@@ -1,8 +1,9 @@
 """The sandbox kernel's settings as traitlets, derived from ``rewyn_kernel.settings``.
 
 A mixin of ``SandboxKernel``, so they are configured as ``SandboxKernel.<name>`` from
-kernel.json argv, Jupyter config files or the command line. Each trait's type, default and help
-come from the field of ``KernelSettings`` with the same name; nothing is declared twice.
+kernel.json argv, Jupyter config files or the command line. The kernel has a trait for each
+setting tagged ``Surface.KERNEL``, and each trait's type, default and help come from the field of
+``KernelSettings`` with the same name; nothing is declared twice.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from typing import Any, Literal
 from pydantic import ValidationError
 from traitlets import Bool, Dict, Enum, Float, HasTraits, Int, List, TraitType, Unicode
 
-from rewyn_kernel.settings import KERNEL_CLASS, KernelSettings, describe_error, plain_type
+from rewyn_kernel.settings import (
+    KERNEL_CLASS,
+    KernelSettings,
+    Surface,
+    describe_error,
+    plain_type,
+    taken_by,
+)
 
 
 def trait_for(name: str) -> TraitType[Any, Any]:
@@ -43,6 +51,18 @@ def trait_for(name: str) -> TraitType[Any, Any]:
     return trait.tag(config=True)
 
 
+def traits_for(surface: Surface) -> dict[str, TraitType[Any, Any]]:
+    """A configurable trait for each setting ``surface`` takes, by name (see ``trait_for``)."""
+    return {name: trait_for(name) for name in taken_by(surface)}
+
+
+def trait_value(value: object) -> object:
+    """A setting's value as its trait holds it: a list for a tuple, text for a path."""
+    if isinstance(value, tuple):
+        return [trait_value(item) for item in value]
+    return str(value) if isinstance(value, Path) else value
+
+
 def configured(owner: HasTraits, names: typing.Iterable[str]) -> KernelSettings:
     """The settings ``owner``'s traits hold. Only those that differ from their default count as
     given (so a container-only setting left alone does not count as set); a bad value raises
@@ -62,36 +82,21 @@ def configured(owner: HasTraits, names: typing.Iterable[str]) -> KernelSettings:
 class SandboxSettings(HasTraits):
     """What sandbox the kernel runs its cells in, and what it keeps of them."""
 
-    provider = trait_for("provider")
-    image = trait_for("image")
-    container_runtime = trait_for("container_runtime")
-    oci_runtime = trait_for("oci_runtime")
-    timeout = trait_for("timeout")
-    memory_limit_mb = trait_for("memory_limit_mb")
-    pids_limit = trait_for("pids_limit")
-    disk_limit_mb = trait_for("disk_limit_mb")
-    network = trait_for("network")
-    inherit_env = trait_for("inherit_env")
-    env = trait_for("env")
-    output_limit_bytes = trait_for("output_limit_bytes")
-    workdir = trait_for("workdir")
-    startup_timeout = trait_for("startup_timeout")
-    python = trait_for("python")
-    ipython = trait_for("ipython")
-    workspace = trait_for("workspace")
-    workspace_name = trait_for("workspace_name")
-    notebook_workspace = trait_for("notebook_workspace")
-    protected = trait_for("protected")
-    read_dirs = trait_for("read_dirs")
-    run_log = trait_for("run_log")
-    keep_run_log = trait_for("keep_run_log")
-    event_output = trait_for("event_output")
-    checkpoints = trait_for("checkpoints")
-    trust_output = trait_for("trust_output")
+    # A trait for each setting the kernel takes. At class scope, locals() is the namespace the
+    # class is made from (https://docs.python.org/3/library/functions.html#locals), which is
+    # where traitlets' metaclass finds traits.
+    locals().update(traits_for(Surface.KERNEL))
+
+    # The traits the kernel reads as attributes, typed (the values the traits above hold).
+    timeout: float | None
+    ipython: bool
+    event_output: bool
+    checkpoints: int
+    trust_output: bool
 
     def settings(self) -> KernelSettings:
         """The kernel's settings, validated (a bad value raises pydantic's ValidationError)."""
-        return configured(self, KernelSettings.model_fields)
+        return configured(self, taken_by(Surface.KERNEL))
 
 
 def settings_from_argv(argv: typing.Sequence[str]) -> KernelSettings:

@@ -40,17 +40,17 @@ from rewyn_kernel.kernel.record import (
 from rewyn_kernel.kernel.safety import WIDGET_VIEW_MIME, drop_note, filter_bundle
 from rewyn_kernel.kernel.undo import UNDO_KEY, Undo, is_undo
 from rewyn_kernel.kernel.widgets import WidgetPolicy
-from rewyn_kernel.runtime._result import NetworkLog
-from rewyn_kernel.runtime._spec import not_a_workspace
-from rewyn_kernel.runtime.egress.policy import entry_for
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.host.session import UNSET
+from rewyn_kernel.runtime.network import entry_for
+from rewyn_kernel.runtime.result import NetworkLog
 from rewyn_kernel.runtime.sandbox import (
     CommFrame,
     RichOutput,
     SandboxResult,
     SubprocessProvider,
 )
+from rewyn_kernel.runtime.session import UNSET
+from rewyn_kernel.runtime.workspace import not_a_workspace
 
 logger = logging.getLogger(__name__)
 INTROSPECT_WAIT = 10.0

@@ -22,57 +22,38 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import publish_display_data
 
-from rewyn_kernel.kernel._settings import configured, trait_for
+from rewyn_kernel.kernel._settings import configured, trait_value, traits_for
 from rewyn_kernel.kernel.safety import drop_note, filter_bundle
 from rewyn_kernel.runtime.sandbox import RichOutput, Sandbox, SandboxResult, Session
-from rewyn_kernel.settings import KernelSettings, from_options, option_arguments
+from rewyn_kernel.settings import (
+    KernelSettings,
+    Surface,
+    from_options,
+    option_arguments,
+    taken_by,
+)
 
 _Item = tuple[str, Any]
 
 
-MAGIC_SETTINGS = (
-    "timeout",
-    "memory_limit_mb",
-    "pids_limit",
-    "disk_limit_mb",
-    "network",
-    "provider",
-    "image",
-    "container_runtime",
-    "oci_runtime",
-    "inherit_env",
-    "workspace",
-    "protected",
-    "read_dirs",
-)
+MAGIC_SETTINGS = taken_by(Surface.MAGIC_DEFAULTS)
 """The settings this notebook's %%sandbox cells take defaults for (``c.SandboxMagics.*``)."""
 
 
 def _options(function: Any) -> Any:
     """The options every %%sandbox cell and %sandbox config take (from rewyn_kernel.settings)."""
-    for flags, kwargs in reversed(option_arguments([*MAGIC_SETTINGS, "env"], defaults=False)):
+    for flags, kwargs in reversed(option_arguments(taken_by(Surface.MAGIC), defaults=False)):
         function = argument(*flags, **kwargs)(function)
     return function
 
 
 @magics_class
 class SandboxMagics(Magics):
-    """%%sandbox and %sandbox; the traits are this notebook's defaults."""
+    """%%sandbox and %sandbox; the traits are this notebook's defaults (``MAGIC_SETTINGS``;
+    ``workspace`` None: this notebook's folder, the kernel's working directory)."""
 
-    timeout = trait_for("timeout")
-    memory_limit_mb = trait_for("memory_limit_mb")
-    pids_limit = trait_for("pids_limit")
-    disk_limit_mb = trait_for("disk_limit_mb")
-    network = trait_for("network")
-    provider = trait_for("provider")
-    image = trait_for("image")
-    container_runtime = trait_for("container_runtime")
-    oci_runtime = trait_for("oci_runtime")
-    inherit_env = trait_for("inherit_env")
-    workspace = trait_for("workspace")
-    """None: this notebook's folder (the kernel's working directory)."""
-    protected = trait_for("protected")
-    read_dirs = trait_for("read_dirs")
+    # (At class scope, locals() is the namespace the class is made from: see kernel/_settings.)
+    locals().update(traits_for(Surface.MAGIC_DEFAULTS))
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell, **kwargs)
@@ -129,8 +110,7 @@ class SandboxMagics(Magics):
     def _configure(self, args: Any) -> None:
         settings = self._merged(args)
         for name in MAGIC_SETTINGS:
-            value = getattr(settings, name)
-            setattr(self, name, list(value) if isinstance(value, tuple) else value)
+            setattr(self, name, trait_value(getattr(settings, name)))
 
     def _merged(self, args: Any) -> KernelSettings:
         """This notebook's defaults, overridden by the options on the line."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from rewyn_kernel.kernel._plugins import no_pydantic_plugins
 from rewyn_kernel.runtime.events import EventListener, SandboxEvent
-from rewyn_kernel.runtime.host.core import build_models
+from rewyn_kernel.runtime.result import build_models
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxSpec, Session
 from rewyn_kernel.settings import KernelSettings
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from rewyn_kernel.errors import ForkError, SandboxError
-from rewyn_kernel.runtime._result import WorkspaceFiles
-from rewyn_kernel.runtime.host.session import Checkpoint, Session
+from rewyn_kernel.runtime.result import WorkspaceFiles
+from rewyn_kernel.runtime.sandbox import Session
+from rewyn_kernel.runtime.session import Checkpoint
 
 UNDO_CELL = re.compile(r"\s*%undo\s*")
 """A cell that asks for an undo: ``%undo`` and nothing else (whitespace aside)."""

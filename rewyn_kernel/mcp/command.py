@@ -7,7 +7,6 @@ import argparse
 import dataclasses
 import os
 import sys
-from pathlib import Path
 
 from rewyn_kernel.mcp.options import (
     MCP_TIMEOUT,
@@ -16,14 +15,12 @@ from rewyn_kernel.mcp.options import (
     default_run_log,
     option_arguments,
     option_values,
+    with_flags,
 )
 from rewyn_kernel.mcp.provider_choice import choose
 from rewyn_kernel.mcp.token import MIN_CHARS, TOKEN_VARIABLE, TokenError, kept_token, token_file
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.settings import CONTAINER_CLIS, CONTAINER_ONLY, add_options, from_options
-from rewyn_kernel.tools import RiskLevel
-
-LEVELS = [level.value for level in RiskLevel]
 
 
 def add_parser(
@@ -47,44 +44,6 @@ def add_parser(
         "--token",
         help=f"the bearer token for --http (default: ${TOKEN_VARIABLE}, else the one kept in "
         "<Jupyter data dir>/rewyn-kernel/mcp-token, made there (0600) at the first start)",
-    )
-    parser.add_argument(
-        "--max-sessions", type=int, default=8, help="sessions open at once, at most (default 8)"
-    )
-    parser.add_argument(
-        "--idle-ttl",
-        type=float,
-        default=1800.0,
-        metavar="SECONDS",
-        help="close a session after this long without a call (default 1800; 0: never)",
-    )
-    parser.add_argument(
-        "--max-output-chars",
-        type=int,
-        default=None,
-        metavar="N",
-        help="characters of output a result gives the model (head and tail kept; the whole "
-        "output is saved to a file the result names; default 20000)",
-    )
-    parser.add_argument(
-        "--max-risk",
-        choices=LEVELS,
-        default="high",
-        help="deny every run_python call if the sandbox is riskier than this (default high)",
-    )
-    parser.add_argument(
-        "--approve-above",
-        choices=[*LEVELS, "none"],
-        default="medium",
-        help="ask the person (through the client) before running code when the sandbox is "
-        "riskier than this; a client that cannot ask gets a denial (default medium; none: "
-        "never ask)",
-    )
-    parser.add_argument(
-        "--run-log",
-        type=Path,
-        help="JSONL file for every call's event (default: a new one per server in "
-        "<Jupyter data dir>/rewyn-kernel/runs/)",
     )
     for flag, kwargs in option_arguments():
         parser.add_argument(flag, **kwargs)
@@ -110,26 +69,10 @@ def options_from(
         provider = settings.make_provider()
         image = f", image {settings.image}" if settings.provider == "container" else ""
         said = f"{provider.name}{image} (--provider {settings.provider})"
-    approve = None if args.approve_above == "none" else RiskLevel(args.approve_above)
-    deny = RiskLevel(args.max_risk)
-    if approve is not None and approve > deny:
-        parser.error(f"--approve-above {approve} is above --max-risk {deny}")
     try:
-        kwargs = (
-            {} if args.max_output_chars is None else {"max_output_chars": args.max_output_chars}
-        )
-        options = ServerOptions(
-            settings=settings,
-            max_sessions=args.max_sessions,
-            idle_ttl=args.idle_ttl or None,
-            deny_above=deny,
-            approve_above=approve,
-            run_log=args.run_log.absolute() if args.run_log else None,
-            **option_values(args),
-            **kwargs,
-        )
+        options = ServerOptions(settings=settings, **option_values(args))
     except ValueError as exc:
-        parser.error(str(exc))
+        parser.error(with_flags(str(exc)))
         raise  # (parser.error exits)
     return options, said
 

@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from rewyn_kernel.mcp.results import OUTPUTS_DIR
-from rewyn_kernel.runtime.host.scratch import (
+from rewyn_kernel.runtime.sandbox import Session
+from rewyn_kernel.runtime.scratch import (
     ScratchEntry,
     ScratchError,
     list_dir,
@@ -22,8 +23,7 @@ from rewyn_kernel.runtime.host.scratch import (
     remove_tree,
     write_file,
 )
-from rewyn_kernel.runtime.host.workspace import STORE, FileChanges, Workspace
-from rewyn_kernel.runtime.sandbox import Session
+from rewyn_kernel.runtime.workspace import STORE, FileChanges, Workspace
 
 SCRATCH_ONLY = OUTPUTS_DIR.split("/")[0]
 """The server's own folder in scratch (saved outputs): read there whatever the workspace."""

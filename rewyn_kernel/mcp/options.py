@@ -1,9 +1,11 @@
 """The MCP server's options, declared once: the sandbox's (``KernelSettings``, the kernel's
-own flags) and the server's (sessions, output budget, policy, run log, transport).
+own flags, those tagged ``Surface.MCP``) and the server's (sessions, output budget, policy, run
+log, undo), the fields of ``ServerOptions``.
 
-A server option whose field carries ``flag`` metadata (``server_option``) is declared there
-alone: ``rewyn-kernel mcp`` derives its flag, type, default and help from the field
-(``option_arguments``, ``option_values``).
+Each server option's field carries its flag (``server_option``) and is declared there alone:
+``rewyn-kernel mcp`` derives its flag, type, choices and help from the field
+(``option_arguments``), and gives ``ServerOptions`` only the options typed
+(``option_values``), so the defaults are the fields' own.
 """
 
 from __future__ import annotations
@@ -11,29 +13,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import time
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rewyn_kernel.mcp.undo import MAX_UNDO_DEPTH
-from rewyn_kernel.runtime._tool import DEFAULT_MAX_RESULT_CHARS
-from rewyn_kernel.settings import SANDBOX_SETTINGS, KernelSettings
+from rewyn_kernel.runtime.tool import DEFAULT_MAX_RESULT_CHARS
+from rewyn_kernel.settings import KernelSettings, Surface, plain_type, taken_by
 from rewyn_kernel.tools import RiskLevel
 
 MCP_TIMEOUT = 120.0
 """Seconds a call may run unless ``--timeout`` says otherwise: an agent waits on each call
 (the kernel's 600 s suits a notebook cell that trains a model, not a tool call)."""
-SANDBOX_OPTIONS = (
-    *SANDBOX_SETTINGS,
-    "workspace",
-    "protected",
-    "read_dirs",
-    "env",
-    "output_limit_bytes",
-    "ipython",
-)
+SANDBOX_OPTIONS = taken_by(Surface.MCP)
 """The kernel settings ``rewyn-kernel mcp`` takes for its sandboxes."""
 
 
@@ -47,9 +43,36 @@ def default_run_log() -> Path:
     )
 
 
-def server_option(flag: str, metavar: str, help: str) -> dict[str, str]:
+@dataclass(frozen=True)
+class Flag:
+    """How ``rewyn-kernel mcp`` takes one ServerOptions field."""
+
+    flag: str
+    help: str
+    """What it does; the help adds the field's default (or ``default``)."""
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+    """The words it takes, read into the field's value by ``read``."""
+    read: Callable[[Any], Any] | None = None
+    """The parsed value to the field's (without: as parsed, by the field's type)."""
+    default: str | None = None
+    """The default as the help says it, where the field's own is not how a person writes it."""
+
+
+def server_option(flag: str, help: str, **how: Any) -> dict[str, Flag]:
     """The metadata of a ServerOptions field that ``rewyn-kernel mcp`` takes as ``flag``."""
-    return {"flag": flag, "metavar": metavar, "help": help}
+    return {"flag": Flag(flag, help, **how)}
+
+
+LEVELS = tuple(str(level) for level in RiskLevel)
+
+
+def _approve_above(text: str) -> RiskLevel | None:
+    return None if text == "none" else RiskLevel(text)
+
+
+def _absolute(path: Path) -> Path:
+    return path.absolute()
 
 
 @dataclass(frozen=True)
@@ -57,23 +80,68 @@ class ServerOptions:
     settings: KernelSettings = field(default_factory=KernelSettings)
     """The sandbox of every session (the code works in the workspace, when one is given, else
     in its scratch directory)."""
-    max_sessions: int = 8
-    idle_ttl: float | None = 1800.0
+    max_sessions: int = field(
+        default=8,
+        metadata=server_option("--max-sessions", "sessions open at once, at most", metavar="N"),
+    )
+    idle_ttl: float | None = field(
+        default=1800.0,
+        metadata=server_option(
+            "--idle-ttl",
+            "close a session after this long without a call (0: never)",
+            metavar="SECONDS",
+            read=lambda seconds: seconds or None,
+        ),
+    )
     """Seconds a session may go without a call before it is closed; None: never."""
-    max_output_chars: int = DEFAULT_MAX_RESULT_CHARS
-    deny_above: RiskLevel = RiskLevel.HIGH
-    approve_above: RiskLevel | None = RiskLevel.MEDIUM
-    run_log: Path | None = None
+    max_output_chars: int = field(
+        default=DEFAULT_MAX_RESULT_CHARS,
+        metadata=server_option(
+            "--max-output-chars",
+            "characters of output a result gives the model (head and tail kept; the whole "
+            "output is saved to a file the result names)",
+            metavar="N",
+        ),
+    )
+    deny_above: RiskLevel = field(
+        default=RiskLevel.HIGH,
+        metadata=server_option(
+            "--max-risk",
+            "deny every run_python call if the sandbox is riskier than this",
+            choices=LEVELS,
+            read=RiskLevel,
+        ),
+    )
+    approve_above: RiskLevel | None = field(
+        default=RiskLevel.MEDIUM,
+        metadata=server_option(
+            "--approve-above",
+            "ask the person (through the client) before running code when the sandbox is "
+            "riskier than this; a client that cannot ask gets a denial (none: never ask)",
+            choices=(*LEVELS, "none"),
+            read=_approve_above,
+        ),
+    )
+    run_log: Path | None = field(
+        default=None,
+        metadata=server_option(
+            "--run-log",
+            "JSONL file for every call's event",
+            metavar="PATH",
+            read=_absolute,
+            default="a new one per server in <Jupyter data dir>/rewyn-kernel/runs/",
+        ),
+    )
     """Where every call's SANDBOX_EXECUTED event goes; None: ``default_run_log()``."""
     undo_depth: int = field(
         default=1,
         metadata=server_option(
             "--undo-depth",
-            "N",
             "run_python calls of each session that undo can take back: a checkpoint (a paused "
             "copy-on-write fork of the session's Python, a few ms, memory only as the session "
             f"writes over it) is kept before each of the last N; 0: off, no undo tool (at most "
             f"{MAX_UNDO_DEPTH})",
+            metavar="N",
         ),
     )
 
@@ -85,7 +153,10 @@ class ServerOptions:
         if self.max_output_chars < 2_000:
             raise ValueError("max_output_chars must be at least 2000")
         if self.approve_above is not None and self.approve_above > self.deny_above:
-            raise ValueError("approve_above is above deny_above: nothing could need approval")
+            raise ValueError(
+                f"approve_above ({self.approve_above}) is above deny_above ({self.deny_above}): "
+                "nothing could need approval"
+            )
         if not 0 <= self.undo_depth <= MAX_UNDO_DEPTH:
             raise ValueError(f"undo_depth must be between 0 and {MAX_UNDO_DEPTH}")
 
@@ -102,29 +173,59 @@ class ServerOptions:
         return KernelSettings.model_validate(values)
 
 
+def _flags() -> list[tuple[dataclasses.Field[Any], Flag]]:
+    """The ServerOptions fields that have a flag, with it."""
+    return [
+        (item, item.metadata["flag"])
+        for item in dataclasses.fields(ServerOptions)
+        if "flag" in item.metadata
+    ]
+
+
+def _dest(item: dataclasses.Field[Any]) -> str:
+    # (Apart from the sandbox settings' dests: the server's run_log is not the kernel's.)
+    return f"server_{item.name}"
+
+
+def _shown(value: object) -> str:
+    if value is None:
+        return "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def option_arguments() -> list[tuple[str, dict[str, Any]]]:
     """The ``add_argument`` arguments (flag, keywords) of the ServerOptions fields that have a
-    flag: their type and default the field's, their help its metadata's."""
+    flag: their type the field's (or words, with choices), their help the flag's and the
+    field's default. An option not typed stays out of the parsed namespace."""
     hints = typing.get_type_hints(ServerOptions)
     arguments: list[tuple[str, dict[str, Any]]] = []
-    for item in dataclasses.fields(ServerOptions):
-        if "flag" not in item.metadata:
-            continue
-        arguments.append(
-            (
-                item.metadata["flag"],
-                {
-                    "dest": item.name,
-                    "type": hints[item.name],
-                    "default": item.default,
-                    "metavar": item.metadata["metavar"],
-                    "help": f"{item.metadata['help']} (default {item.default})",
-                },
-            )
-        )
+    for item, flag in _flags():
+        kind, _ = plain_type(hints[item.name])
+        kwargs: dict[str, Any] = {"dest": _dest(item), "default": argparse.SUPPRESS}
+        if flag.choices is not None:
+            kwargs["choices"] = flag.choices
+        else:
+            kwargs["type"] = kind
+        if flag.metavar is not None:
+            kwargs["metavar"] = flag.metavar
+        default = flag.default if flag.default is not None else _shown(item.default)
+        kwargs["help"] = f"{flag.help} (default: {default})"
+        arguments.append((flag.flag, kwargs))
     return arguments
 
 
 def option_values(args: argparse.Namespace) -> dict[str, Any]:
-    """The values of the flags ``option_arguments`` declared, as ServerOptions keywords."""
-    return {kwargs["dest"]: getattr(args, kwargs["dest"]) for _, kwargs in option_arguments()}
+    """The options ``option_arguments`` declared that were typed, as ServerOptions keywords."""
+    values: dict[str, Any] = {}
+    for item, flag in _flags():
+        if hasattr(args, _dest(item)):
+            value = getattr(args, _dest(item))
+            values[item.name] = value if flag.read is None else flag.read(value)
+    return values
+
+
+def with_flags(message: str) -> str:
+    """``message`` (a ServerOptions error) with each option's field name as its flag."""
+    for item, flag in _flags():
+        message = re.sub(rf"\b{item.name}\b", flag.flag, message)
+    return message

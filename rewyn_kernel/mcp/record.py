@@ -36,7 +36,8 @@ from rewyn_kernel.errors import ForkError
 from rewyn_kernel.mcp.arguments import CheckedServer, UnknownArguments
 from rewyn_kernel.mcp.sessions import BadSessionName, Entry, SessionError, SessionTable
 from rewyn_kernel.mcp.undo import UndoError
-from rewyn_kernel.runtime._tool_call import (
+from rewyn_kernel.runtime.events import JsonlRunLog, ToolCall, record_tool_call
+from rewyn_kernel.runtime.tool_call import (
     MAX_FILES,
     MAX_IMAGES,
     LoggedFile,
@@ -47,7 +48,6 @@ from rewyn_kernel.runtime._tool_call import (
     logged_file,
     logged_image,
 )
-from rewyn_kernel.runtime.events import JsonlRunLog, ToolCall, record_tool_call
 
 logger = logging.getLogger(__name__)
 

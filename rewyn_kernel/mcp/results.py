@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rewyn_kernel.runtime.host.scratch import file_facts
 from rewyn_kernel.runtime.sandbox import SandboxResult
+from rewyn_kernel.runtime.scratch import file_facts
 
 OUTPUTS_DIR = ".rewyn-mcp/outputs"
 """Where the whole output of a shortened result is saved."""

@@ -19,8 +19,8 @@ import asyncio
 from dataclasses import dataclass
 
 from rewyn_kernel.errors import ForkError, SandboxError
-from rewyn_kernel.runtime.host.session import Checkpoint
 from rewyn_kernel.runtime.sandbox import Session
+from rewyn_kernel.runtime.session import Checkpoint
 
 MAX_UNDO_DEPTH = 16
 """The most checkpoints a session may keep: each is a process in the sandbox (it counts towards

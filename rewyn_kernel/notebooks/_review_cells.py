@@ -28,9 +28,9 @@ from typing import Any
 
 from rewyn_kernel.kernel.record import ERROR_NAMES, METADATA_KEY, event_json, event_output
 from rewyn_kernel.notebooks._review_log import Step
-from rewyn_kernel.runtime._result import without_traceback
-from rewyn_kernel.runtime._tool_call import LoggedFile, ToolCall
 from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.result import without_traceback
+from rewyn_kernel.runtime.tool_call import LoggedFile, ToolCall
 
 Output = dict[str, Any]
 OUTCOME_ERRORS = {

@@ -35,10 +35,10 @@ from traitlets import DottedObjectName, Type
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY, event_output, reply_event
 from rewyn_kernel.kernel.record import summary_line as event_summary_line
 from rewyn_kernel.notebooks._review_cells import writable
-from rewyn_kernel.runtime._result import without_traceback
-from rewyn_kernel.runtime._tool_call import LoggedFile, ToolCall
 from rewyn_kernel.runtime.events import SandboxEvent
-from rewyn_kernel.runtime.host.scratch import READ_LIMIT, ScratchError, read_file
+from rewyn_kernel.runtime.result import without_traceback
+from rewyn_kernel.runtime.scratch import READ_LIMIT, ScratchError, read_file
+from rewyn_kernel.runtime.tool_call import LoggedFile, ToolCall
 
 SERVER_FOLDER = ".rewyn-mcp"
 """Files the MCP server itself wrote in a session's folder (whole outputs): not the code's,

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from rewyn_kernel.runtime._tool_call import TOOL_CALL_VERSION
 from rewyn_kernel.runtime.events import (
     EVENT_TYPE,
     TOOL_CALL_TYPE,
@@ -26,7 +25,8 @@ from rewyn_kernel.runtime.events import (
     ToolCall,
     ToolResult,
 )
-from rewyn_kernel.runtime.host.protocol import scrub
+from rewyn_kernel.runtime.result import scrub
+from rewyn_kernel.runtime.tool_call import TOOL_CALL_VERSION
 
 Record = SandboxEvent | ToolCall | ToolResult
 Line = tuple[int, SandboxEvent]

@@ -24,20 +24,31 @@ from rewyn_kernel.notebooks._review_cells import cell_of, session_labels, status
 from rewyn_kernel.notebooks._review_log import Step
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import SandboxSpec
-
-LIMIT_FIELDS = (
-    "provider",
-    "timeout",
-    "memory_limit_mb",
-    "pids_limit",
-    "disk_limit_mb",
-    "network",
-    "ipython",
+from rewyn_kernel.settings import (
+    CONTAINER_ONLY,
+    OPTIONS,
+    KernelSettings,
+    Surface,
+    plain_type,
+    taken_by,
 )
-NULLABLE = ("timeout", "memory_limit_mb", "pids_limit", "disk_limit_mb")
+
+REVIEWED = taken_by(Surface.REVIEW)
+"""The settings a review's kernel pins: the provider (with a container's CLI and OCI runtime,
+which the recorded provider's name carries) and the limits each event's spec records."""
+LIMIT_FIELDS = tuple(name for name in REVIEWED if name not in CONTAINER_ONLY)
+"""The provider and the limits, pinned for every run (a container's runtimes for a container)."""
+
+
+def _no_limit_when_none(name: str) -> bool:
+    kind, nullable = plain_type(KernelSettings.model_fields[name].annotation)
+    return nullable and kind in (int, float)
+
+
+NULLABLE = tuple(filter(_no_limit_when_none, LIMIT_FIELDS))
 """Limits where none means no limit (and not the kernel's default)."""
 DEFAULT_LIMITS: dict[str, Any] = {
-    name: kernelspec.KernelSettings.model_fields[name].default for name in LIMIT_FIELDS
+    name: KernelSettings.model_fields[name].default for name in LIMIT_FIELDS
 }
 """The limits of the shipped ``rewyn-sandbox`` kernelspec (a kernel with no flags)."""
 RECORDED_DEFAULTS: dict[str, Any] = {"ipython": False, "pids_limit": None}
@@ -52,19 +63,20 @@ def limits_of(event: SandboxEvent) -> dict[str, Any] | None:
     """Return the kernel settings that reproduce ``event``'s limits, or None if unknown.
 
     From ``event.provider``: "bubblewrap", "subprocess", or "container/CLI[+OCI]" (the
-    container runtime and OCI runtime; the image is not recorded). From ``event.spec``:
-    timeout, memory_limit_mb, pids_limit, disk_limit_mb, network and ipython (what ran the
-    code: a re-run's tracebacks and displays look alike only on the same). None when the
+    container runtime and OCI runtime; the image is not recorded). From ``event.spec``: the
+    other ``LIMIT_FIELDS``, ipython among them (what ran the code: a re-run's tracebacks and
+    displays look alike only on the same). None when the
     provider is another kind or a value is out of the kernel's bounds.
     """
     limits: dict[str, Any] = {"provider": event.provider}
     if event.provider.startswith("container/"):
         cli, _, oci = event.provider.removeprefix("container/").partition("+")
         limits.update(provider="container", container_runtime=cli, oci_runtime=oci or None)
-    for name in LIMIT_FIELDS[1:]:
-        limits[name] = event.spec.get(name, RECORDED_DEFAULTS.get(name, DEFAULT_LIMITS[name]))
+    for name in LIMIT_FIELDS:
+        if name != "provider":
+            limits[name] = event.spec.get(name, RECORDED_DEFAULTS.get(name, DEFAULT_LIMITS[name]))
     try:
-        settings = kernelspec.KernelSettings.model_validate(limits)
+        settings = KernelSettings.model_validate(limits)
     except ValidationError:
         return None
     return settings.model_dump(mode="json", include=set(limits))
@@ -93,37 +105,27 @@ def kernel_name_for(limits: dict[str, Any]) -> str:
     return f"rewyn-review-{digest[:8]}"
 
 
-def settings_for(limits: dict[str, Any]) -> kernelspec.KernelSettings:
+def settings_for(limits: dict[str, Any]) -> KernelSettings:
     """Return the kernel settings that pin ``limits`` (none included, for those that have no
     limit: the kernel's default would apply one)."""
-    return kernelspec.KernelSettings.model_validate(
+    return KernelSettings.model_validate(
         {key: value for key, value in limits.items() if value is not None or key in NULLABLE}
     )
 
 
-def _limit(value: object) -> object:
-    """A limit as its flag writes it: none is written, as it differs from the default."""
-    return "none" if value is None else value
-
-
 def install_command(name: str, limits: dict[str, Any]) -> str:
-    """Return the ``rewyn-kernel install`` command that creates kernel ``name`` with ``limits``."""
-    flags = {
-        "--provider": limits["provider"],
-        "--runtime": limits.get("container_runtime"),
-        "--oci-runtime": limits.get("oci_runtime"),
-        "--timeout": "none" if limits["timeout"] is None else f"{limits['timeout']:g}",
-        "--memory": _limit(limits.get("memory_limit_mb")),
-        "--pids": _limit(limits.get("pids_limit")),
-        "--disk": _limit(limits.get("disk_limit_mb")),
-        "--network": limits["network"],
-    }
+    """Return the ``rewyn-kernel install`` command that creates kernel ``name`` with ``limits``
+    (a limit of none written as ``none``: it differs from the default)."""
     words = ["rewyn-kernel", "install", "--user", "--name", name]
-    words += [
-        str(part) for flag, value in flags.items() if value is not None for part in (flag, value)
-    ]
-    if limits.get("ipython") is False:
-        words.append("--no-ipython")
+    for setting in REVIEWED:
+        value, option = limits.get(setting), OPTIONS[setting]
+        if setting not in limits or (value is None and setting not in NULLABLE):
+            continue
+        if option.const is not None:
+            words += [option.flag] if value == option.const else []
+        else:
+            text = "none" if value is None else f"{value:g}" if isinstance(value, float) else value
+            words += [option.flag, str(text)]
     return shlex.join(words)
 
 
