@@ -35,10 +35,10 @@ from rewyn_kernel.runtime import (
     JsonlRunLog,
     create,
     local_provider,
+    registry,
 )
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.providers import registry
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
 from rewyn_kernel.runtime.workspace import not_a_workspace
 

@@ -21,13 +21,8 @@ PUBLIC_RUNTIME = {name for name in PUBLIC if name.startswith("rewyn_kernel.runti
 whose names do not start with '_' (the subpackages host, providers, egress and worker, and the
 '_' modules, are its inside)."""
 
-ALLOWED = {
-    ("doctor.py", "rewyn_kernel.runtime.host.cgroup"),
-    ("mcp/provider_choice.py", "rewyn_kernel.runtime.providers.bubblewrap"),
-}
-"""(module, private runtime module) pairs still allowed: the machine's and the providers'
-checks of ``rewyn-kernel doctor`` and of the MCP server's choice of provider, which the provider
-registry replaces."""
+ALLOWED: set[tuple[str, str]] = set()
+"""(module, private runtime module) pairs still allowed: none."""
 
 
 def module_name(path: Path) -> str:

@@ -145,7 +145,7 @@ def test_a_bad_setting_in_a_config_file_names_the_setting() -> None:
 def test_the_default_image_is_spelt_out_once() -> None:
     sources = [path for path in PACKAGE.rglob("*.py")]
     spelt = [path.relative_to(PACKAGE) for path in sources if DEFAULT_IMAGE in path.read_text()]
-    assert spelt == [Path("runtime/providers/container.py")]
+    assert spelt == [Path("runtime/providers/container/provider.py")]
 
 
 # -- every surface takes exactly the settings tagged for it --------------------------------------

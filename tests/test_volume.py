@@ -169,3 +169,23 @@ def test_the_sweep_removes_a_dead_hosts_volume_and_keeper(provider: SandboxProvi
         assert engine(provider, "volume", "ls", "-q", "--filter", f"name={volume}") == ""
         assert isinstance(live.files, VolumeFiles)
         assert engine(provider, "volume", "ls", "-q", "--filter", f"name={live.files.volume}")
+
+
+def test_the_mcp_file_tools_reach_a_volume_through_the_sandbox(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    """The MCP server's file tools and its list of files a call wrote take the session's files
+    as the sandbox gives them, not as a host folder."""
+    from rewyn_kernel.mcp import results
+    from rewyn_kernel.mcp.files import SessionFiles
+
+    session = make_box().session()
+    tools = SessionFiles(session)
+    tools.write("notes/todo.txt", b"check the volume")
+    before = results.snapshot(session.files)
+    ran = session.execute("print(open('notes/todo.txt').read()); open('made.txt', 'w').write('1')")
+    assert ran.stdout == "check the volume\n", ran.stderr
+    assert results.written(before, results.snapshot(session.files)) == ["made.txt"]
+    assert tools.read("made.txt", 100) == b"1"
+    assert [entry.name for entry in tools.list(".", 10)] == ["made.txt", "notes"]
+    session.close()

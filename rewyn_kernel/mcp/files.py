@@ -38,27 +38,28 @@ class SessionFiles:
     def __init__(self, session: Session) -> None:
         self.workspace = session.spec.workspace
         self.protected = session.spec.protected
-        self.scratch = session.workdir
+        self.scratch = session.files
+        """The scratch directory, wherever the provider keeps it (not always on this host)."""
 
-    def _where(self, path: str) -> tuple[Path, str, bool]:
-        """(root, path relative to it, in the workspace?) for a path the agent gave."""
+    def _where(self, path: str) -> Path | None:
+        """The workspace a path the agent gave is in, or None: in scratch."""
         parts = PurePosixPath(path).parts
         if (parts and parts[0] == SCRATCH_ONLY) or self.workspace is None:
-            return self.scratch, path, False
+            return None
         if parts and parts[0] == STORE:
             raise ScratchError(2, "the sandbox's own folder: not shown", path)
-        return self.workspace, path, True
+        return self.workspace
 
     def read(self, path: str, limit: int) -> bytes:
-        root, relative, _ = self._where(path)
-        return read_file(root, relative, limit)
+        root = self._where(path)
+        return self.scratch.read(path, limit) if root is None else read_file(root, path, limit)
 
     def write(self, path: str, data: bytes) -> FileChanges | None:
         """Write ``data`` at ``path``: in a workspace, published (None: in scratch). Raise
         ScratchError when it is refused (a protected path, say)."""
-        root, relative, in_workspace = self._where(path)
-        if not in_workspace:
-            write_file(root, relative, data)
+        root = self._where(path)
+        if root is None:
+            self.scratch.write(path, data)
             return None
         info = root.stat()
         owner = (info.st_uid, info.st_gid) if os.geteuid() == 0 else None
@@ -66,7 +67,7 @@ class SessionFiles:
         staging = workspace.prepare(None) / f"write_file-{uuid.uuid4().hex[:8]}"
         try:
             (staging / "upper").mkdir(parents=True)
-            write_file(staging / "upper", relative, data)
+            write_file(staging / "upper", path, data)
             changes = workspace.publish(staging / "upper", label="write_file")
         finally:
             remove_tree(staging)
@@ -75,8 +76,12 @@ class SessionFiles:
         return changes
 
     def list(self, path: str, limit: int) -> list[ScratchEntry]:
-        root, relative, in_workspace = self._where(path)
-        hidden = {STORE} if in_workspace else SANDBOX_FOLDERS
-        top = PurePosixPath(relative).parts in ((), (".",))
-        found = list_dir(root, relative, limit + len(hidden))
+        root = self._where(path)
+        hidden = {STORE} if root is not None else SANDBOX_FOLDERS
+        top = PurePosixPath(path).parts in ((), (".",))
+        found = (
+            self.scratch.list(path, limit + len(hidden))
+            if root is None
+            else list_dir(root, path, limit + len(hidden))
+        )
         return [entry for entry in found if not (top and entry.name in hidden)][:limit]

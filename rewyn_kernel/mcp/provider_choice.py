@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from rewyn_kernel.runtime.container import ContainerProvider
-from rewyn_kernel.runtime.providers.bubblewrap import probe_bubblewrap
+from rewyn_kernel.runtime.machine import probe_bubblewrap
 from rewyn_kernel.settings import CONTAINER_CLIS
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rewyn_kernel.runtime.contract import SandboxFiles
 from rewyn_kernel.runtime.sandbox import SandboxResult
-from rewyn_kernel.runtime.scratch import file_facts
 
 OUTPUTS_DIR = ".rewyn-mcp/outputs"
 """Where the whole output of a shortened result is saved."""
@@ -79,10 +78,11 @@ class RunOutput(BaseModel):
 Snapshot = dict[str, tuple[int, int]]
 
 
-def snapshot(root: Path) -> Snapshot:
-    """The regular files of a session's directory (path -> size, mtime), bounded, without
-    following a link; hidden folders (caches, our own saved outputs) left out."""
-    return file_facts(root, limit=MAX_SCANNED, depth=MAX_DEPTH, hidden_folders=False)
+def snapshot(files: SandboxFiles) -> Snapshot:
+    """The regular files of a session's scratch (path -> size, mtime), bounded, without
+    following a link, wherever the provider keeps them; hidden folders (caches, our own saved
+    outputs) left out."""
+    return files.facts(limit=MAX_SCANNED, depth=MAX_DEPTH, hidden_folders=False)
 
 
 def written(before: Snapshot, after: Snapshot) -> list[str]:

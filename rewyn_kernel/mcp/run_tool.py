@@ -112,7 +112,7 @@ async def _run(
     session = entry.session
     limit = session.spec.timeout
     in_workspace = session.spec.workspace is not None
-    before = {} if in_workspace else await asyncio.to_thread(results.snapshot, session.workdir)
+    before = {} if in_workspace else await asyncio.to_thread(results.snapshot, session.files)
     started = time.monotonic()
     streamed = [0]
 
@@ -139,7 +139,7 @@ async def _run(
         files = result.files
         written = sorted([*files.created, *files.changed]) if files is not None else []
     else:
-        after = await asyncio.to_thread(results.snapshot, session.workdir)
+        after = await asyncio.to_thread(results.snapshot, session.files)
         written = results.written(before, after)
     whole: dict[str, str] = {}
     payload = result_payload(result, budget)  # (once: the text, the files and the schema)

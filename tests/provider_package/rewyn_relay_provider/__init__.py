@@ -1,7 +1,7 @@
 """A sandbox provider in a package of its own, written against the public contract only.
 
-It imports ``rewyn_kernel.runtime.providers.base`` (the contract) and public names of
-``rewyn_kernel.runtime``, nothing of the host: it starts each worker through a
+It imports ``rewyn_kernel.runtime.contract`` and other public names of ``rewyn_kernel.runtime``,
+nothing of the host: it starts each worker through a
 ``SubprocessProvider`` it holds, and keeps no sandbox class and no files of its own, so the host
 wraps its sandboxes in its ``BaseSandbox`` and keeps their files in its default folder. What it
 adds is a name, its own checks and a note in each sandbox's isolation: what a third party's
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rewyn_kernel.runtime import SubprocessProvider
-from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, WorkerProcess
+from rewyn_kernel.runtime.contract import CheckItem, SandboxFiles, WorkerProcess
 from rewyn_kernel.runtime.sandbox import Isolation, SandboxSpec
 
 __all__ = ["RelayProvider"]

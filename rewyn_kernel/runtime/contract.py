@@ -1,0 +1,36 @@
+"""The provider contract, for a provider in a package of its own.
+
+What a provider implements (``SandboxProvider``, ``WorkerProcess``, and optionally
+``SandboxFiles``), what it returns (``ExitInfo``, ``CheckItem``), what it runs (``worker_argv``)
+and, for one that shows its sandboxes a folder of this host, the host's default files
+(``LocalFiles``, ``host_folder``). Implemented in ``providers/base.py`` (which imports nothing
+above it) and ``host/files.py``; this is their public path. Register a provider under the
+``rewyn_kernel.providers`` entry point group (see ``rewyn_kernel.runtime.registry``).
+"""
+
+from rewyn_kernel.runtime.host.files import LocalFiles, host_folder
+from rewyn_kernel.runtime.providers.base import (
+    BOOTSTRAP,
+    CheckItem,
+    ExitInfo,
+    SandboxFiles,
+    SandboxProvider,
+    ScratchEntry,
+    ScratchError,
+    WorkerProcess,
+    worker_argv,
+)
+
+__all__ = [
+    "BOOTSTRAP",
+    "CheckItem",
+    "ExitInfo",
+    "LocalFiles",
+    "SandboxFiles",
+    "SandboxProvider",
+    "ScratchEntry",
+    "ScratchError",
+    "WorkerProcess",
+    "host_folder",
+    "worker_argv",
+]
