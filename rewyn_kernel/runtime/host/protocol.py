@@ -303,6 +303,12 @@ WORKER_MODULES = (
     "child",
     "mounter",
     "relay",
+    "children",
+    "memory",
+    "codeframes",
+    "processes",
+    "branches",
+    "sandbox_setup",
     "supervisor",
     "main",
 )

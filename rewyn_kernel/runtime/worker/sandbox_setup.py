@@ -1,0 +1,304 @@
+"""The sandbox's set-up by its supervisor, before any code runs: each protection, in order."""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import selectors
+import signal
+import sys
+
+from . import mounter, system
+from .memory import oom_kills, open_own_counter
+from .relay import start_relay
+from .wire import write_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Dict, List, Optional
+
+
+IGNORED_SIGNALS = (
+    "SIGTERM",
+    "SIGHUP",
+    "SIGQUIT",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+)
+PRELOAD = ("resource", "getpass", "faulthandler", "fcntl", "ctypes", "io", "queue", "threading")
+"""Modules imported once by the supervisor, before it changes directory (see ``start``)."""
+CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
+
+
+class SandboxSetUp:
+    def start(self) -> None:
+        self.host_in = os.dup(0)  # os.dup makes non-inheritable descriptors
+        self.host_out = os.dup(1)
+        self.diag = os.dup(2)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)  # nothing printed by accident can reach the channel
+        os.close(null)
+        faulthandler.enable(file=self.diag)
+        # Everything this process and the code's processes need from the standard library is
+        # imported now, before any change of directory, from the interpreter's own paths only
+        # (it runs isolated: no current directory, no user site, no PYTHON* variables).
+        for module in PRELOAD:
+            __import__(module)
+        system.libc()
+        if self.config.get("ns_root") and not system.become_namespace_root():
+            self.fail("the supervisor could not take its user namespace's root")
+        # The proxy's end (network=[...]): the loopback is brought up while this process may,
+        # and the proxy's folder held before anything covers or hides it.
+        self.relay = start_relay(self.selector, self.config, self.notes.append)
+        if self.config.get("own_ipc"):
+            # Still root of the sandbox's own namespaces here: bound what shared memory the
+            # code can pin outside its processes (it all goes with the namespaces).
+            limit = self.config.get("memory_limit_bytes")
+            if not system.limit_sysv_ipc(limit):
+                self.notes.append("SysV shared memory could not be bounded")
+            if not system.private_tmpfs("/dev/shm", limit):
+                self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
+        for cover in self.config.get("cover") or ():
+            why = system.cover(
+                str(cover["dir"]),
+                [str(path) for path in cover["keep"]],
+                int(cover["mode"], 8),
+                cover.get("limit"),
+            )
+            if why:
+                self.fail("the sandbox's %s could not be set up: %s" % (cover["dir"], why))
+        for source, target in self.config.get("binds") or ():
+            # (a directory a root host mounted for this sandbox: see host/views.py)
+            why = system.bind(str(source), str(target))
+            if why:
+                self.fail("%s could not be shown to the code: %s" % (target, why))
+        for folder in self.config.get("read_only") or ():
+            why = system.bind(str(folder), str(folder)) or system.remount_bind_read_only(
+                str(folder)
+            )
+            if why:
+                self.fail("%s could not be shown read-only: %s" % (folder, why))
+        mqueue = self.config.get("mqueue")
+        if mqueue and not system.mount_mqueue(str(mqueue)):
+            self.notes.append("POSIX message queues cannot be listed (no mqueue mount)")
+        gate = self.config.get("cgroup_gate")
+        if gate is not None:
+            # The host moves this sandbox's processes into their cgroups while they start; no
+            # code runs before they are in (nor is this process's own counter opened).
+            answer = read_answer(int(gate), 1024)
+            if answer != b"\0":
+                reason = answer[1:].decode("utf-8", "replace") or "the host said nothing"
+                self.fail("the sandbox could not be moved into its cgroups: %s" % reason)
+            if self.config.get("own_cgroupns"):
+                # Started before the move, the namespace bwrap made is rooted at the host's
+                # cgroup: one rooted here shows the code its own cgroup as "/", and no more.
+                why = system.new_cgroup_namespace()
+                if why:
+                    self.notes.append("the code sees the host's cgroup paths (%s)" % why)
+        if self.config.get("oom_counter") == "self":
+            open_own_counter()
+        workspace = self.config.get("workspace")
+        if workspace:  # (before /run is hidden: a root host's view is mounted there)
+            self.setup_workspace(workspace)
+        hidden = self.config.get("hide")
+        if hidden:
+            failed = system.hide(list(hidden["dirs"]), list(hidden["files"]))
+            if failed:
+                self.notes.append("not hidden from the code: %s" % ", ".join(failed))
+        mapping = self.config.get("nested_userns")
+        if mapping:
+            # The namespace this started in maps the host's root (bubblewrap and unshare set
+            # the sandbox up as it): leave it for one that maps this process's uid only.
+            why = system.enter_user_namespace(str(mapping))
+            if why:
+                self.fail("the supervisor could not leave the set-up user namespace: %s" % why)
+        if self.config.get("own_userns"):
+            why = system.limit_user_counters()
+            if why:
+                self.notes.append("per-user counters not lowered for the code: %s" % why)
+        proc_sys = self.config.get("proc_sys")
+        if proc_sys:
+            why = system.read_only_proc_sys() if proc_sys == "remount" else ""
+            if why or system.proc_sys_writable():
+                self.fail("/proc/sys could not be made read-only for the code (%s)" % why)
+        self.clean = clean_config(self.config)
+        if self.config.get("memory_cgroup") and oom_kills(self.config) is None:
+            self.notes.append("no memory cgroup could be made: the memory cap is per process")
+        self.take_user()
+        if not system.set_dumpable(False):
+            self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
+        system.set_no_new_privs()
+        program = self.config.get("seccomp")
+        if program:
+            # Last: the set-up above needed mount and unshare, which the filter refuses. Every
+            # process forked from here on, the code's included, runs under it.
+            why = system.load_seccomp(bytes.fromhex(str(program)))
+            if why or system.seccomp_mode() != 2:
+                self.fail("the seccomp filter could not be loaded (%s)" % why)
+        for name in IGNORED_SIGNALS:
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        # SIGINT stays at its default but blocked: a code process forked from here starts with
+        # it blocked, so an interrupt sent before it installed its handler waits, not vanishes.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        if not self.first:
+            system.set_subreaper()  # so that what the code leaves running stays findable
+        try:  # (the code's process changes there itself: this user may not enter it)
+            os.chdir(self.config.get("cwd") or os.getcwd())
+        except OSError:
+            pass
+        self.selector.register(self.host_in, selectors.EVENT_READ, self.on_host)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
+        if self.once:
+            preload = self.config.get("preload")
+            if preload:
+                self.start_template(str(preload))
+            self.spare = self.next_spare()
+        else:
+            first = self.branches[0] = self.spawn()
+            while not first.ready:
+                self.step()
+                if first.exited:
+                    write_all(self.diag, b"rewyn: the code's process failed to start\n")
+                    os._exit(70)
+        self.send_host(
+            {
+                "t": "ready",
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "implementation": sys.implementation.name,
+                "executable": sys.executable,
+                "platform": sys.platform,
+                "shell": self.shell,
+                "notes": self.notes,
+            }
+        )
+
+    def setup_workspace(self, workspace: Dict[str, Any]) -> None:
+        """Show the code the workspace at its own path (see the host's host/workspace.py): a
+        root host mounted the view on an anchor, which is bound here (bubblewrap bound it
+        already); elsewhere this process's mounter mounts each execution's view."""
+        path = str(workspace["path"])
+        self.config["cwd"] = path
+        if workspace.get("note"):
+            self.notes.append(str(workspace["note"])[:1000])
+        if workspace.get("bind"):
+            anchor = str(workspace["bind"])
+            for relative in workspace.get("keep") or []:
+                # What this Python runs from inside the workspace (a project's .venv), bound
+                # into the anchor, still empty, before it covers the workspace: the first view,
+                # mounted on the anchor once the sandbox is up, covers these with the same files.
+                inner, kept = os.path.join(path, relative), os.path.join(anchor, relative)
+                why = system.bind(inner, kept) or system.remount_bind_read_only(kept)
+                if why:
+                    self.fail("the workspace could not be shown to the code: %s" % why)
+            why = system.bind(anchor, path)
+            if why:
+                self.fail("the workspace could not be shown to the code: %s" % why)
+            return
+        if workspace.get("bound") or not workspace.get("staging"):
+            return
+        if not self.config.get("own_ipc"):
+            self.notes.append(
+                "the workspace is shown as it is (no mount namespace here): the code changes "
+                "the files directly, and no earlier version is kept"
+            )
+            return
+        self.mounter = mounter.start(path, str(workspace["staging"]))
+        why = "the mounter could not start"
+        if self.mounter is not None:
+            request = {"op": "view", "cell": workspace.get("cell", 1)}
+            why = self.mounter.ask({**request, "protected": workspace.get("protected") or []})
+        if why:
+            self.fail("the workspace's view could not be mounted: %s" % why)
+
+    def fail(self, why: str) -> None:
+        """A protection this sandbox was promised cannot be had: it does not start."""
+        write_all(self.diag, ("rewyn: %s\n" % why).encode("utf-8", "replace"))
+        os._exit(70)
+
+    def take_user(self) -> None:
+        """Give the supervisor a user of its own, or drop every capability it holds.
+
+        With ``users`` in the config (containers, started as root with only CAP_SETUID,
+        CAP_SETGID and CAP_KILL), the supervisor becomes the ``supervisor`` user and keeps just
+        those three, to make each code process the ``code`` user and to signal it. The code then
+        cannot signal the supervisor or open anything under its ``/proc`` entry, even where the
+        kernel ignores non-dumpable processes there (gVisor). Without, the supervisor needs no
+        capability: it drops them all, and every process forked from it inherits none.
+        """
+        users = self.config.get("users")
+        if users:
+            uid, gid = users["supervisor"]
+            if system.become(int(uid), int(gid), keep=(CAP_KILL, CAP_SETGID, CAP_SETUID)):
+                return
+            self.config["users"] = None
+            self.notes.append("the supervisor could not take a user of its own")
+        if not system.drop_capabilities():
+            if system.holds_capabilities():
+                # Root of the sandbox's own namespaces (bubblewrap, unshare): the code would
+                # keep CAP_SYS_ADMIN there (and remount the read-only views writable). Never.
+                write_all(self.diag, b"rewyn: the supervisor could not drop its capabilities\n")
+                os._exit(70)
+            self.notes.append("capabilities could not be dropped (no ctypes here)")
+
+
+def read_answer(fd: int, limit: int) -> bytes:
+    """The host's answer on ``fd``: a zero byte alone, or anything else up to a newline or the
+    end (at most ``limit`` bytes); then close ``fd``."""
+    got = b""
+    try:
+        while len(got) < limit:
+            chunk = os.read(fd, 1 if not got else limit - len(got))
+            if not chunk:
+                break
+            got += chunk
+            if got == b"\0" or got.endswith(b"\n"):
+                break
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return got.rstrip(b"\n")
+
+
+def clean_config(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What each one-shot execution's process empties before it takes code (``child.py``):
+    the folders the host names (``/tmp``, ``/dev/shm``, ``/dev/mqueue``), but the mount points
+    in them (the scratch directory may be one) and the folders on the way; and SysV IPC."""
+    asked = config.get("clean")
+    if not asked or not config.get("fork_per_exec"):
+        return None
+    dirs = [str(path) for path in asked.get("dirs") or () if os.path.isdir(str(path))]
+    keep = []
+    for point in mount_points():
+        if any(point.startswith(path.rstrip("/") + "/") for path in dirs):
+            keep.append(point)
+    cleaned = {"dirs": dirs, "keep": keep, "ipc": bool(asked.get("ipc"))}
+    config["clean"] = cleaned
+    return cleaned
+
+
+def mount_points() -> List[str]:
+    """Every mount point of this mount namespace (from /proc/self/mountinfo)."""
+    found = []
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 4:
+                    # (octal escapes for spaces and the like: \040)
+                    found.append(fields[4].encode().decode("unicode_escape"))
+    except (OSError, UnicodeDecodeError):
+        pass
+    return found
