@@ -43,7 +43,7 @@ from rewyn_kernel.runtime.providers.local import (
     workspace_note,
 )
 from rewyn_kernel.runtime.providers.popen import PopenWorker
-from rewyn_kernel.runtime.worker.system import unreachable_ancestor
+from rewyn_kernel.runtime.worker.mounts import unreachable_ancestor
 
 TMP_BYTES = 64 * 1024 * 1024
 """The size of the sandbox's own /tmp (a tmpfs: it counts against memory)."""

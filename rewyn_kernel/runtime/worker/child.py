@@ -33,7 +33,7 @@ import threading
 import time
 import types
 
-from . import system
+from . import residue, system
 from .comms import Comms
 from .comms import available as comms_available
 from .executor import LIMITS, Gate, Runner, describe_error
@@ -163,9 +163,9 @@ class CodeProcess:
         clean = self.config.get("clean")
         if clean:
             for path in clean["dirs"]:
-                system.empty_directory(path, list(clean["keep"]))
+                residue.empty_directory(path, list(clean["keep"]))
             if clean.get("ipc"):
-                system.remove_sysv_ipc()
+                residue.remove_sysv_ipc()
 
     def enter_view(self) -> None:
         """Change into the working directory again, by its path: the workspace's view is

@@ -6,7 +6,7 @@ import os
 import selectors
 import signal
 
-from . import system
+from . import residue, system
 from .child import run_child
 from .children import MAX_BRANCHES, Child, close_quietly, descendants, socket_pair
 from .memory import _OWN_COUNTER, oom_kills
@@ -120,7 +120,7 @@ class Processes:
         """A one-shot execution's process ended: so did its execution."""
         self.kill_leftovers()
         if self.config.get("own_ipc"):
-            system.remove_sysv_shm()  # (what the execution left in the sandbox's own IPC)
+            residue.remove_sysv_shm()  # (what the execution left in the sandbox's own IPC)
         self.drain(child, to_end=True)
         self.finish_exec(child)
 

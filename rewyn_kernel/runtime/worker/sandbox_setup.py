@@ -8,7 +8,7 @@ import selectors
 import signal
 import sys
 
-from . import mounter, system
+from . import mounter, mounts, namespaces, residue, system
 from .memory import oom_kills, open_own_counter
 from .relay import start_relay
 from .wire import write_all
@@ -49,7 +49,7 @@ class SandboxSetUp:
         for module in PRELOAD:
             __import__(module)
         system.libc()
-        if self.config.get("ns_root") and not system.become_namespace_root():
+        if self.config.get("ns_root") and not namespaces.become_namespace_root():
             self.fail("the supervisor could not take its user namespace's root")
         # The proxy's end (network=[...]): the loopback is brought up while this process may,
         # and the proxy's folder held before anything covers or hides it.
@@ -58,12 +58,12 @@ class SandboxSetUp:
             # Still root of the sandbox's own namespaces here: bound what shared memory the
             # code can pin outside its processes (it all goes with the namespaces).
             limit = self.config.get("memory_limit_bytes")
-            if not system.limit_sysv_ipc(limit):
+            if not residue.limit_sysv_ipc(limit):
                 self.notes.append("SysV shared memory could not be bounded")
-            if not system.private_tmpfs("/dev/shm", limit):
+            if not mounts.private_tmpfs("/dev/shm", limit):
                 self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
         for cover in self.config.get("cover") or ():
-            why = system.cover(
+            why = mounts.cover(
                 str(cover["dir"]),
                 [str(path) for path in cover["keep"]],
                 int(cover["mode"], 8),
@@ -73,17 +73,17 @@ class SandboxSetUp:
                 self.fail("the sandbox's %s could not be set up: %s" % (cover["dir"], why))
         for source, target in self.config.get("binds") or ():
             # (a directory a root host mounted for this sandbox: see host/views.py)
-            why = system.bind(str(source), str(target))
+            why = mounts.bind(str(source), str(target))
             if why:
                 self.fail("%s could not be shown to the code: %s" % (target, why))
         for folder in self.config.get("read_only") or ():
-            why = system.bind(str(folder), str(folder)) or system.remount_bind_read_only(
+            why = mounts.bind(str(folder), str(folder)) or mounts.remount_bind_read_only(
                 str(folder)
             )
             if why:
                 self.fail("%s could not be shown read-only: %s" % (folder, why))
         mqueue = self.config.get("mqueue")
-        if mqueue and not system.mount_mqueue(str(mqueue)):
+        if mqueue and not mounts.mount_mqueue(str(mqueue)):
             self.notes.append("POSIX message queues cannot be listed (no mqueue mount)")
         gate = self.config.get("cgroup_gate")
         if gate is not None:
@@ -96,7 +96,7 @@ class SandboxSetUp:
             if self.config.get("own_cgroupns"):
                 # Started before the move, the namespace bwrap made is rooted at the host's
                 # cgroup: one rooted here shows the code its own cgroup as "/", and no more.
-                why = system.new_cgroup_namespace()
+                why = namespaces.new_cgroup_namespace()
                 if why:
                     self.notes.append("the code sees the host's cgroup paths (%s)" % why)
         if self.config.get("oom_counter") == "self":
@@ -106,24 +106,24 @@ class SandboxSetUp:
             self.setup_workspace(workspace)
         hidden = self.config.get("hide")
         if hidden:
-            failed = system.hide(list(hidden["dirs"]), list(hidden["files"]))
+            failed = mounts.hide(list(hidden["dirs"]), list(hidden["files"]))
             if failed:
                 self.notes.append("not hidden from the code: %s" % ", ".join(failed))
         mapping = self.config.get("nested_userns")
         if mapping:
             # The namespace this started in maps the host's root (bubblewrap and unshare set
             # the sandbox up as it): leave it for one that maps this process's uid only.
-            why = system.enter_user_namespace(str(mapping))
+            why = namespaces.enter_user_namespace(str(mapping))
             if why:
                 self.fail("the supervisor could not leave the set-up user namespace: %s" % why)
         if self.config.get("own_userns"):
-            why = system.limit_user_counters()
+            why = namespaces.limit_user_counters()
             if why:
                 self.notes.append("per-user counters not lowered for the code: %s" % why)
         proc_sys = self.config.get("proc_sys")
         if proc_sys:
-            why = system.read_only_proc_sys() if proc_sys == "remount" else ""
-            if why or system.proc_sys_writable():
+            why = mounts.read_only_proc_sys() if proc_sys == "remount" else ""
+            if why or mounts.proc_sys_writable():
                 self.fail("/proc/sys could not be made read-only for the code (%s)" % why)
         self.clean = clean_config(self.config)
         if self.config.get("memory_cgroup") and oom_kills(self.config) is None:
@@ -199,10 +199,10 @@ class SandboxSetUp:
                 # into the anchor, still empty, before it covers the workspace: the first view,
                 # mounted on the anchor once the sandbox is up, covers these with the same files.
                 inner, kept = os.path.join(path, relative), os.path.join(anchor, relative)
-                why = system.bind(inner, kept) or system.remount_bind_read_only(kept)
+                why = mounts.bind(inner, kept) or mounts.remount_bind_read_only(kept)
                 if why:
                     self.fail("the workspace could not be shown to the code: %s" % why)
-            why = system.bind(anchor, path)
+            why = mounts.bind(anchor, path)
             if why:
                 self.fail("the workspace could not be shown to the code: %s" % why)
             return
