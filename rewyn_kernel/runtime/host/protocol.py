@@ -307,6 +307,7 @@ WORKER_MODULES = (
     "mounter",
     "relay",
     "children",
+    "state",
     "memory",
     "codeframes",
     "processes",

@@ -11,6 +11,8 @@ import time
 from .child import FORK_WAIT
 from .children import MAX_BRANCHES, Child, adopted, close_quietly, socket_pair
 from .codeframes import FRAME_READS
+from .memory import memory_short
+from .state import State
 from .wire import HEADER, encode_header, write_all
 
 TYPE_CHECKING = False
@@ -20,7 +22,9 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
     from .wire import Header
 
 
-class Branches:
+class Branches(State):
+    """A session's branches and checkpoints; a one-shot sandbox's preloaded template."""
+
     def start_template(self, code: str) -> None:
         """(One-shot, at start.) Fork a code process that runs ``code`` (the host's preload:
         imports every execution uses) and then only forks: each execution's process is a
@@ -106,7 +110,7 @@ class Branches:
             why = "the new branch's number is taken or out of range"
         elif len(self.branches) + len(self.starting) >= MAX_BRANCHES:
             why = "this sandbox runs %d branches already, the most it may" % MAX_BRANCHES
-        short = "" if why else self.memory_short()
+        short = "" if why else memory_short(self.config)
         if why or short:
             refused = {"t": "forked", "id": request, "ok": False, "detail": why or short}
             if short:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import signal
 
-from .wire import CHUNK, HEADER, encode_header, frame_kind, write_all
+from .state import MAX_CHILD_HEADER, ZEROS, State
+from .wire import HEADER, encode_header, frame_kind, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
@@ -29,12 +29,10 @@ CHILD_KINDS = (
     "status",
 )
 """What a code process may send; everything else (``done``, ``ready``, ``out``, garbage) ends it."""
-MAX_CHILD_HEADER = 16 << 20
 MAX_STATUS_BYTES = 1024
 STATUSES = ("ok", "error", "exit", "interrupted")
 FORK_STATUSES = ("forked", "fork_failed")
 """What a session's code process answers a ``fork`` with (see ``on_fork``)."""
-ZEROS = bytes(CHUNK)
 FRAME_READS = 256
 """Reads of the code's frame stream per wake-up: a flood of frames leaves room for output."""
 OUT_HEADERS = {
@@ -43,7 +41,9 @@ OUT_HEADERS = {
 }
 
 
-class CodeFrames:
+class CodeFrames(State):
+    """What the code's processes send: frames (checked, relayed or acted on) and output."""
+
     def owner(self, fd: int) -> Optional[Child]:
         for child in self.children():
             if fd in (child.frm, child.out, child.err):
@@ -189,11 +189,3 @@ class CodeFrames:
         if child.violation is None:
             child.violation = "the code's process broke the frame protocol: " + what
         self.signal_child(child, signal.SIGKILL)
-
-    def clear(self) -> None:
-        """Wipe what passed through the staging mapping (its pages come back as zeros)."""
-        if self.staged > CHUNK:
-            self.staging.madvise(mmap.MADV_DONTNEED)
-        elif self.staged:
-            self.staging[: self.staged] = ZEROS[: self.staged]
-        self.staged = 0

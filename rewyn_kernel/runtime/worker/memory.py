@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
+from .state import State
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Any, Dict, List, Optional, Tuple
@@ -15,43 +17,9 @@ MEMORY_WATCH = 0.01
 supervisor reads it itself (``memory_view``: gVisor's /proc/meminfo)."""
 
 
-class Memory:
-    def memory(self) -> Optional[Tuple[int, int]]:
-        """(used, cap) in bytes where this process reads the sandbox's memory itself
-        (``memory_view``), else None."""
-        if self.config.get("memory_view") != "meminfo":
-            return None
-        found: Dict[str, int] = {}
-        try:
-            with open("/proc/meminfo") as handle:
-                for line in handle:
-                    key, _, value = line.partition(":")
-                    if key in ("MemTotal", "MemAvailable"):
-                        found[key] = int(value.split()[0]) * 1024
-        except (OSError, ValueError, IndexError):
-            return None
-        if len(found) != 2:
-            return None
-        return found["MemTotal"] - found["MemAvailable"], found["MemTotal"]
-
-    def headroom(self, cap: int) -> int:
-        least, share = self.config.get("fork_headroom") or (32 << 20, 20)
-        return max(int(least), cap // int(share))
-
-    def memory_short(self) -> str:
-        """Why a fork would leave too little memory under the cap ('' if it would not)."""
-        seen = self.memory()
-        if seen is None:
-            return ""
-        used, cap = seen
-        need = self.headroom(cap)
-        if cap - used >= need:
-            return ""
-        return (
-            "%d MiB are free under the sandbox's memory cap of %d MiB, and a branch needs %d MiB "
-            "to start (free memory in the session, or raise memory_limit_mb)"
-            % (max(0, cap - used) >> 20, cap >> 20, need >> 20)
-        )
+class Memory(State):
+    """Where the supervisor reads the sandbox's memory itself (gVisor): the checkpoints
+    dropped, oldest first, before code beside them runs short."""
 
     def watching(self) -> bool:
         """Whether code runs beside a checkpoint where this process watches the memory."""
@@ -64,8 +32,8 @@ class Memory:
         """Drop the oldest checkpoint when the memory comes within a fork's headroom of the
         cap (as the host does where it reads the sandbox's cgroup: a checkpoint must never
         cost the code memory; here, out of memory, gVisor would end the whole sandbox)."""
-        seen = self.memory()
-        if seen is None or seen[1] - seen[0] >= self.headroom(seen[1]):
+        seen = memory(self.config)
+        if seen is None or seen[1] - seen[0] >= headroom(self.config, seen[1]):
             return
         paused = [b for b in self.branches.values() if b.paused and not b.closing]
         if not paused:
@@ -74,7 +42,7 @@ class Memory:
         oldest.closing = True
         self.signal_child(oldest, signal.SIGKILL)
         why = "dropped when the sandbox's memory came within %d MiB of its cap of %d MiB" % (
-            self.headroom(seen[1]) >> 20,
+            headroom(self.config, seen[1]) >> 20,
             seen[1] >> 20,
         )
         self.send_host({"t": "gone", "b": oldest.branch, "detail": why}, oldest.branch)
@@ -145,3 +113,43 @@ def own_cgroup_counters() -> List[str]:
     except (OSError, ValueError):
         pass
     return found
+
+
+def memory(config: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+    """(used, cap) in bytes where this process reads the sandbox's memory itself
+    (``memory_view``), else None."""
+    if config.get("memory_view") != "meminfo":
+        return None
+    found: Dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    found[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if len(found) != 2:
+        return None
+    return found["MemTotal"] - found["MemAvailable"], found["MemTotal"]
+
+
+def headroom(config: Dict[str, Any], cap: int) -> int:
+    least, share = config.get("fork_headroom") or (32 << 20, 20)
+    return max(int(least), cap // int(share))
+
+
+def memory_short(config: Dict[str, Any]) -> str:
+    """Why a fork would leave too little memory under the cap ('' if it would not)."""
+    seen = memory(config)
+    if seen is None:
+        return ""
+    used, cap = seen
+    need = headroom(config, cap)
+    if cap - used >= need:
+        return ""
+    return (
+        "%d MiB are free under the sandbox's memory cap of %d MiB, and a branch needs %d MiB "
+        "to start (free memory in the session, or raise memory_limit_mb)"
+        % (max(0, cap - used) >> 20, cap >> 20, need >> 20)
+    )

@@ -10,19 +10,17 @@ from . import residue, system
 from .child import run_child
 from .children import MAX_BRANCHES, Child, close_quietly, descendants, socket_pair
 from .memory import _OWN_COUNTER, oom_kills
+from .state import State
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import List, Optional
+    from typing import Optional
 
     from .wire import Header
 
 
-class Processes:
-    def children(self) -> List[Child]:
-        """Every code process this supervisor knows of."""
-        found = [child for child in (self.child, self.spare, self.template) if child is not None]
-        return found + list(self.branches.values()) + self.starting
+class Processes(State):
+    """The code processes' lives: forked, reaped, and how their executions end."""
 
     def spawn(self, once: Optional[bool] = None) -> Child:
         once = self.once if once is None else once

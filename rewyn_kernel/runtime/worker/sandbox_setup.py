@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import faulthandler
 import os
-import selectors
 import signal
-import sys
 
 from . import mounter, mounts, namespaces, residue, system
 from .memory import oom_kills, open_own_counter
 from .relay import start_relay
+from .state import State
 from .wire import write_all
 
 TYPE_CHECKING = False
@@ -33,16 +31,13 @@ PRELOAD = ("resource", "getpass", "faulthandler", "fcntl", "ctypes", "io", "queu
 CAP_KILL, CAP_SETGID, CAP_SETUID = 5, 6, 7
 
 
-class SandboxSetUp:
-    def start(self) -> None:
-        self.host_in = os.dup(0)  # os.dup makes non-inheritable descriptors
-        self.host_out = os.dup(1)
-        self.diag = os.dup(2)
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)
-        os.dup2(null, 1)  # nothing printed by accident can reach the channel
-        os.close(null)
-        faulthandler.enable(file=self.diag)
+class SandboxSetUp(State):
+    """The sandbox's set-up, by its supervisor before any code runs."""
+
+    def set_up(self) -> None:
+        """Apply each protection the config asks for, in order (the last, seccomp, refuses
+        what the others need); a protection the sandbox was promised that cannot be had ends
+        it here (``fail``), one it was not is a note in the ``ready`` frame."""
         # Everything this process and the code's processes need from the standard library is
         # imported now, before any change of directory, from the interpreter's own paths only
         # (it runs isolated: no current directory, no user site, no PYTHON* variables).
@@ -125,7 +120,7 @@ class SandboxSetUp:
             why = mounts.read_only_proc_sys() if proc_sys == "remount" else ""
             if why or mounts.proc_sys_writable():
                 self.fail("/proc/sys could not be made read-only for the code (%s)" % why)
-        self.clean = clean_config(self.config)
+        clean_config(self.config)
         if self.config.get("memory_cgroup") and oom_kills(self.config) is None:
             self.notes.append("no memory cgroup could be made: the memory cap is per process")
         self.take_user()
@@ -146,43 +141,6 @@ class SandboxSetUp:
         # it blocked, so an interrupt sent before it installed its handler waits, not vanishes.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_w, False)
-        os.set_blocking(self.wake_r, False)
-        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
-        if not self.first:
-            system.set_subreaper()  # so that what the code leaves running stays findable
-        try:  # (the code's process changes there itself: this user may not enter it)
-            os.chdir(self.config.get("cwd") or os.getcwd())
-        except OSError:
-            pass
-        self.selector.register(self.host_in, selectors.EVENT_READ, self.on_host)
-        self.selector.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
-        if self.once:
-            preload = self.config.get("preload")
-            if preload:
-                self.start_template(str(preload))
-            self.spare = self.next_spare()
-        else:
-            first = self.branches[0] = self.spawn()
-            while not first.ready:
-                self.step()
-                if first.exited:
-                    write_all(self.diag, b"rewyn: the code's process failed to start\n")
-                    os._exit(70)
-        self.send_host(
-            {
-                "t": "ready",
-                "pid": os.getpid(),
-                "python": sys.version.split()[0],
-                "implementation": sys.implementation.name,
-                "executable": sys.executable,
-                "platform": sys.platform,
-                "shell": self.shell,
-                "notes": self.notes,
-            }
-        )
 
     def setup_workspace(self, workspace: Dict[str, Any]) -> None:
         """Show the code the workspace at its own path (see the host's host/workspace.py): a

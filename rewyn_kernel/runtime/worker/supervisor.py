@@ -31,24 +31,24 @@ process of the sandbox and exits; as a PID namespace's first process, its exit a
 
 from __future__ import annotations
 
+import faulthandler
 import json
-import mmap
 import os
 import selectors
 import signal
+import sys
 
+from . import system
 from .branches import Branches
-from .codeframes import MAX_CHILD_HEADER, ZEROS, CodeFrames
+from .codeframes import CodeFrames
 from .memory import MEMORY_WATCH, Memory, oom_kills
-from .mounter import Mounter
 from .processes import Processes
-from .relay import Relay
 from .sandbox_setup import SandboxSetUp
-from .wire import CHUNK, HEADER, encode_header, read_exact, write_all
+from .wire import HEADER, read_exact, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import Any, Dict, List, Optional
+    from typing import Optional
 
     from .children import Child
     from .wire import Header
@@ -57,29 +57,58 @@ MAX_HOST_HEADER = 1 << 20
 
 
 class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
-    def __init__(self, config: Dict[str, Any]) -> None:
-        self.config = config
-        self.once = bool(config.get("fork_per_exec"))
-        self.first = os.getpid() == 1
-        self.count = 0
-        self.child: Optional[Child] = None  # one-shot: the execution's process
-        self.spare: Optional[Child] = None  # one-shot: the next execution's process, set up
-        self.branches: Dict[int, Child] = {}  # a session's code processes, by branch
-        self.starting: List[Child] = []  # branches forked, not yet confirmed
-        self.early: Dict[int, int] = {}  # pids reaped before their branch was confirmed
-        self.sent_branch = 0  # whose frames the host reads now (see ``tag``)
-        self.dropped = 0  # checkpoints the kernel killed (out of memory: they go first)
-        self.template: Optional[Child] = None
-        """One-shot with ``preload``: the code process that ran it, which each execution's
-        process is forked from (see ``start_template``)."""
-        self.selector = selectors.DefaultSelector()
-        self.buffer = bytearray(CHUNK)
-        self.staging = mmap.mmap(-1, MAX_CHILD_HEADER, flags=mmap.MAP_PRIVATE)
-        self.staged = 0  # bytes of ``staging`` that may hold data
-        self.notes: List[str] = []
-        self.shell = "stdlib"  # what runs the cells: "ipython" once a session's process says so
-        self.mounter: Optional[Mounter] = None  # renews the workspace's view (ordinary host)
-        self.relay: Optional[Relay] = None  # the proxy's end (network=[...])
+    """The sandbox's first process: sets it up, then relays between the host and the code's
+    processes until the host's channel ends (``main.py`` runs ``start``, then ``step``)."""
+
+    def start(self) -> None:
+        """Take the host's channel off fds 0 and 1, set the sandbox up, start the code's first
+        process (or a one-shot's template and spare), then say ``ready``."""
+        self.host_in = os.dup(0)  # os.dup makes non-inheritable descriptors
+        self.host_out = os.dup(1)
+        self.diag = os.dup(2)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)  # nothing printed by accident can reach the channel
+        os.close(null)
+        faulthandler.enable(file=self.diag)
+        self.set_up()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        if not self.first:
+            system.set_subreaper()  # so that what the code leaves running stays findable
+        try:  # (the code's process changes there itself: this user may not enter it)
+            os.chdir(self.config.get("cwd") or os.getcwd())
+        except OSError:
+            pass
+        self.selector.register(self.host_in, selectors.EVENT_READ, self.on_host)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
+        if self.once:
+            preload = self.config.get("preload")
+            if preload:
+                self.start_template(str(preload))
+            self.spare = self.next_spare()
+        else:
+            first = self.branches[0] = self.spawn()
+            while not first.ready:
+                self.step()
+                if first.exited:
+                    write_all(self.diag, b"rewyn: the code's process failed to start\n")
+                    os._exit(70)
+        self.send_host(
+            {
+                "t": "ready",
+                "pid": os.getpid(),
+                "python": sys.version.split()[0],
+                "implementation": sys.implementation.name,
+                "executable": sys.executable,
+                "platform": sys.platform,
+                "shell": self.shell,
+                "notes": self.notes,
+            }
+        )
 
     def run(self) -> None:
         self.start()
@@ -202,79 +231,6 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
         if header.get("parent"):
             forwarded["parent"] = str(header["parent"])[:256]
         self.to_child(child, forwarded, payload_len)
-
-    def to_child(self, child: Child, header: Header, payload_len: int) -> None:
-        """Send a frame to the code's process, its payload streamed from the host's channel
-        (in the same write as the header when it fits in one)."""
-        body = encode_header(header)
-        self.pass_through(child.ctl, payload_len, HEADER.pack(len(body), payload_len) + body)
-
-    def skip(self, size: int) -> None:
-        self.pass_through(None, size)
-
-    def pass_through(self, target: Optional[int], size: int, head: bytes = b"") -> None:
-        """Copy ``size`` bytes of the host's channel to ``target`` (None: drop them), after
-        ``head``; the code's process dying meanwhile only drops the rest."""
-        view = memoryview(self.buffer)
-        used = 0
-        try:
-            while size > 0 or head:
-                got = os.readv(self.host_in, [view[: min(size, CHUNK)]]) if size > 0 else 0
-                if size > 0 and got == 0:
-                    self.shutdown()
-                size -= got
-                used = max(used, got)
-                if target is not None:
-                    try:
-                        write_all_parts(target, head, view[:got])
-                    except OSError:
-                        target = None  # the code's process died while reading
-                head = b""
-        finally:
-            view.release()
-            self.buffer[:used] = ZEROS[:used]
-
-    def signal_child(self, child: Child, signum: int) -> None:
-        try:
-            os.kill(child.pid, signum)
-        except OSError:
-            pass
-
-    def send_host(self, header: Header, branch: int = 0) -> None:
-        self.tag(branch)
-        body = encode_header(header)
-        write_all(self.host_out, HEADER.pack(len(body), 0) + body)
-
-    def tag(self, branch: int) -> None:
-        """Say whose frames follow, when it is another branch than the last frame's: the host
-        reads every frame after ``{"t": "b", "b": N}`` as branch N's. Only this process sends
-        it (a code process may not), so no branch can speak for another. A sandbox that never
-        forked never sends one."""
-        if branch != self.sent_branch:
-            self.sent_branch = branch
-            body = encode_header({"t": "b", "b": branch})
-            write_all(self.host_out, HEADER.pack(len(body), 0) + body)
-
-    def registered(self, fd: int) -> bool:
-        try:
-            self.selector.get_key(fd)
-            return True
-        except (KeyError, ValueError):
-            return False
-
-    def unregister(self, fd: int) -> None:
-        if self.registered(fd):
-            self.selector.unregister(fd)
-
-
-def write_all_parts(fd: int, head: bytes, rest: memoryview) -> None:
-    """Write ``head`` then ``rest`` (one writev when they fit, the rest as needed)."""
-    written = os.writev(fd, [head, rest]) if head else 0
-    if written < len(head):
-        write_all(fd, memoryview(head)[written:])
-        write_all(fd, rest)
-    else:
-        write_all(fd, rest[written - len(head) :])
 
 
 def empty_reply(header: Header) -> Header:
