@@ -280,7 +280,7 @@ def test_a_flood_of_frames_between_executions_does_not_grow_the_host(
     workdir.mkdir()
     workdir.chmod(0o777)
     box = make_box(timeout=60, workdir=workdir)
-    inside = box.provider.worker_config(box.spec, box.workdir)["cwd"]
+    inside = box.provider.worker_config(box.spec, box.workdir).cwd
     flood = textwrap.dedent(
         f"""
         import threading, time
@@ -337,7 +337,7 @@ def test_nothing_the_code_starts_outlives_close_or_a_timeout(
     workdir.mkdir(mode=0o777)
     workdir.chmod(0o777)  # the container's user writes here too
     box = make_box(timeout=2.0, workdir=workdir)
-    inside = box.provider.worker_config(box.spec, box.workdir)["cwd"]
+    inside = box.provider.worker_config(box.spec, box.workdir).cwd
     heartbeat = HEARTBEAT.format(path=f"{inside}/beat")
     session = box.session()
     assert session.execute(heartbeat).stdout == "beating\n"
@@ -392,7 +392,7 @@ def test_nothing_outlives_the_host_process(
         box = create(provider=build_provider({request.node.callspec.params["provider"]!r}),
                      workdir={str(workdir)!r})
         session = box.session()
-        inside = box.provider.worker_config(box.spec, box.workdir)["cwd"]
+        inside = box.provider.worker_config(box.spec, box.workdir).cwd
         beating = session.execute({HEARTBEAT!r}.format(path=inside + "/beat"))
         print(beating.stdout if beating.ok else repr(beating), flush=True)
         print(box.execute("print('warm')").stdout, flush=True)

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from rewyn_kernel.errors import ProtocolError
+from rewyn_kernel.runtime.worker.config import WorkerConfig
 
 HEADER = struct.Struct(">II")
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -306,6 +307,8 @@ WORKER_MODULES = (
     "child",
     "mounter",
     "relay",
+    "record",
+    "config",
     "children",
     "state",
     "memory",
@@ -364,14 +367,21 @@ def _module_texts() -> bytes:
     return json.dumps(worker_sources()[1]).encode("utf-8")
 
 
-def worker_program(config: dict[str, Any], *, compiled: bool = False) -> bytes:
+def worker_program(config: WorkerConfig) -> bytes:
     """Return what a sandbox reads on stdin at start: the length-prefixed program that
-    ``BOOTSTRAP`` runs (the loader and the call of ``main``), then the worker's modules.
+    ``BOOTSTRAP`` runs (the loader and the call of ``main`` with ``config``, as JSON), then the
+    worker's modules.
 
-    ``compiled``: the sandbox runs this very interpreter (the subprocess provider, unless told
-    otherwise), so the modules go compiled (marshal) and it skips compiling 60 KB of source;
-    anywhere else they go as text.
+    Where the sandbox runs this very interpreter (``config.same_python``: the local providers,
+    unless told otherwise), the modules go compiled (marshal) and it skips compiling 60 KB of
+    source; anywhere else they go as text.
     """
+    return program_with(config.to_wire(), compiled=config.same_python)
+
+
+def program_with(config: dict[str, Any], *, compiled: bool) -> bytes:
+    """``worker_program`` for a config already in its JSON form (tests send one the worker
+    must refuse)."""
     loader, _ = worker_sources()
     modules = _compiled_modules() if compiled else _module_texts()
     source = (

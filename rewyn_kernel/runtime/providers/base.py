@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
     from rewyn_kernel.runtime.host.scratch import ScratchEntry
     from rewyn_kernel.runtime.host.session import Session
+    from rewyn_kernel.runtime.worker.config import WorkerConfig
 
 
 @dataclass(frozen=True)
@@ -94,9 +95,9 @@ class SandboxProvider(Protocol):
         """What this provider applies for ``spec`` on this machine."""
         ...
 
-    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
-        """The worker's settings: ``memory_limit_bytes`` (an rlimit it sets on itself, or
-        None) and ``cwd`` (the scratch directory as the worker sees it)."""
+    def worker_config(self, spec: SandboxSpec, workdir: Path) -> WorkerConfig:
+        """The worker's settings (``worker/config.py``): at least ``cwd`` (the scratch
+        directory as the worker sees it), and the protections this provider has it apply."""
         ...
 
     def launch(

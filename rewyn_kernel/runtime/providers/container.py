@@ -44,6 +44,7 @@ from rewyn_kernel.runtime.host.workspace import PROTECTED, STORE, existing_prote
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
 from rewyn_kernel.runtime.providers.local import workspace_cells, workspace_note
 from rewyn_kernel.runtime.providers.popen import PopenWorker
+from rewyn_kernel.runtime.worker.config import Clean, Egress, Users, WorkerConfig
 
 __all__ = ["ContainerProvider", "ContainerSandbox", "ContainerWorker", "DEFAULT_IMAGE", "LABEL"]
 
@@ -344,18 +345,19 @@ class ContainerProvider:
                 return info.st_uid, info.st_gid
         return self._code_ids
 
-    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, workdir: Path) -> WorkerConfig:
         code = self._code(spec)
         supervisor = next(ids for ids in SUPERVISOR_IDS if ids[0] != code[0])
-        users = {"supervisor": list(supervisor), "code": list(code)}
-        cwd = str(spec.workspace) if spec.workspace is not None else SCRATCH
-        config = {"memory_limit_bytes": None, "cwd": cwd}
-        # (each one-shot execution starts with these empty, as on every provider)
-        clean = {"dirs": ["/tmp", "/dev/shm", "/dev/mqueue"], "ipc": True}
-        # (gVisor: the host cannot read the sandbox's memory, but its /proc/meminfo is the
-        # container's: what the cap allows and what is free. The supervisor reads it there.)
-        memory = {"memory_view": "meminfo"} if self._gvisor() and spec.memory_limit_mb else {}
-        return {**config, "oom_counter": True, "users": users, "clean": clean, **memory}
+        return WorkerConfig(
+            cwd=str(spec.workspace) if spec.workspace is not None else SCRATCH,
+            oom_counter=True,
+            users=Users(supervisor=supervisor, code=code),
+            # (each one-shot execution starts with these empty, as on every provider)
+            clean=Clean(dirs=("/tmp", "/dev/shm", "/dev/mqueue"), ipc=True),
+            # (gVisor: the host cannot read the sandbox's memory, but its /proc/meminfo is the
+            # container's: what the cap allows and what is free. The supervisor reads it there.)
+            memory_view="meminfo" if self._gvisor() and spec.memory_limit_mb else None,
+        )
 
     def _workspace_view(self, spec: SandboxSpec) -> bool:
         """Whether the workspace is shown through the host's view, renewed after each
@@ -400,7 +402,7 @@ class ContainerProvider:
             cells = workspace_cells(spec, self._code_ids, host_root=True)
             assert cells is not None
             try:
-                setting = {**cells.first(), "bind": None, "bound": True}
+                setting = cells.first().replace(bind=None, bound=True)
                 if cells.view is None:  # (no idmapped view here: bound as it is)
                     raise OSError(cells.note)
             except BaseException:
@@ -493,7 +495,7 @@ class ContainerProvider:
         argv += ["--volume", f"{workdir}:{SCRATCH}:rw", *files]
         if egress is not None:
             argv += ["--volume", f"{egress}:{EGRESS_FOLDER}:ro"]
-            settings = {**settings, "egress": {"folder": EGRESS_FOLDER}}
+            settings = {**settings, "egress": Egress(folder=EGRESS_FOLDER)}
         for folder in spec.read_dirs:  # (more of the host's folders, read-only by choice)
             argv += ["--volume", f"{folder}:{folder}:ro"]
         argv += ["--workdir", str(spec.workspace) if spec.workspace is not None else SCRATCH]

@@ -35,6 +35,7 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
+from rewyn_kernel.runtime.worker.config import WorkerConfig
 
 __all__ = ["ScriptedProcess", "ScriptedProvider", "ScriptedSandbox", "ScriptedWorker"]
 
@@ -256,8 +257,8 @@ class ScriptedProvider:
             notes=("a scripted worker for tests: nothing is isolated",),
         )
 
-    def worker_config(self, spec: SandboxSpec, workdir: Path) -> dict[str, Any]:
-        return {"memory_limit_bytes": None, "cwd": str(workdir)}
+    def worker_config(self, spec: SandboxSpec, workdir: Path) -> WorkerConfig:
+        return WorkerConfig(cwd=str(workdir))
 
     def launch(
         self, spec: SandboxSpec, workdir: Path, name: str, *, egress: Path | None = None

@@ -46,6 +46,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Any, Dict, List, Optional, Tuple
 
+    from .config import WorkerConfig
     from .wire import Header
 
 FLUSH_INTERVAL = 0.05
@@ -64,9 +65,7 @@ RESET_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGTSTP"
 class CodeProcess:
     """Set up a forked child to run code, then serve executions (session) or one (one-shot)."""
 
-    def __init__(
-        self, config: Dict[str, Any], ctl: int, frm: int, once: bool, fds: int = -1
-    ) -> None:
+    def __init__(self, config: WorkerConfig, ctl: int, frm: int, once: bool, fds: int = -1) -> None:
         self.config = config
         self.once = once
         self.ctl = ctl
@@ -86,9 +85,7 @@ class CodeProcess:
         self.namespace = self.module.__dict__
         self.namespace["__builtins__"] = builtins
         self.questions = Questions(self.sender, self.finish_output)
-        self.output = Output(
-            self.sender, self.finish_output, int(config.get("max_rich_bytes") or (16 << 20) - 4096)
-        )
+        self.output = Output(self.sender, self.finish_output, config.max_rich_bytes)
         self.runner = Runner(
             self.namespace, self.sender, self.output, self.finish_output, self.gate
         )
@@ -98,7 +95,7 @@ class CodeProcess:
         """The IPython shell cells run in (sessions that asked for it), once set up."""
         self.shell_note = ""
         self.keep: Dict[int, int] = {}
-        self.cwd = str(config.get("cwd") or "")
+        self.cwd = config.cwd
         """Where the code's last execution ended (by path: see enter_view)."""
         self.pipe_inode: Dict[int, int] = {}
 
@@ -106,14 +103,14 @@ class CodeProcess:
 
     def setup(self, out: int, err: int) -> None:
         """Called in the fresh child, before any code runs."""
-        users = self.config.get("users")
+        users = self.config.users
         if users:
-            uid, gid = users["code"]
-            if not system.become(int(uid), int(gid)):
+            uid, gid = users.code
+            if not system.become(uid, gid):
                 raise RuntimeError("the code's process could not become %s:%s" % (uid, gid))
         if self.once:
             self.clean_up()
-        os.chdir(self.config.get("cwd") or os.getcwd())
+        os.chdir(self.config.cwd or os.getcwd())
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -129,8 +126,8 @@ class CodeProcess:
         faulthandler.enable(file=self.keep[2])  # a crash of the code is its own stderr
         os.register_at_fork(after_in_child=self.in_fork)
         self.set_limits()
-        LIMITS["network"] = str(self.config.get("network") or "none")
-        LIMITS["memory_limit_mb"] = self.config.get("memory_limit_mb")
+        LIMITS["network"] = self.config.network
+        LIMITS["memory_limit_mb"] = self.config.memory_limit_mb
         self.reset_stdio(force=True)
         sys.modules["__main__"] = self.module
         builtins.display = self.output.display  # type: ignore[attr-defined]
@@ -142,7 +139,7 @@ class CodeProcess:
         except Exception:
             pass
         self.start_threads()
-        if self.config.get("shell") == "ipython":
+        if self.config.shell == "ipython":
             self.setup_ipython()
         self.set_path()
         self.put_interpreter_first()
@@ -160,11 +157,11 @@ class CodeProcess:
     def clean_up(self) -> None:
         """What the last one-shot execution left where every execution writes but scratch:
         gone before this one takes code (its processes are all dead by now)."""
-        clean = self.config.get("clean")
+        clean = self.config.clean
         if clean:
-            for path in clean["dirs"]:
-                residue.empty_directory(path, list(clean["keep"]))
-            if clean.get("ipc"):
+            for path in clean.dirs:
+                residue.empty_directory(path, list(clean.keep))
+            if clean.ipc:
                 residue.remove_sysv_ipc()
 
     def enter_view(self) -> None:
@@ -191,7 +188,7 @@ class CodeProcess:
         sys.path[:0] = extra
         try:
             user_site = site.getusersitepackages()
-            if self.config.get("network") == "proxy":
+            if self.config.network == "proxy":
                 # Installs reach the index through the proxy; they go where the code may
                 # write and import from: the user's site-packages under HOME (the sandbox's
                 # own scratch), made now so that what is installed later imports at once.
@@ -268,8 +265,8 @@ class CodeProcess:
                 output=self.output,
                 flush=self.finish_output,
                 gate=self.gate,
-                network=str(self.config.get("network") or "none"),
-                kernel_version=str(self.config.get("kernel_version") or ""),
+                network=self.config.network,
+                kernel_version=self.config.kernel_version,
             )
             if comms_available():
                 try:
@@ -297,13 +294,13 @@ class CodeProcess:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         except (OSError, ValueError):
             pass
-        nproc = self.config.get("nproc")
+        nproc = self.config.nproc
         if nproc:
             try:
-                resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             except (OSError, ValueError):
                 pass
-        limit = self.config.get("memory_limit_bytes")
+        limit = self.config.memory_limit_bytes
         if limit:
             system.one_malloc_arena()  # before any thread starts
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -716,7 +713,7 @@ def _exists(folder: str, name: str) -> bool:
     return os.access(os.path.join(folder, name), os.X_OK)
 
 
-def run_child(config: Dict[str, Any], pipes: Dict[str, int], once: bool) -> None:
+def run_child(config: WorkerConfig, pipes: Dict[str, int], once: bool) -> None:
     """The forked child's whole life: never returns."""
     try:
         child = CodeProcess(config, pipes["ctl"], pipes["frm"], once, pipes.get("fds", -1))

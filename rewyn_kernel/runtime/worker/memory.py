@@ -9,7 +9,9 @@ from .state import State
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Dict, List, Optional, Tuple
+
+    from .config import WorkerConfig
 
 
 MEMORY_WATCH = 0.01
@@ -23,7 +25,7 @@ class Memory(State):
 
     def watching(self) -> bool:
         """Whether code runs beside a checkpoint where this process watches the memory."""
-        if self.config.get("memory_view") != "meminfo":
+        if self.config.memory_view != "meminfo":
             return False
         branches = self.branches.values()
         return any(b.paused for b in branches) and any(b.exec_id for b in branches)
@@ -48,12 +50,12 @@ class Memory(State):
         self.send_host({"t": "gone", "b": oldest.branch, "detail": why}, oldest.branch)
 
 
-def oom_kills(config: Dict[str, Any]) -> Optional[int]:
+def oom_kills(config: WorkerConfig) -> Optional[int]:
     """The sandbox's memory cgroup's OOM-kill count, or None where it has none of its own.
     ``oom_counter``: True in a container (its cgroup is at the root of what it sees), "self"
     where this process's cgroup path is the host's (the subprocess provider), or the path of
     the counter's file (bubblewrap binds it in)."""
-    where = config.get("oom_counter")
+    where = config.oom_counter
     if not where:
         return None
     if where == "self":
@@ -115,10 +117,10 @@ def own_cgroup_counters() -> List[str]:
     return found
 
 
-def memory(config: Dict[str, Any]) -> Optional[Tuple[int, int]]:
+def memory(config: WorkerConfig) -> Optional[Tuple[int, int]]:
     """(used, cap) in bytes where this process reads the sandbox's memory itself
     (``memory_view``), else None."""
-    if config.get("memory_view") != "meminfo":
+    if config.memory_view != "meminfo":
         return None
     found: Dict[str, int] = {}
     try:
@@ -134,12 +136,12 @@ def memory(config: Dict[str, Any]) -> Optional[Tuple[int, int]]:
     return found["MemTotal"] - found["MemAvailable"], found["MemTotal"]
 
 
-def headroom(config: Dict[str, Any], cap: int) -> int:
-    least, share = config.get("fork_headroom") or (32 << 20, 20)
-    return max(int(least), cap // int(share))
+def headroom(config: WorkerConfig, cap: int) -> int:
+    least, share = config.fork_headroom
+    return max(least, cap // share)
 
 
-def memory_short(config: Dict[str, Any]) -> str:
+def memory_short(config: WorkerConfig) -> str:
     """Why a fork would leave too little memory under the cap ('' if it would not)."""
     seen = memory(config)
     if seen is None:

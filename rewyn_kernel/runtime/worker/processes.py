@@ -117,7 +117,7 @@ class Processes(State):
     def on_child_exit(self, child: Child) -> None:
         """A one-shot execution's process ended: so did its execution."""
         self.kill_leftovers()
-        if self.config.get("own_ipc"):
+        if self.config.own_ipc:
             residue.remove_sysv_shm()  # (what the execution left in the sandbox's own IPC)
         self.drain(child, to_end=True)
         self.finish_exec(child)

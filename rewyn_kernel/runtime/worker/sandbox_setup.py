@@ -13,7 +13,9 @@ from .wire import write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import Any, Dict, List, Optional
+    from typing import List
+
+    from .config import Clean, WorkspaceSetting
 
 
 IGNORED_SIGNALS = (
@@ -44,94 +46,82 @@ class SandboxSetUp(State):
         for module in PRELOAD:
             __import__(module)
         system.libc()
-        if self.config.get("ns_root") and not namespaces.become_namespace_root():
+        config = self.config
+        if config.ns_root and not namespaces.become_namespace_root():
             self.fail("the supervisor could not take its user namespace's root")
         # The proxy's end (network=[...]): the loopback is brought up while this process may,
         # and the proxy's folder held before anything covers or hides it.
-        self.relay = start_relay(self.selector, self.config, self.notes.append)
-        if self.config.get("own_ipc"):
+        self.relay = start_relay(self.selector, config.egress, self.notes.append)
+        if config.own_ipc:
             # Still root of the sandbox's own namespaces here: bound what shared memory the
             # code can pin outside its processes (it all goes with the namespaces).
-            limit = self.config.get("memory_limit_bytes")
+            limit = config.memory_limit_bytes
             if not residue.limit_sysv_ipc(limit):
                 self.notes.append("SysV shared memory could not be bounded")
             if not mounts.private_tmpfs("/dev/shm", limit):
                 self.notes.append("/dev/shm is the host's (a private one could not be mounted)")
-        for cover in self.config.get("cover") or ():
-            why = mounts.cover(
-                str(cover["dir"]),
-                [str(path) for path in cover["keep"]],
-                int(cover["mode"], 8),
-                cover.get("limit"),
-            )
+        for cover in config.cover:
+            why = mounts.cover(cover.dir, list(cover.keep), int(cover.mode, 8), cover.limit)
             if why:
-                self.fail("the sandbox's %s could not be set up: %s" % (cover["dir"], why))
-        for source, target in self.config.get("binds") or ():
+                self.fail("the sandbox's %s could not be set up: %s" % (cover.dir, why))
+        for source, target in config.binds:
             # (a directory a root host mounted for this sandbox: see host/views.py)
-            why = mounts.bind(str(source), str(target))
+            why = mounts.bind(source, target)
             if why:
                 self.fail("%s could not be shown to the code: %s" % (target, why))
-        for folder in self.config.get("read_only") or ():
-            why = mounts.bind(str(folder), str(folder)) or mounts.remount_bind_read_only(
-                str(folder)
-            )
+        for folder in config.read_only:
+            why = mounts.bind(folder, folder) or mounts.remount_bind_read_only(folder)
             if why:
                 self.fail("%s could not be shown read-only: %s" % (folder, why))
-        mqueue = self.config.get("mqueue")
-        if mqueue and not mounts.mount_mqueue(str(mqueue)):
+        if config.mqueue and not mounts.mount_mqueue(config.mqueue):
             self.notes.append("POSIX message queues cannot be listed (no mqueue mount)")
-        gate = self.config.get("cgroup_gate")
-        if gate is not None:
+        if config.cgroup_gate is not None:
             # The host moves this sandbox's processes into their cgroups while they start; no
             # code runs before they are in (nor is this process's own counter opened).
-            answer = read_answer(int(gate), 1024)
+            answer = read_answer(config.cgroup_gate, 1024)
             if answer != b"\0":
                 reason = answer[1:].decode("utf-8", "replace") or "the host said nothing"
                 self.fail("the sandbox could not be moved into its cgroups: %s" % reason)
-            if self.config.get("own_cgroupns"):
+            if config.own_cgroupns:
                 # Started before the move, the namespace bwrap made is rooted at the host's
                 # cgroup: one rooted here shows the code its own cgroup as "/", and no more.
                 why = namespaces.new_cgroup_namespace()
                 if why:
                     self.notes.append("the code sees the host's cgroup paths (%s)" % why)
-        if self.config.get("oom_counter") == "self":
+        if config.oom_counter == "self":
             open_own_counter()
-        workspace = self.config.get("workspace")
-        if workspace:  # (before /run is hidden: a root host's view is mounted there)
-            self.setup_workspace(workspace)
-        hidden = self.config.get("hide")
-        if hidden:
-            failed = mounts.hide(list(hidden["dirs"]), list(hidden["files"]))
+        if config.workspace:  # (before /run is hidden: a root host's view is mounted there)
+            self.setup_workspace(config.workspace)
+        if config.hide:
+            failed = mounts.hide(list(config.hide.dirs), list(config.hide.files))
             if failed:
                 self.notes.append("not hidden from the code: %s" % ", ".join(failed))
-        mapping = self.config.get("nested_userns")
-        if mapping:
+        if config.nested_userns:
             # The namespace this started in maps the host's root (bubblewrap and unshare set
             # the sandbox up as it): leave it for one that maps this process's uid only.
-            why = namespaces.enter_user_namespace(str(mapping))
+            why = namespaces.enter_user_namespace(config.nested_userns)
             if why:
                 self.fail("the supervisor could not leave the set-up user namespace: %s" % why)
-        if self.config.get("own_userns"):
+        if config.own_userns:
             why = namespaces.limit_user_counters()
             if why:
                 self.notes.append("per-user counters not lowered for the code: %s" % why)
-        proc_sys = self.config.get("proc_sys")
-        if proc_sys:
-            why = mounts.read_only_proc_sys() if proc_sys == "remount" else ""
+        if config.proc_sys:
+            why = mounts.read_only_proc_sys() if config.proc_sys == "remount" else ""
             if why or mounts.proc_sys_writable():
                 self.fail("/proc/sys could not be made read-only for the code (%s)" % why)
-        clean_config(self.config)
-        if self.config.get("memory_cgroup") and oom_kills(self.config) is None:
+        if config.clean and config.fork_per_exec:
+            self.config = self.config.replace(clean=clean_dirs(config.clean))
+        if config.memory_cgroup and oom_kills(config) is None:
             self.notes.append("no memory cgroup could be made: the memory cap is per process")
         self.take_user()
         if not system.set_dumpable(False):
             self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
         system.set_no_new_privs()
-        program = self.config.get("seccomp")
-        if program:
+        if config.seccomp:
             # Last: the set-up above needed mount and unshare, which the filter refuses. Every
             # process forked from here on, the code's included, runs under it.
-            why = system.load_seccomp(bytes.fromhex(str(program)))
+            why = system.load_seccomp(bytes.fromhex(config.seccomp))
             if why or system.seccomp_mode() != 2:
                 self.fail("the seccomp filter could not be loaded (%s)" % why)
         for name in IGNORED_SIGNALS:
@@ -142,17 +132,17 @@ class SandboxSetUp(State):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
-    def setup_workspace(self, workspace: Dict[str, Any]) -> None:
+    def setup_workspace(self, workspace: WorkspaceSetting) -> None:
         """Show the code the workspace at its own path (see the host's host/workspace.py): a
         root host mounted the view on an anchor, which is bound here (bubblewrap bound it
         already); elsewhere this process's mounter mounts each execution's view."""
-        path = str(workspace["path"])
-        self.config["cwd"] = path
-        if workspace.get("note"):
-            self.notes.append(str(workspace["note"])[:1000])
-        if workspace.get("bind"):
-            anchor = str(workspace["bind"])
-            for relative in workspace.get("keep") or []:
+        path = workspace.path
+        self.config = self.config.replace(cwd=path)
+        if workspace.note:
+            self.notes.append(workspace.note[:1000])
+        if workspace.bind:
+            anchor = workspace.bind
+            for relative in workspace.keep:
                 # What this Python runs from inside the workspace (a project's .venv), bound
                 # into the anchor, still empty, before it covers the workspace: the first view,
                 # mounted on the anchor once the sandbox is up, covers these with the same files.
@@ -164,19 +154,19 @@ class SandboxSetUp(State):
             if why:
                 self.fail("the workspace could not be shown to the code: %s" % why)
             return
-        if workspace.get("bound") or not workspace.get("staging"):
+        if workspace.bound or not workspace.staging:
             return
-        if not self.config.get("own_ipc"):
+        if not self.config.own_ipc:
             self.notes.append(
                 "the workspace is shown as it is (no mount namespace here): the code changes "
                 "the files directly, and no earlier version is kept"
             )
             return
-        self.mounter = mounter.start(path, str(workspace["staging"]))
+        self.mounter = mounter.start(path, workspace.staging)
         why = "the mounter could not start"
         if self.mounter is not None:
-            request = {"op": "view", "cell": workspace.get("cell", 1)}
-            why = self.mounter.ask({**request, "protected": workspace.get("protected") or []})
+            request = {"op": "view", "cell": workspace.cell, "protected": list(workspace.protected)}
+            why = self.mounter.ask(request)
         if why:
             self.fail("the workspace's view could not be mounted: %s" % why)
 
@@ -195,12 +185,12 @@ class SandboxSetUp(State):
         kernel ignores non-dumpable processes there (gVisor). Without, the supervisor needs no
         capability: it drops them all, and every process forked from it inherits none.
         """
-        users = self.config.get("users")
+        users = self.config.users
         if users:
-            uid, gid = users["supervisor"]
-            if system.become(int(uid), int(gid), keep=(CAP_KILL, CAP_SETGID, CAP_SETUID)):
+            uid, gid = users.supervisor
+            if system.become(uid, gid, keep=(CAP_KILL, CAP_SETGID, CAP_SETUID)):
                 return
-            self.config["users"] = None
+            self.config = self.config.replace(users=None)  # (nor can the code take its own)
             self.notes.append("the supervisor could not take a user of its own")
         if not system.drop_capabilities():
             if system.holds_capabilities():
@@ -230,21 +220,17 @@ def read_answer(fd: int, limit: int) -> bytes:
     return got.rstrip(b"\n")
 
 
-def clean_config(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def clean_dirs(asked: Clean) -> Clean:
     """What each one-shot execution's process empties before it takes code (``child.py``):
-    the folders the host names (``/tmp``, ``/dev/shm``, ``/dev/mqueue``), but the mount points
-    in them (the scratch directory may be one) and the folders on the way; and SysV IPC."""
-    asked = config.get("clean")
-    if not asked or not config.get("fork_per_exec"):
-        return None
-    dirs = [str(path) for path in asked.get("dirs") or () if os.path.isdir(str(path))]
+    the folders the host names (``/tmp``, ``/dev/shm``, ``/dev/mqueue``) that are here, but
+    the mount points in them (the scratch directory may be one) and the folders on the way;
+    and SysV IPC."""
+    dirs = tuple(path for path in asked.dirs if os.path.isdir(path))
     keep = []
     for point in mount_points():
         if any(point.startswith(path.rstrip("/") + "/") for path in dirs):
             keep.append(point)
-    cleaned = {"dirs": dirs, "keep": keep, "ipc": bool(asked.get("ipc"))}
-    config["clean"] = cleaned
-    return cleaned
+    return asked.replace(dirs=dirs, keep=tuple(keep))
 
 
 def mount_points() -> List[str]:

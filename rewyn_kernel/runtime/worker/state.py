@@ -21,6 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Any, Dict, List, Optional
 
+    from .config import WorkerConfig
     from .mounter import Mounter
     from .relay import Relay
     from .wire import Header
@@ -34,9 +35,9 @@ class State:
     """The supervisor's state, and what every part of it does: write to the host, to a code
     process, and watch descriptors."""
 
-    def __init__(self, config: Dict[str, Any]) -> None:
+    def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.once = bool(config.get("fork_per_exec"))
+        self.once = config.fork_per_exec
         self.first = os.getpid() == 1
         self.count = 0
         self.child: Optional[Child] = None  # one-shot: the execution's process

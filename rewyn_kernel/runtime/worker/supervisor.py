@@ -80,15 +80,14 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
         if not self.first:
             system.set_subreaper()  # so that what the code leaves running stays findable
         try:  # (the code's process changes there itself: this user may not enter it)
-            os.chdir(self.config.get("cwd") or os.getcwd())
+            os.chdir(self.config.cwd or os.getcwd())
         except OSError:
             pass
         self.selector.register(self.host_in, selectors.EVENT_READ, self.on_host)
         self.selector.register(self.wake_r, selectors.EVENT_READ, self.on_wake)
         if self.once:
-            preload = self.config.get("preload")
-            if preload:
-                self.start_template(str(preload))
+            if self.config.preload:
+                self.start_template(self.config.preload)
             self.spare = self.next_spare()
         else:
             first = self.branches[0] = self.spawn()
