@@ -238,11 +238,13 @@ def test_a_listener_takes_what_comes_between_executions_and_nothing_of_one() -> 
 
 def test_an_answer_given_at_once_is_not_taken_for_a_stale_one() -> None:
     """The worker registers a question before it asks it (unit test of the worker part)."""
+    from rewyn_kernel.runtime.worker.frames import InputReplyFrame
     from rewyn_kernel.runtime.worker.frontend import Questions
 
     class AnswersAtOnce:
         def send(self, header: dict[str, object], payload: bytes = b"") -> None:
-            questions.deliver({"t": "input_reply", "id": header["id"]}, b"quick")
+            assert isinstance(header["id"], int)
+            questions.deliver(InputReplyFrame(id=header["id"], exec="x"), b"quick")
 
     questions = Questions(AnswersAtOnce(), lambda: None)  # type: ignore[arg-type]
     result: list[str] = []

@@ -1,9 +1,12 @@
-"""What crosses into the sandbox: the worker's config, checked where the host builds it and where
-the worker reads it (the worker's own program, run as a sandbox runs it)."""
+"""What crosses into the sandbox: the worker's config and the frames to the worker, checked where
+the host builds them and where the worker reads them (the worker's own program, run as a
+sandbox runs it)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +14,35 @@ from typing import Any
 
 import pytest
 
-from rewyn_kernel.runtime.host.protocol import BOOTSTRAP, program_with
+from rewyn_kernel.runtime import create
+from rewyn_kernel.runtime.host.protocol import (
+    BOOTSTRAP,
+    HEADER,
+    decode_header,
+    program_with,
+    worker_program,
+)
 from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider
 from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider
 from rewyn_kernel.runtime.sandbox import SandboxSpec
 from rewyn_kernel.runtime.worker.config import Clean, Cover, Users, WorkerConfig, WorkspaceSetting
+from rewyn_kernel.runtime.worker.frames import (
+    CODE_KINDS,
+    HOST_KINDS,
+    AbortFrame,
+    CloseFrame,
+    CompleteFrame,
+    ExecFrame,
+    ForkFrame,
+    ForkSelfFrame,
+    InputReplyFrame,
+    InspectFrame,
+    InterruptFrame,
+    ResumeFrame,
+    ViewFrame,
+    read_frame,
+    read_host_frame,
+)
 from rewyn_kernel.runtime.worker.record import Record, WireError
 
 
@@ -178,3 +205,192 @@ def test_the_worker_program_refuses_a_bad_config_before_it_starts(tmp_path: Path
     assert b"rewyn: the host's config cannot be read here: WorkerConfig has no field 'hide_'" in (
         done.stderr
     )
+
+
+# -- frames to the worker -----------------------------------------------------------------------
+
+
+def test_a_frame_is_built_by_keyword_and_checked_at_the_host() -> None:
+    frame = ExecFrame(id="e1", count=3, silent=True)
+    assert frame.to_wire() == {
+        "t": "exec",
+        "b": 0,
+        "id": "e1",
+        "count": 3,
+        "silent": True,
+        "comm": False,
+        "parent": "",
+    }
+    assert next(iter(frame.to_wire())) == "t"  # (the supervisor tells a kind from its first key)
+    with pytest.raises(TypeError, match=r"ExecFrame\.id: expected str, got int 1"):
+        ExecFrame(id=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="InterruptFrame has no field 'exec_id'"):
+        InterruptFrame(exec_id="e1")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="ForkFrame needs 'n'"):
+        ForkFrame(id="f1")  # type: ignore[call-arg]
+
+
+def test_the_worker_reads_each_frame_the_host_sends() -> None:
+    sent = [
+        ExecFrame(id="e1", comm=True, parent="p", b=2),
+        InputReplyFrame(id=None, exec="e1", error="no stdin", unavailable=True),
+        InterruptFrame(id="e1"),
+        AbortFrame(id="e1"),
+        CompleteFrame(id="c1", code="pri", cursor_pos=3),
+        InspectFrame(id="i1", code="x", cursor_pos=1, detail=1),
+        ViewFrame(id="v1", cell=4, protected=(".git", "a.ipynb")),
+        ForkFrame(id="f1", n=3, pause=True),
+        CloseFrame(b=3),
+        ResumeFrame(b=3),
+    ]
+    assert sorted(frame.t for frame in sent) == sorted(HOST_KINDS)
+    for frame in sent:
+        assert read_host_frame(json.loads(json.dumps(frame.to_wire()))) == frame
+
+
+@pytest.mark.parametrize(
+    ("header", "said"),
+    [
+        ({"t": "shutdown", "b": 0}, r"a frame of kind 'shutdown' is not one this end reads"),
+        ({"t": "fork_self", "reseed": False, "pause": False, "once": True}, "'fork_self' is not"),
+        ({"b": 0, "id": "x"}, r"a frame of kind None is not one this end reads"),
+        ([], r"a frame's header must be a JSON object, not list"),
+        (
+            {**InterruptFrame(id="e1").to_wire(), "id": 5},
+            r"InterruptFrame\.id: expected str, got int 5",
+        ),
+        (
+            {**ExecFrame(id="e1").to_wire(), "count": "7"},
+            r"ExecFrame\.count: expected None or int, got str '7'",
+        ),
+        (
+            {**ViewFrame(id="v", cell=1).to_wire(), "protected": [".git", 3]},
+            r"ViewFrame\.protected\[1\]: expected str, got int 3",
+        ),
+        ({**CloseFrame().to_wire(), "branch": 1}, r"CloseFrame has no field 'branch'"),
+        ({"t": "fork", "b": 0, "id": "f1"}, r"ForkFrame needs 'n', 'pause', 'reseed'"),
+    ],
+)
+def test_the_worker_refuses_a_frame_it_cannot_read(header: object, said: str) -> None:
+    with pytest.raises(WireError, match=said):
+        read_host_frame(header)
+
+
+def test_a_code_process_takes_only_the_supervisors_frames() -> None:
+    assert read_frame(ForkSelfFrame(once=True).to_wire(), CODE_KINDS) == ForkSelfFrame(once=True)
+    with pytest.raises(WireError, match="a frame of kind 'abort' is not one this end reads"):
+        read_frame(AbortFrame(id="e1").to_wire(), CODE_KINDS)
+
+
+class RawWorker:
+    """The worker's program in a process of its own, spoken to frame by frame (no provider:
+    what the supervisor does with the host's frames, and nothing else)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-c", BOOTSTRAP],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=tmp_path,
+        )
+        assert self.process.stdin is not None
+        self.process.stdin.write(worker_program(WorkerConfig(cwd=str(tmp_path))))
+        self.process.stdin.flush()
+
+    def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        assert self.process.stdin is not None
+        body = json.dumps(header).encode("ascii")
+        self.process.stdin.write(HEADER.pack(len(body), len(payload)) + body + payload)
+        self.process.stdin.flush()
+
+    def until(self, kind: str) -> Any:
+        """Frames up to the first of ``kind`` (None if the channel ends first)."""
+        assert self.process.stdout is not None
+        while head := self.process.stdout.read(HEADER.size):
+            body_len, payload_len = HEADER.unpack(head)
+            frame = decode_header(self.process.stdout.read(body_len))
+            self.process.stdout.read(payload_len)
+            if frame.t == kind:
+                return frame
+        return None
+
+    def end(self) -> tuple[int, str]:
+        """The exit status and stderr once the worker has ended."""
+        assert self.process.stderr is not None
+        stderr = self.process.stderr.read().decode("utf-8", "replace")
+        return self.process.wait(timeout=30), stderr
+
+
+def test_a_frame_the_worker_cannot_read_ends_the_execution_and_the_sandbox_saying_why(
+    tmp_path: Path,
+) -> None:
+    worker = RawWorker(tmp_path)
+    try:
+        assert worker.until("ready") is not None
+        worker.send(ExecFrame(id="e1").to_wire(), b"input('? ')")
+        assert worker.until("input_request") is not None
+        worker.send({**InterruptFrame(id="e1").to_wire(), "id": 5})  # (a host's bug)
+        done = worker.until("done")
+        assert done is not None
+        assert (done.id, done.status) == ("e1", "protocol_error")
+        said = "the host sent a frame the sandbox cannot read: InterruptFrame.id: expected str"
+        assert said in done.detail
+        status, stderr = worker.end()
+        assert status == 70
+        assert f"rewyn: {said}" in stderr
+    finally:
+        worker.process.kill()
+        worker.process.wait()
+        for stream in (worker.process.stdin, worker.process.stdout, worker.process.stderr):
+            assert stream is not None
+            stream.close()
+
+
+def test_a_frame_of_a_kind_the_worker_does_not_take_ends_the_sandbox(tmp_path: Path) -> None:
+    """``shutdown`` was a kind the supervisor took but no host sent: gone, and refused."""
+    worker = RawWorker(tmp_path)
+    try:
+        assert worker.until("ready") is not None
+        worker.send({"t": "shutdown"})
+        assert worker.until("done") is None  # (nothing ran: the channel just ends)
+        status, stderr = worker.end()
+        assert status == 70
+        assert "a frame of kind 'shutdown' is not one this end reads" in stderr
+    finally:
+        worker.process.kill()
+        worker.process.wait()
+        for stream in (worker.process.stdin, worker.process.stdout, worker.process.stderr):
+            assert stream is not None
+            stream.close()
+
+
+def python_3_8() -> str | None:
+    """A Python 3.8 interpreter here (the oldest the worker runs on), or None."""
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    candidates = [os.environ.get("REWYN_TEST_PYTHON38"), shutil.which("python3.8")]
+    candidates += [str(path) for path in sorted(pyenv.glob("versions/3.8*/bin/python3.8"))]
+    for candidate in filter(None, candidates):
+        probe = [candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 8))"]
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
+        if done.stdout.strip() == "True":  # (a shim may name one it cannot run)
+            return candidate
+    return None
+
+
+def test_the_worker_runs_on_python_3_8(tmp_path: Path) -> None:
+    """The worker's modules as text, read by Python 3.8 (the type check of the worker is for
+    3.8; this runs it): a session, a branch, a completion, a one-shot execution."""
+    python = python_3_8()
+    if python is None:
+        pytest.skip("no Python 3.8 here (set REWYN_TEST_PYTHON38 to one)")
+    with create(provider=SubprocessProvider(), python=python, timeout=60) as box:
+        session = box.session()
+        first = session.execute("import sys; x = 41; print(sys.version_info[:2])")
+        assert first.stdout == "(3, 8)\n", first
+        branch = session.fork()
+        assert branch.execute("print(x + 1)").stdout == "42\n"
+        completed = session.complete("pri", 3)
+        assert completed is not None
+        assert "print(" in completed.matches
+        assert box.execute("print('once')").stdout == "once\n"

@@ -32,6 +32,7 @@ from rewyn_kernel.runtime.host.workspace import (
     holds_writes,
 )
 from rewyn_kernel.runtime.worker.config import WorkspaceSetting
+from rewyn_kernel.runtime.worker.frames import ViewFrame
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.host.channel import LiveWorker
@@ -177,8 +178,9 @@ class WorkspaceCells:
         """Ask the sandbox's mounter for the view of cell ``self.cell``: '' when it is up."""
         if worker is None or worker.ended:
             return ""
-        header = {"t": "view", "id": f"view-{self.cell}", "cell": self.cell}
-        header["protected"] = self.protected()
+        header = ViewFrame(
+            id=f"view-{self.cell}", cell=self.cell, protected=tuple(self.protected())
+        )
         reply = worker.request(header, "view_done", VIEW_TIMEOUT)
         if reply is None:
             return "the workspace's view could not be renewed (the sandbox did not answer)"

@@ -1,6 +1,8 @@
 """The channel between the host and the worker: frame models, codec and hard size bounds.
 
-Everything the worker sends is hostile input. Each frame is ``>II`` (header length, payload
+Frames to the worker are declared in ``worker/frames.py`` (stdlib records the worker reads
+with the same classes); the ones below are the worker's, read here. Everything the worker
+sends is hostile input. Each frame is ``>II`` (header length, payload
 length), a JSON header and a raw payload; the host checks both lengths before it reads a byte of
 either, validates the header against the models below, and replaces unpaired surrogates so no
 string from the sandbox can break an encoder downstream. Anything else is a ``ProtocolError``,
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from rewyn_kernel.errors import ProtocolError
 from rewyn_kernel.runtime.worker.config import WorkerConfig
+from rewyn_kernel.runtime.worker.frames import HostFrame
 
 HEADER = struct.Struct(">II")
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -253,9 +256,10 @@ def scrub(value: Any) -> Any:
     return value
 
 
-def encode_frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
-    """Encode one host-to-worker frame."""
-    body = json.dumps(header, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+def encode_frame(frame: HostFrame, payload: bytes = b"") -> bytes:
+    """Encode one host-to-worker frame (declared in ``worker/frames.py``: the worker reads it
+    with the same class)."""
+    body = json.dumps(frame.to_wire(), ensure_ascii=True, separators=(",", ":")).encode("ascii")
     return HEADER.pack(len(body), len(payload)) + body + payload
 
 
@@ -309,6 +313,7 @@ WORKER_MODULES = (
     "relay",
     "record",
     "config",
+    "frames",
     "children",
     "state",
     "memory",

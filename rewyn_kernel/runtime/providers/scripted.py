@@ -36,6 +36,7 @@ from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
 from rewyn_kernel.runtime.worker.config import WorkerConfig
+from rewyn_kernel.runtime.worker.frames import read_host_frame
 
 __all__ = ["ScriptedProcess", "ScriptedProvider", "ScriptedSandbox", "ScriptedWorker"]
 
@@ -62,6 +63,7 @@ class ScriptedWorker:
         header = json.loads(self._read(fd, body_len, timeout))
         payload = self._read(fd, payload_len, timeout) if payload_len else b""
         self._process.received.append(header)
+        read_host_frame(header)  # (a frame the real worker would refuse fails the script)
         return header, payload
 
     def expect(self, kind: str, timeout: float = 30.0) -> tuple[dict[str, Any], bytes]:

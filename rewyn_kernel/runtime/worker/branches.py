@@ -11,6 +11,7 @@ import time
 from .child import FORK_WAIT
 from .children import MAX_BRANCHES, Child, adopted, close_quietly, socket_pair
 from .codeframes import FRAME_READS
+from .frames import ExecFrame, ForkFrame, ForkSelfFrame
 from .memory import memory_short
 from .state import State
 from .wire import HEADER, encode_header, write_all
@@ -18,8 +19,6 @@ from .wire import HEADER, encode_header, write_all
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Any, Dict, List, Optional
-
-    from .wire import Header
 
 
 class Branches(State):
@@ -36,7 +35,7 @@ class Branches(State):
         while not template.ready and not template.exited:
             self.step()
         if template.ready and not template.exited:
-            body = encode_header({"t": "exec", "id": "preload", "count": 0})
+            body = encode_header(ExecFrame(id="preload", count=0).to_wire())
             payload = code.encode("utf-8", "surrogatepass")
             template.exec_id = "preload"
             write_all(template.ctl, HEADER.pack(len(body), len(payload)) + body + payload)
@@ -66,7 +65,7 @@ class Branches(State):
             template = None
         if template is None:
             return self.spawn()
-        self.begin_fork(template, "spare", 0, {"once": True})
+        self.begin_fork(template, "spare", 0, ForkSelfFrame(once=True))
         return self.spare  # (None, or what a failed hand-over forked from here)
 
     def await_spare(self) -> Optional[Child]:
@@ -86,7 +85,7 @@ class Branches(State):
             self.fork_failed(template, "the template did not fork in time")
         return self.spare
 
-    def on_fork(self, header: Header, source: Optional[Child], branch: int) -> None:
+    def on_fork(self, frame: ForkFrame, source: Optional[Child]) -> None:
         """Ask ``source`` (a session's idle code process) to fork itself into branch ``n``.
 
         The new branch's pipes are made here and handed to ``source`` over its socket; it
@@ -95,8 +94,7 @@ class Branches(State):
         is taken only if it is a child of this process and no other branch's (see
         ``on_status``). The host hears ``forked`` in any case, ``ok`` or not.
         """
-        request = str(header.get("id"))[:200]
-        number = header.get("n")
+        request, number = frame.id[:200], frame.n
         why = ""
         if self.once or source is None or not source.ready:
             why = "there is no such session to fork"
@@ -106,7 +104,7 @@ class Branches(State):
             why = "it is running code: a session forks between executions"
         elif source.forking is not None:
             why = "it is forking already"
-        elif not isinstance(number, int) or not 0 < number < 2**31 or self.taken(number):
+        elif not 0 < number < 2**31 or self.taken(number):
             why = "the new branch's number is taken or out of range"
         elif len(self.branches) + len(self.starting) >= MAX_BRANCHES:
             why = "this sandbox runs %d branches already, the most it may" % MAX_BRANCHES
@@ -115,14 +113,13 @@ class Branches(State):
             refused = {"t": "forked", "id": request, "ok": False, "detail": why or short}
             if short:
                 refused["memory"] = True
-            self.send_host(refused, branch)
+            self.send_host(refused, frame.b)
             return
         assert source is not None
-        assert isinstance(number, int)
-        asked = {"reseed": bool(header.get("reseed")), "pause": bool(header.get("pause"))}
+        asked = ForkSelfFrame(reseed=frame.reseed, pause=frame.pause)
         self.begin_fork(source, request, number, asked)
 
-    def begin_fork(self, source: Child, request: str, number: int, asked: Header) -> None:
+    def begin_fork(self, source: Child, request: str, number: int, asked: ForkSelfFrame) -> None:
         """Make branch ``number``'s pipes, hand them to ``source`` and ask it to fork."""
         ctl_r, ctl_w = os.pipe()
         frm_r, frm_w = os.pipe()
@@ -133,15 +130,14 @@ class Branches(State):
         new = Child(0, ctl_w, frm_r, out_r, err_r, branch=number, fds=fds_w)
         self.starting.append(new)
         self.watch(new)
-        source.forking = (request, new, bool(asked.get("pause")))
-        ask = {"t": "fork", **asked}
+        source.forking = (request, new, asked.pause)
         handed = self.hand_fds(source, theirs)
         for fd in theirs:
             close_quietly(fd)
         if not handed:
             self.fork_failed(source, "its socket for the branch's pipes is full or closed")
             return
-        self.to_child(source, ask, 0)
+        self.to_child(source, asked, 0)
 
     def taken(self, number: int) -> bool:
         return number in self.branches or any(child.branch == number for child in self.starting)

@@ -6,8 +6,9 @@ execution to the next) or once per execution for a one-shot sandbox. It holds no
 first), never sees the host's channel, and speaks only through four pipes the supervisor made:
 
 - ``ctl`` (supervisor to here): ``exec`` with the code as payload, ``input_reply`` with the
-  answer as payload, ``interrupt`` (with a SIGINT), ``complete``, ``inspect``, ``fork`` (the new
-  branch's pipes come over a socket of their own: see ``fork_branch``) and ``resumed``;
+  answer as payload, ``interrupt`` (with a SIGINT), ``complete``, ``inspect``, ``fork_self``
+  (the new branch's pipes come over a socket of their own: see ``fork_branch``) and
+  ``resumed``, each read as its type (``frames.py``: ``CODE_KINDS``);
 - ``frm`` (here to supervisor): ``display``, ``result``, ``error``, ``input_request``,
   ``complete_reply``, ``inspect_reply``, and ``status`` when an execution ends;
 - fd 1 and fd 2: whatever is printed, by this process or by any program it starts.
@@ -37,9 +38,21 @@ from . import residue, system
 from .comms import Comms
 from .comms import available as comms_available
 from .executor import LIMITS, Gate, Runner, describe_error
+from .frames import (
+    CODE_KINDS,
+    CompleteFrame,
+    ExecFrame,
+    ForkSelfFrame,
+    InputReplyFrame,
+    InspectFrame,
+    InterruptFrame,
+    ResumedFrame,
+    read_frame,
+)
 from .frontend import Output, Questions, complete, inspect
 from .ipython import IPythonRunner
 from .ipython import available as ipython_available
+from .record import WireError
 from .wire import CHUNK, Reader, Sender
 
 TYPE_CHECKING = False
@@ -47,7 +60,7 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
     from typing import Any, Dict, List, Optional, Tuple
 
     from .config import WorkerConfig
-    from .wire import Header
+    from .frames import Frame
 
 FLUSH_INTERVAL = 0.05
 FORK_WAIT = 10.0
@@ -74,7 +87,7 @@ class CodeProcess:
         self.oom_adj: Optional[bytes] = None  # what it was before a checkpoint raised it
         self.forked = False  # True in a copy made by the code's own fork()
         self.sender = Sender(frm)
-        self.requests: "queue.Queue[Optional[Tuple[Header, bytes]]]" = queue.Queue()
+        self.requests: "queue.Queue[Optional[Tuple[Frame, bytes]]]" = queue.Queue()
         self.gate = Gate()
         self.executing = False
         self.interrupted: Any = None  # the execution the last interrupt frame named
@@ -320,7 +333,7 @@ class CodeProcess:
 
     # -- branches --------------------------------------------------------------------------
 
-    def fork_branch(self, header: Header) -> bool:
+    def fork_branch(self, asked: ForkSelfFrame) -> bool:
         """Fork this process into a new branch of the session (the supervisor asked, between
         executions): the same variables, imports and figures, in a process whose parent is the
         supervisor (this process forks twice; the one in between exits at once). True in the
@@ -359,8 +372,8 @@ class CodeProcess:
                     os.write(news_w, struct.pack("=i", branch))
                     os._exit(0)
                 os.close(news_w)
-                self.become_branch(fds, header)
-                if chance is not None and not header.get("reseed"):
+                self.become_branch(fds, asked)
+                if chance is not None and not asked.reseed:
                     chance.setstate(state)
                 os.write(ready_w, b"R")  # set up: the supervisor may take it
                 os.close(ready_w)
@@ -405,7 +418,7 @@ class CodeProcess:
                 found.frombytes(data[: len(data) - len(data) % found.itemsize])
         return list(found)
 
-    def become_branch(self, fds: List[int], header: Header) -> None:
+    def become_branch(self, fds: List[int], asked: ForkSelfFrame) -> None:
         """(In the new branch.) Take the pipes the supervisor made, and start again what a
         fork does not copy: this process's own threads, and locks they may have held."""
         ctl, frm, out, err, sock = fds
@@ -426,12 +439,12 @@ class CodeProcess:
         self.gate.in_code = self.gate.pending = False
         self.executing, self.interrupted, self.current = False, None, None
         self.questions.reset()
-        if header.get("reseed"):
+        if asked.reseed:
             reseed()
-        if header.get("once"):  # (a one-shot execution's process, forked from a preloaded one)
+        if asked.once:  # (a one-shot execution's process, forked from a preloaded one)
             self.once = True
             self.clean_up()
-        if header.get("pause"):
+        if asked.pause:
             # (the first process the kernel kills when memory runs out: a checkpoint must
             # never cost a cell its memory)
             self.oom_adj = system.set_oom_score_adj(b"1000")
@@ -536,18 +549,22 @@ class CodeProcess:
                 self.requests.put(None)
                 return
             header, payload = frame
-            kind = header.get("t")
-            if kind == "input_reply":
-                self.questions.deliver(header, payload)
-            elif kind == "interrupt":
+            try:
+                request = read_frame(header, CODE_KINDS)
+            except WireError as exc:  # (the supervisor's bug: nothing here can be trusted)
+                os.write(self.keep[2], ("rewyn: the code's process: %s\n" % exc).encode())
+                os._exit(70)
+            if isinstance(request, InputReplyFrame):
+                self.questions.deliver(request, payload)
+            elif isinstance(request, InterruptFrame):
                 with self.exec_lock:  # (its signal follows, for code that is running)
-                    self.interrupted = header.get("id")
+                    self.interrupted = request.id
                     if self.current is not None and self.current == self.interrupted:
                         self.gate.pending = True
-            elif kind == "resumed":
+            elif isinstance(request, ResumedFrame):
                 self.on_resumed()
             else:
-                self.requests.put(frame)
+                self.requests.put((request, payload))
 
     def serve(self) -> None:
         """Answer requests until the control stream ends (or, one-shot, after one execution)."""
@@ -556,48 +573,45 @@ class CodeProcess:
                 request = self.requests.get()
                 if request is None:
                     os._exit(0)  # the supervisor is gone
-                header, payload = request
-                kind = header.get("t")
-                if kind == "exec":
-                    self.execute(header, payload.decode("utf-8", "surrogatepass"), self.once)
+                frame, payload = request
+                if isinstance(frame, ExecFrame):
+                    self.execute(frame, payload.decode("utf-8", "surrogatepass"), self.once)
                     continue
-                if kind == "fork":
-                    self.fork_branch(header)  # (the new branch goes on serving from here)
+                if isinstance(frame, ForkSelfFrame):
+                    self.fork_branch(frame)  # (the new branch goes on serving from here)
                     continue
                 self.enter_view()  # (IPython's completer reads the working directory too)
-                if kind == "complete":
-                    ipy = self.ipython
-                    reply = ipy.complete(header) if ipy else complete(self.namespace, header)
+                ipy = self.ipython
+                if isinstance(frame, CompleteFrame):
+                    reply = ipy.complete(frame) if ipy else complete(self.namespace, frame)
                     self.output.send_any(reply)
-                elif kind == "inspect":
-                    ipy = self.ipython
-                    self.output.send_any(
-                        ipy.inspect(header) if ipy else inspect(self.namespace, header)
-                    )
+                elif isinstance(frame, InspectFrame):
+                    reply = ipy.inspect(frame) if ipy else inspect(self.namespace, frame)
+                    self.output.send_any(reply)
             except KeyboardInterrupt:
                 continue  # an interrupt that arrived just as the code finished
 
-    def execute(self, header: Header, code: str, once: bool) -> None:
-        delivery = bool(header.get("comm"))  # (a comm message from the frontend, not code)
+    def execute(self, frame: ExecFrame, code: str, once: bool) -> None:
+        delivery = frame.comm  # (a comm message from the frontend, not code)
         if not delivery:
-            self.count = int(header.get("count") or self.count + 1)
+            self.count = frame.count or self.count + 1
         self.reset_stdio()
         self.enter_view()
         self.executing = True
         with self.exec_lock:  # an interrupt that came first means: do not start
-            self.current = header.get("id")
+            self.current = frame.id
             if self.current is not None and self.current == self.interrupted:
                 self.gate.pending = True
         if self.ipython is not None:
             # The request being answered, as the frontend knows it: an Output widget tags what
             # it captures with its id.
-            parent = str(header.get("parent") or header.get("id"))
+            parent = frame.parent or frame.id
             kind = "comm_msg" if delivery else "execute_request"
             self.ipython.shell.set_parent({"header": {"msg_id": parent, "msg_type": kind}})
         if delivery:
             exit_code, status = self.deliver(code)
         elif self.ipython is not None:
-            exit_code, status = self.ipython.run(code, self.count, bool(header.get("silent")))
+            exit_code, status = self.ipython.run(code, self.count, frame.silent)
         else:
             exit_code, status = self.runner.run(code, self.count)
         if self.forked:
@@ -613,9 +627,7 @@ class CodeProcess:
             self.cwd = os.getcwd()
         except OSError:
             pass
-        self.sender.send(
-            {"t": "status", "id": header.get("id"), "exit_code": exit_code, "status": status}
-        )
+        self.sender.send({"t": "status", "id": frame.id, "exit_code": exit_code, "status": status})
         if once:
             os._exit(exit_code & 0xFF)
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
     from typing import Any, Dict, List, Optional
 
     from .config import WorkerConfig
+    from .frames import Frame
     from .mounter import Mounter
     from .relay import Relay
     from .wire import Header
@@ -118,10 +119,10 @@ class State:
         except OSError:
             pass
 
-    def to_child(self, child: Child, header: Header, payload_len: int) -> None:
+    def to_child(self, child: Child, frame: Frame, payload_len: int) -> None:
         """Send a frame to the code's process, its payload streamed from the host's channel
         (in the same write as the header when it fits in one)."""
-        body = encode_header(header)
+        body = encode_header(frame.to_wire())
         self.pass_through(child.ctl, payload_len, HEADER.pack(len(body), payload_len) + body)
 
     def skip(self, size: int) -> None:

@@ -41,6 +41,20 @@ import sys
 from . import system
 from .branches import Branches
 from .codeframes import CodeFrames
+from .frames import (
+    AbortFrame,
+    CloseFrame,
+    CompleteFrame,
+    ExecFrame,
+    ForkFrame,
+    InputReplyFrame,
+    InspectFrame,
+    InterruptFrame,
+    ResumedFrame,
+    ResumeFrame,
+    ViewFrame,
+    read_host_frame,
+)
 from .memory import MEMORY_WATCH, Memory, oom_kills
 from .processes import Processes
 from .sandbox_setup import SandboxSetUp
@@ -48,7 +62,7 @@ from .wire import HEADER, read_exact, write_all
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import Optional
+    from typing import NoReturn, Optional, Union
 
     from .children import Child
     from .wire import Header
@@ -144,102 +158,116 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
         if body is None:
             self.shutdown()
         assert body is not None
-        header = json.loads(body.decode("ascii"))
-        kind = header.get("t")
-        branch = header.get("b", 0)
-        if not isinstance(branch, int):
-            branch = -1
+        try:
+            frame = read_host_frame(json.loads(body.decode("ascii")))
+        except ValueError as exc:  # (WireError; not JSON, or not ASCII)
+            self.refuse(str(exc))
+        branch = frame.b
         child = self.child if self.once else self.branches.get(branch)
         running = child if child is not None and child.exec_id is not None else None
-        if kind == "exec":
-            self.start_exec(header, payload_len, branch)
-        elif kind == "input_reply" and running and header.get("exec") == running.exec_id:
-            self.to_child(running, {"t": "input_reply", **header}, payload_len)
-        elif kind == "interrupt":
-            if running and header.get("id") == running.exec_id:
+        if isinstance(frame, ExecFrame):
+            self.start_exec(frame, payload_len)
+        elif isinstance(frame, InputReplyFrame) and running and frame.exec == running.exec_id:
+            self.to_child(running, frame, payload_len)
+        elif isinstance(frame, InterruptFrame):
+            if running and frame.id == running.exec_id:
                 # The frame too, for an interrupt that comes before the code's process has
                 # taken up the execution (the signal alone would find it idle, and be lost).
-                self.to_child(running, {"t": "interrupt", "id": running.exec_id}, 0)
+                self.to_child(running, InterruptFrame(id=running.exec_id), 0)
                 self.signal_child(running, signal.SIGINT)
-        elif kind == "abort":
-            if running and header.get("id") == running.exec_id:
+        elif isinstance(frame, AbortFrame):
+            if running and frame.id == running.exec_id:
                 running.aborted = True
                 self.signal_child(running, signal.SIGKILL)
-        elif kind in ("complete", "inspect"):
+        elif isinstance(frame, (CompleteFrame, InspectFrame)):
             if child is not None and not running and not child.paused and not self.once:
-                self.to_child(child, header, payload_len)
+                self.to_child(child, frame, payload_len)
             else:
                 self.skip(payload_len)
-                self.send_host(empty_reply(header), branch)
-        elif kind == "view":
+                self.send_host(empty_reply(frame), branch)
+        elif isinstance(frame, ViewFrame):
             self.skip(payload_len)
-            self.on_view(header, branch)
-        elif kind == "fork":
+            self.on_view(frame)
+        elif isinstance(frame, ForkFrame):
             self.skip(payload_len)
-            self.on_fork(header, child, branch)
-        elif kind == "close":
+            self.on_fork(frame, child)
+        elif isinstance(frame, CloseFrame):
             self.skip(payload_len)
             if child is not None and not self.once:
                 child.closing = True
                 self.signal_child(child, signal.SIGKILL)
-        elif kind == "resume":
+        elif isinstance(frame, ResumeFrame):
             self.skip(payload_len)
             if child is not None and child.paused:
                 child.paused = False
                 self.signal_child(child, signal.SIGCONT)
-                self.to_child(child, {"t": "resumed"}, 0)
-        elif kind == "shutdown":
-            self.shutdown()
+                self.to_child(child, ResumedFrame(), 0)
         else:
-            self.skip(payload_len)
+            self.skip(payload_len)  # (an input_reply to an execution that is over)
 
-    def on_view(self, header: Header, branch: int) -> None:
+    def refuse(self, why: str) -> NoReturn:
+        """The host sent a frame this end cannot read (a bug of the host's, or a host and a
+        worker that disagree on a frame): the sandbox ends, as the host ends a sandbox that
+        breaks the protocol. Each execution under way ends ``protocol_error`` saying why, and
+        so does the sandbox (exit 70, its diagnostics say it too)."""
+        detail = "the host sent a frame the sandbox cannot read: %s" % why
+        for child in self.children():
+            if child.exec_id is not None:
+                done: Header = {"t": "done", "id": child.exec_id, "exit_code": 1}
+                done.update(status="protocol_error", detail=detail[:4000])
+                self.send_host(done, child.branch)
+        write_all(self.diag, ("rewyn: %s\n" % detail).encode("utf-8", "replace"))
+        if not self.first:
+            self.kill_leftovers()
+        os._exit(70)  # (as a PID namespace's first process, this exit kills the rest)
+
+    def on_view(self, frame: ViewFrame) -> None:
         """The host published an execution's writes: ask the mounter for the next view."""
         why = "no mounter here" if self.mounter is None else ""
         if self.mounter is not None:
-            request = {"op": "view", "cell": int(header.get("cell") or 0)}
-            protected = [str(path)[:4096] for path in (header.get("protected") or [])[:256]]
-            why = self.mounter.ask({**request, "protected": protected})
-        reply = {"t": "view_done", "id": str(header.get("id"))[:200], "ok": not why}
-        self.send_host({**reply, "detail": why[:2000]}, branch)
+            protected = [path[:4096] for path in frame.protected[:256]]
+            why = self.mounter.ask({"op": "view", "cell": frame.cell, "protected": protected})
+        reply = {"t": "view_done", "id": frame.id[:200], "ok": not why}
+        self.send_host({**reply, "detail": why[:2000]}, frame.b)
 
-    def start_exec(self, header: Header, payload_len: int, branch: int) -> None:
+    def start_exec(self, frame: ExecFrame, payload_len: int) -> None:
         child: Optional[Child]
         if self.once:
             child = self.child or self.spare or self.await_spare() or self.spawn()
             self.child, self.spare = child, None
         else:
-            found = self.branches.get(branch)
+            found = self.branches.get(frame.b)
             child = found if found is not None and not found.paused else None
         if child is None or child.exec_id is not None:
             # The host never sends two at once, nor to a branch it has not got: refuse it.
             self.skip(payload_len)
-            refused = {"t": "done", "id": header.get("id"), "exit_code": 1}
-            self.send_host({**refused, "status": "protocol_error"}, branch)
+            refused = {"t": "done", "id": frame.id, "exit_code": 1}
+            self.send_host({**refused, "status": "protocol_error"}, frame.b)
             return
         self.count += 1
-        child.exec_id = str(header.get("id"))
+        child.exec_id = frame.id
         child.oom_before = oom_kills(self.config)
         child.dropped_before = self.dropped
-        forwarded: Header = {"t": "exec", "id": child.exec_id, "count": self.count}
-        if isinstance(header.get("count"), int):
-            forwarded["count"] = header["count"]  # (the caller's numbering: a kernel's prompts)
-        for flag in ("silent", "comm"):
-            if header.get(flag):
-                forwarded[flag] = True
-        if header.get("parent"):
-            forwarded["parent"] = str(header["parent"])[:256]
+        forwarded = ExecFrame(
+            id=frame.id,
+            # (the caller's numbering where it gave one: a kernel's prompts)
+            count=self.count if frame.count is None else frame.count,
+            silent=frame.silent,
+            comm=frame.comm,
+            parent=frame.parent[:256],
+        )
         self.to_child(child, forwarded, payload_len)
 
 
-def empty_reply(header: Header) -> Header:
-    if header.get("t") == "complete":
-        pos = int(header.get("cursor_pos") or 0)
+def empty_reply(frame: Union[CompleteFrame, InspectFrame]) -> Header:
+    """The answer to a request no code process can take (it runs code, or is paused)."""
+    if isinstance(frame, CompleteFrame):
+        pos = frame.cursor_pos
         return {
             "t": "complete_reply",
-            "id": header.get("id"),
+            "id": frame.id,
             "matches": [],
             "cursor_start": pos,
             "cursor_end": pos,
         }
-    return {"t": "inspect_reply", "id": header.get("id"), "found": False, "data": {}}
+    return {"t": "inspect_reply", "id": frame.id, "found": False, "data": {}}
