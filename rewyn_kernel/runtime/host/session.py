@@ -78,7 +78,7 @@ LISTEN_POLL_SECONDS = 0.5
 
 REFUSED_EXIT = 70
 """The exit status of a supervisor that refuses to start without a protection it was promised
-(worker/supervisor.py's ``fail``)."""
+(worker/sandbox_setup.py's ``fail``)."""
 
 
 class _Unset:

@@ -476,7 +476,7 @@ class ContainerProvider:
         argv += [] if spec.network == "allow" else ["--network", "none"]
         argv += ["--read-only", "--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
         # The supervisor starts as root with these three only, takes a user of its own and
-        # makes each code process the code's user, with none (see worker/supervisor.py).
+        # makes each code process the code's user, with none (see worker/sandbox_setup.py).
         argv += ["--cap-add", "KILL", "--cap-add", "SETGID", "--cap-add", "SETUID"]
         argv += ["--user", "0:0"]
         pids = self._pids(spec)
