@@ -22,8 +22,8 @@ import selectors
 import socket
 import struct
 from array import array
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Callable, Dict, Optional
 
