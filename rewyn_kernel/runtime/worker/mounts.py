@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 
 from .system import libc
@@ -109,28 +108,6 @@ def hide(dirs: List[str], files: List[str]) -> List[str]:
         if int(c.mount(b"/dev/null", path.encode(), None, ms_bind, None)) != 0:
             failed.append("%s (%s)" % (path, os.strerror(ctypes.get_errno())))
     return failed
-
-
-def overlay(source: str, upper: str, work: str) -> str:
-    """Mount an overlay over ``source`` (as root of this mount namespace): its files read-only
-    below, writes going to ``upper``. Return "" on success, else why not."""
-    c = libc()
-    if c is None:
-        return "no ctypes here"
-    import ctypes
-
-    for extra in (",userxattr", ""):  # (userxattr: in a user namespace; unknown before 5.11)
-        options = "lowerdir=%s,upperdir=%s,workdir=%s%s" % (source, upper, work, extra)
-        try:
-            done = int(c.mount(b"overlay", source.encode(), b"overlay", 0, options.encode()))
-        except Exception as exc:
-            return str(exc)
-        if done == 0:
-            return ""
-        number = ctypes.get_errno()
-        if number == errno.EBUSY:
-            return "busy"
-    return os.strerror(number)
 
 
 def cover(directory: str, keep: List[str], mode: int, limit_bytes: Optional[int]) -> str:
