@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -49,7 +49,7 @@ from rewyn_kernel.runtime.providers.local import (
     workspace_cells,
     workspace_note,
 )
-from rewyn_kernel.runtime.providers.popen import PopenWorker
+from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
 from rewyn_kernel.runtime.worker.config import Clean, Egress, WorkerConfig
 
 MEMORY_EVENTS = "/dev/rewyn-memory-events"
@@ -353,7 +353,7 @@ class BubblewrapProvider:
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR="/tmp", REWYN_SANDBOX=name)
         env.update(spec.env)
-        settings: dict[str, Any] = {}
+        settings: LaunchSettings = {}
         if egress is not None:
             settings["egress"] = Egress(folder=EGRESS_FOLDER)
         cells = None

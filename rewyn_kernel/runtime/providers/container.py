@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from rewyn_kernel.errors import ProviderUnavailableError
 from rewyn_kernel.runtime._result import Isolation
@@ -43,8 +43,8 @@ from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.host.workspace import PROTECTED, STORE, existing_protected
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo
 from rewyn_kernel.runtime.providers.local import workspace_cells, workspace_note
-from rewyn_kernel.runtime.providers.popen import PopenWorker
-from rewyn_kernel.runtime.worker.config import Clean, Egress, Users, WorkerConfig
+from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
+from rewyn_kernel.runtime.worker.config import Clean, Egress, Users, WorkerConfig, WorkspaceSetting
 
 __all__ = ["ContainerProvider", "ContainerSandbox", "ContainerWorker", "DEFAULT_IMAGE", "LABEL"]
 
@@ -82,7 +82,7 @@ class ContainerWorker(PopenWorker):
         tcp_limit: tuple[Path, int] | None = None,
         workspace: WorkspaceCells | None = None,
         mounts: Sequence[HostMount] = (),
-        settings: Mapping[str, object] | None = None,
+        settings: LaunchSettings | None = None,
     ) -> None:
         super().__init__(
             argv,
@@ -387,7 +387,7 @@ class ContainerProvider:
 
     def _workspace_mounts(
         self, spec: SandboxSpec
-    ) -> tuple[list[str], WorkspaceCells | None, list[HostMount], dict[str, Any]]:
+    ) -> tuple[list[str], WorkspaceCells | None, list[HostMount], LaunchSettings]:
         """The run options that show the workspace at its own path, its cells (the host's view,
         renewed after each execution) or the host's idmapped clone of it (bound as it is), and
         the worker's ``workspace`` setting."""
@@ -437,7 +437,7 @@ class ContainerProvider:
         argv += (
             ["--tmpfs", f"{folder}/{STORE}:ro,size=4k"] if (spec.workspace / STORE).is_dir() else []
         )
-        return argv, None, mounts, {"workspace": {"path": folder, "bound": True}}
+        return argv, None, mounts, {"workspace": WorkspaceSetting(path=folder, bound=True)}
 
     @staticmethod
     def _labels(name: str) -> list[str]:

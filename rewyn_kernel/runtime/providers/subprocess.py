@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -43,7 +43,7 @@ from rewyn_kernel.runtime.providers.local import (
     workspace_cells,
     workspace_note,
 )
-from rewyn_kernel.runtime.providers.popen import PopenWorker
+from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
 from rewyn_kernel.runtime.worker.config import Clean, Cover, Egress, Hidden, WorkerConfig
 from rewyn_kernel.runtime.worker.mounts import unreachable_ancestor
 
@@ -387,7 +387,7 @@ class SubprocessProvider:
         farewell = 0.0 if prefix else FAREWELL_SECONDS
         fds = (setup_namespace(),) if identity().dedicated else ()
         mounts: list[HostMount] = []
-        settings: dict[str, Any] = {"egress": Egress(folder=str(egress))} if egress else {}
+        settings: LaunchSettings = {"egress": Egress(folder=str(egress))} if egress else {}
         cells = None
         try:
             if prefix:
