@@ -12,7 +12,9 @@ relays what that process sends, frame by frame, to the host. It cannot be reache
   the rest when they come from inside;
 - it relays only the frame kinds a code process may send (``CHILD_KINDS``, never ``done``,
   ``ready`` or ``out``), and in a one-shot sandbox it decides how an execution ended from how
-  the code's process exited, then kills whatever that execution left running.
+  the code's process exited, then kills whatever that execution left running;
+- it reads its config (``config.py``) and each frame of the host's (``frames.py``) as their
+  declared types: one it cannot read stops it, saying which field of what is wrong.
 
 Nothing of one execution's code, input or output becomes a Python object here: those bytes pass
 through one fixed buffer and one private mapping, cleared after use, so a later execution (a
