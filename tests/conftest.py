@@ -134,7 +134,7 @@ def make_box(provider: SandboxProvider) -> Iterator[Callable[..., Sandbox]]:
 
 def inside_workdir(box: Sandbox) -> str:
     """The scratch directory as the code in ``box`` sees it."""
-    return str(box.provider.worker_config(box.spec, box.files)["cwd"])
+    return box.provider.worker_config(box.spec, box.files).cwd
 
 
 @pytest.fixture

@@ -167,7 +167,7 @@ def inside_path(box: object, name: str) -> str:
     from rewyn_kernel.runtime.sandbox import Sandbox
 
     assert isinstance(box, Sandbox)
-    cwd = box.provider.worker_config(box.spec, box.files)["cwd"]
+    cwd = box.provider.worker_config(box.spec, box.files).cwd
     return f"{cwd}/{name}"
 
 

@@ -238,11 +238,13 @@ def test_a_listener_takes_what_comes_between_executions_and_nothing_of_one() -> 
 
 def test_an_answer_given_at_once_is_not_taken_for_a_stale_one() -> None:
     """The worker registers a question before it asks it (unit test of the worker part)."""
+    from rewyn_kernel.runtime.worker.frames import InputReplyFrame
     from rewyn_kernel.runtime.worker.frontend import Questions
 
     class AnswersAtOnce:
         def send(self, header: dict[str, object], payload: bytes = b"") -> None:
-            questions.deliver({"t": "input_reply", "id": header["id"]}, b"quick")
+            assert isinstance(header["id"], int)
+            questions.deliver(InputReplyFrame(id=header["id"], exec="x"), b"quick")
 
     questions = Questions(AnswersAtOnce(), lambda: None)  # type: ignore[arg-type]
     result: list[str] = []
@@ -280,7 +282,7 @@ def test_a_flood_of_frames_between_executions_does_not_grow_the_host(
     workdir.mkdir()
     workdir.chmod(0o777)
     box = make_box(timeout=60, workdir=workdir)
-    inside = box.provider.worker_config(box.spec, box.files)["cwd"]
+    inside = box.provider.worker_config(box.spec, box.files).cwd
     flood = textwrap.dedent(
         f"""
         import threading, time
@@ -337,7 +339,7 @@ def test_nothing_the_code_starts_outlives_close_or_a_timeout(
     workdir.mkdir(mode=0o777)
     workdir.chmod(0o777)  # the container's user writes here too
     box = make_box(timeout=2.0, workdir=workdir)
-    inside = box.provider.worker_config(box.spec, box.files)["cwd"]
+    inside = box.provider.worker_config(box.spec, box.files).cwd
     heartbeat = HEARTBEAT.format(path=f"{inside}/beat")
     session = box.session()
     assert session.execute(heartbeat).stdout == "beating\n"
@@ -392,7 +394,7 @@ def test_nothing_outlives_the_host_process(
         box = create(provider=build_provider({request.node.callspec.params["provider"]!r}),
                      workdir={str(workdir)!r})
         session = box.session()
-        inside = box.provider.worker_config(box.spec, box.files)["cwd"]
+        inside = box.provider.worker_config(box.spec, box.files).cwd
         beating = session.execute({HEARTBEAT!r}.format(path=inside + "/beat"))
         print(beating.stdout if beating.ok else repr(beating), flush=True)
         print(box.execute("print('warm')").stdout, flush=True)

@@ -19,7 +19,7 @@ import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rewyn_kernel.runtime.host.scratch import remove_tree
 from rewyn_kernel.runtime.host.views import WorkspaceView
@@ -31,6 +31,8 @@ from rewyn_kernel.runtime.host.workspace import (
     hide_store,
     holds_writes,
 )
+from rewyn_kernel.runtime.worker.config import WorkspaceSetting
+from rewyn_kernel.runtime.worker.frames import ViewFrame
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.host.channel import LiveWorker
@@ -78,25 +80,25 @@ class WorkspaceCells:
 
     # -- the first view ----------------------------------------------------------------------
 
-    def first(self) -> dict[str, Any]:
+    def first(self) -> WorkspaceSetting:
         """Prepare the first execution's view (a host's view is mounted once the sandbox is
         up: see ``ready``); return the worker's ``workspace`` setting."""
         if self.view is None:
             self._next_upper()
         else:
             self.cell = 0
-        setting: dict[str, Any] = {
-            "path": str(self.workspace.root),
-            "protected": self.protected(),
-            "cell": self.cell,
-            "note": self.note,
-        }
-        if self.view is not None:
-            setting["bind"] = str(self.view.anchor)
-            setting["keep"] = self.keep
-        else:
-            setting["staging"] = os.path.relpath(self.staging, self.workspace.root)
-        return setting
+        view = self.view
+        return WorkspaceSetting(
+            path=str(self.workspace.root),
+            protected=tuple(self.protected()),
+            cell=self.cell,
+            note=self.note,
+            # (a host's view: its anchor, and what to keep under it; else the sandbox's
+            # mounter mounts each view, from the staging folder)
+            bind=str(view.anchor) if view is not None else None,
+            keep=tuple(self.keep) if view is not None else (),
+            staging=os.path.relpath(self.staging, self.workspace.root) if view is None else None,
+        )
 
     def ready(self) -> None:
         """The sandbox is up (its binds of the anchor made): mount a host's first view on the
@@ -176,8 +178,9 @@ class WorkspaceCells:
         """Ask the sandbox's mounter for the view of cell ``self.cell``: '' when it is up."""
         if worker is None or worker.ended:
             return ""
-        header = {"t": "view", "id": f"view-{self.cell}", "cell": self.cell}
-        header["protected"] = self.protected()
+        header = ViewFrame(
+            id=f"view-{self.cell}", cell=self.cell, protected=tuple(self.protected())
+        )
         reply = worker.request(header, "view_done", VIEW_TIMEOUT)
         if reply is None:
             return "the workspace's view could not be renewed (the sandbox did not answer)"

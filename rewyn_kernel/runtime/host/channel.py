@@ -54,6 +54,15 @@ from rewyn_kernel.runtime.host.protocol import (
     encode_frame,
 )
 from rewyn_kernel.runtime.providers.base import WorkerProcess
+from rewyn_kernel.runtime.worker.frames import (
+    CloseFrame,
+    CompleteFrame,
+    ForkFrame,
+    HostFrame,
+    InspectFrame,
+    ResumeFrame,
+    ViewFrame,
+)
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.egress.proxy import Door
@@ -92,6 +101,8 @@ class ChannelEnded:
     gone: str | None = None
 
 
+Request = CompleteFrame | InspectFrame | ViewFrame | ForkFrame
+"""A frame the worker answers (``request``), by its ``id``."""
 Frame = tuple[WorkerFrame, bytes, int]
 """A parsed frame: the header model, its raw payload, and the header's size in bytes."""
 Sink = Callable[[Frame], object]
@@ -305,33 +316,32 @@ class LiveWorker:
         except ProtocolError as exc:
             return ChannelEnded(exc)
 
-    def request(self, header: dict[str, Any], reply_type: str, timeout: float) -> Any:
+    def request(self, frame: Request, reply_type: str, timeout: float) -> Any:
         """Send a request and return its reply frame, or None; other frames are dropped."""
-        key = str(header.get("id"))
-        self.want(key)
+        self.want(frame.id)
         try:
-            if not self.send(header, timeout=timeout):
+            if not self.send(frame, timeout=timeout):
                 return None
             deadline = time.monotonic() + timeout
             while (remaining := deadline - time.monotonic()) > 0:
                 item = self.next_frame(remaining)
                 if item is None or isinstance(item, ChannelEnded):
                     return None
-                frame = item[0]
-                if frame.t == reply_type and getattr(frame, "id", None) == header.get("id"):
-                    return frame
+                reply = item[0]
+                if reply.t == reply_type and getattr(reply, "id", None) == frame.id:
+                    return reply
             return None
         finally:
             self.want(None)
 
     # -- writing ---------------------------------------------------------------------------
 
-    def send(self, header: dict[str, Any], payload: bytes = b"", timeout: float = 30.0) -> bool:
-        """Send one frame (for this port's branch); False if the worker is gone or did not take
-        it within ``timeout``."""
-        if self.branch and "b" not in header:
-            header = {**header, "b": self.branch}
-        return not self._write(encode_frame(header, payload), time.monotonic() + timeout)
+    def send(self, frame: HostFrame, payload: bytes = b"", timeout: float = 30.0) -> bool:
+        """Send one frame (for this port's branch, unless it names another); False if the
+        worker is gone or did not take it within ``timeout``."""
+        if self.branch and not frame.b:
+            frame = frame.replace(b=self.branch)
+        return not self._write(encode_frame(frame, payload), time.monotonic() + timeout)
 
     # -- branches --------------------------------------------------------------------------
 
@@ -354,7 +364,7 @@ class LiveWorker:
             root._ports[number] = port  # (before the ask: its first frames have a home)
             if pause:
                 root._checkpoints.append(port)
-        ask = {"t": "fork", "id": uuid.uuid4().hex, "n": number, "pause": pause, "reseed": reseed}
+        ask = ForkFrame(id=uuid.uuid4().hex, n=number, pause=pause, reseed=reseed)
         reply = None
         try:
             reply = self.request(ask, "forked", timeout)
@@ -365,7 +375,7 @@ class LiveWorker:
                     if port in root._checkpoints:
                         root._checkpoints.remove(port)
                 if reply is None:  # (it may still come: nothing would own it)
-                    self.send({"t": "close", "b": number}, timeout=1.0)
+                    self.send(CloseFrame(b=number), timeout=1.0)
         if not isinstance(reply, ForkedFrame) or not reply.ok:
             why = reply.detail if isinstance(reply, ForkedFrame) else ""
             if not why:
@@ -379,7 +389,7 @@ class LiveWorker:
         with self._cond:
             if self in self._root._checkpoints:
                 self._root._checkpoints.remove(self)
-        return not self.ended and self.send({"t": "resume"}, timeout=5.0)
+        return not self.ended and self.send(ResumeFrame(), timeout=5.0)
 
     @contextlib.contextmanager
     def watch_memory(self) -> Iterator[None]:
@@ -417,7 +427,7 @@ class LiveWorker:
                         oldest._end_port_locked(ChannelEnded(gone=why))
                 if oldest is None:
                     return
-                oldest.send({"t": "close"}, timeout=1.0)
+                oldest.send(CloseFrame(), timeout=1.0)
 
         watcher = threading.Thread(target=watch, daemon=True, name="rewyn-memory")
         watcher.start()
@@ -537,7 +547,7 @@ class LiveWorker:
         if not alive:
             root.teardown(reason)
         elif closing:
-            self.send({"t": "close"}, timeout=5.0)
+            self.send(CloseFrame(), timeout=5.0)
 
     def teardown(self, reason: str) -> None:
         """Kill everything the worker started (every branch), reap it and release the pipes.

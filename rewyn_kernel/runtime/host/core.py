@@ -13,7 +13,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rewyn_kernel.runtime._result import (
     ErrorInfo,
@@ -36,14 +36,10 @@ from rewyn_kernel.runtime.events import (
 )
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.channel import FORK_HEADROOM_BYTES, FORK_HEADROOM_SHARE, LiveWorker
-from rewyn_kernel.runtime.host.protocol import (
-    MAX_HEADER_BYTES,
-    MAX_PAYLOAD_BYTES,
-    frame_adapter,
-    worker_program,
-)
+from rewyn_kernel.runtime.host.protocol import MAX_HEADER_BYTES, frame_adapter, worker_program
 from rewyn_kernel.runtime.host.workspace import Budget
 from rewyn_kernel.runtime.providers.base import SandboxFiles, ScratchError
+from rewyn_kernel.runtime.worker.config import WorkerConfig
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.providers.base import SandboxProvider
@@ -129,27 +125,27 @@ class SandboxCore:
             cells.budget = self.budget
             quota = getattr(self.files, "quota", None)  # (a LocalFiles' own filesystem)
             cells.scratch = self.files.host_path if quota is not None else None
-        config: dict[str, Any] = {
-            **self.provider.worker_config(self.spec, self.files),
-            # (what only the launch knows: a view it mounted for this worker, say)
-            **getattr(process, "settings", {}),
-            "fork_per_exec": fork_per_exec,
-            "preload": self.preload if fork_per_exec else None,
-            "fork_headroom": [FORK_HEADROOM_BYTES, FORK_HEADROOM_SHARE],
-            "shell": "ipython" if self.spec.ipython and not fork_per_exec else "python",
-            # ("proxy": an allow-list, reached through the proxy's variables)
-            "network": self.spec.network if isinstance(self.spec.network, str) else "proxy",
-            "memory_limit_mb": self.spec.memory_limit_mb,
-            "kernel_version": ipykernel_version(),
-            "max_rich_bytes": MAX_HEADER_BYTES - 4096,
-            "max_header_bytes": MAX_HEADER_BYTES,
-            "max_payload_bytes": MAX_PAYLOAD_BYTES,
-        }
         try:
+            # The provider's fields, what only the launch knows (a view it mounted for this
+            # worker, say), then the sandbox's own: each field given by one of them only, and
+            # a field misspelt or mistyped is a WireError here (the process is killed).
+            config = WorkerConfig(
+                **self.provider.worker_config(self.spec, self.files).given(),
+                **getattr(process, "settings", {}),
+                fork_per_exec=fork_per_exec,
+                preload=self.preload if fork_per_exec else None,
+                fork_headroom=(FORK_HEADROOM_BYTES, FORK_HEADROOM_SHARE),
+                shell="ipython" if self.spec.ipython and not fork_per_exec else "python",
+                # ("proxy": an allow-list, reached through the proxy's variables)
+                network=self.spec.network if isinstance(self.spec.network, str) else "proxy",
+                memory_limit_mb=self.spec.memory_limit_mb,
+                kernel_version=ipykernel_version(),
+                max_rich_bytes=MAX_HEADER_BYTES - 4096,
+            )
             build_models()  # (the worker starts meanwhile; its frames are read from here on)
             worker = LiveWorker(
                 process,
-                worker_program(config, compiled=bool(config.get("same_python"))),
+                worker_program(config),
                 startup_timeout=self.spec.startup_timeout,
                 on_kill=self._forget,
             )

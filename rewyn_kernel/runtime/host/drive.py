@@ -26,6 +26,12 @@ from rewyn_kernel.runtime.host.protocol import (
     ResultFrame,
     TruncatedFrameError,
 )
+from rewyn_kernel.runtime.worker.frames import (
+    AbortFrame,
+    ExecFrame,
+    InputReplyFrame,
+    InterruptFrame,
+)
 
 GRACE_SECONDS = 0.5
 """After a timeout one-shot code gets an interrupt and this long to report where it was stuck."""
@@ -86,13 +92,13 @@ def drive(
             f"[rewyn: {dropped} frames of output written between executions were dropped]\n"
         )
     try:
-        header: dict[str, object] = {"t": "exec", "id": execution.id, "count": execution.count}
-        if execution.silent:
-            header["silent"] = True
-        if execution.parent:
-            header["parent"] = execution.parent
-        if execution.comm:
-            header["comm"] = True
+        header = ExecFrame(
+            id=execution.id,
+            count=execution.count,
+            silent=execution.silent,
+            comm=execution.comm,
+            parent=execution.parent,
+        )
         if not worker.send(header, payload, timeout=timeout or 60.0):
             return channel_ended(worker, ChannelEnded(), memory_limit_mb)
         execution.sent(worker)  # an interrupt asked for meanwhile goes now
@@ -113,10 +119,10 @@ def drive(
             if item is None:  # past the deadline
                 if late is None:
                     grace = SESSION_GRACE_SECONDS if keep_state else GRACE_SECONDS
-                    worker.send({"t": "interrupt", "id": execution.id}, timeout=grace)
+                    worker.send(InterruptFrame(id=execution.id), timeout=grace)
                     late = time.monotonic() + grace
                 elif not keep_state and not aborting:
-                    worker.send({"t": "abort", "id": execution.id}, timeout=ABORT_SECONDS)
+                    worker.send(AbortFrame(id=execution.id), timeout=ABORT_SECONDS)
                     aborting, late = True, time.monotonic() + ABORT_SECONDS
                 else:
                     worker.kill(_timed_out(timeout, keep_state))
@@ -314,11 +320,10 @@ class _Questions:
         error: str = "",
         unavailable: bool = False,
     ) -> None:
-        header: dict[str, object] = {"t": "input_reply", "id": frame.id, "exec": self._execution.id}
-        if error:
-            header["error"] = error
-        if unavailable:
-            header["unavailable"] = True  # (no one to ask: the frontend allows no stdin)
+        # (``unavailable``: no one to ask, the frontend allows no stdin)
+        header = InputReplyFrame(
+            id=frame.id, exec=self._execution.id, error=error, unavailable=unavailable
+        )
         self._worker.send(header, value.encode("utf-8", "surrogatepass"), timeout=5.0)
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ from rewyn_kernel.runtime.host.protocol import (
     ResultFrame,
     scrub,
 )
+from rewyn_kernel.runtime.worker.frames import InterruptFrame
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class Execution:
             if not self._sent:
                 self._interrupt_asked = True
                 return True
-        return worker.send({"t": "interrupt", "id": self.id}, timeout=1.0)
+        return worker.send(InterruptFrame(id=self.id), timeout=1.0)
 
     def sent(self, worker: LiveWorker) -> None:
         """(From drive.) The code has been sent: an interrupt asked for meanwhile goes now."""
@@ -131,7 +132,7 @@ class Execution:
             self._sent = True
             asked = self._interrupt_asked or self.cancel.is_set()
         if asked:
-            worker.send({"t": "interrupt", "id": self.id}, timeout=1.0)
+            worker.send(InterruptFrame(id=self.id), timeout=1.0)
 
     # -- what arrives ----------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ root is a dedicated unprivileged uid (``SANDBOX_UID``) and which maps the host's
 for the start only: bubblewrap (``--userns``) and ``unshare`` set the sandbox up as that uid 1,
 able to reach what they bind (the interpreter under ``/root``, a notebook in a 0700 folder). The
 supervisor then becomes the namespace's root (the dedicated uid) and, before any code runs,
-moves itself into a namespace of its own that maps nothing else (``worker/system.py``
+moves itself into a namespace of its own that maps nothing else (``worker/namespaces.py``
 ``enter_user_namespace``): the code's user namespace holds no id of the host's root at all.
 """
 

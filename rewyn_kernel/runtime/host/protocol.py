@@ -1,6 +1,8 @@
 """The channel between the host and the worker: frame models, codec and hard size bounds.
 
-Everything the worker sends is hostile input. Each frame is ``>II`` (header length, payload
+Frames to the worker are declared in ``worker/frames.py`` (stdlib records the worker reads
+with the same classes); the ones below are the worker's, read here. Everything the worker
+sends is hostile input. Each frame is ``>II`` (header length, payload
 length), a JSON header and a raw payload; the host checks both lengths before it reads a byte of
 either, validates the header against the models below, and replaces unpaired surrogates so no
 string from the sandbox can break an encoder downstream. Anything else is a ``ProtocolError``,
@@ -22,6 +24,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from rewyn_kernel.errors import ProtocolError
+from rewyn_kernel.runtime.worker.config import WorkerConfig
+from rewyn_kernel.runtime.worker.frames import HostFrame
 
 HEADER = struct.Struct(">II")
 MAX_HEADER_BYTES = 16 * 1024 * 1024
@@ -239,9 +243,10 @@ def scrub(value: Any) -> Any:
     return value
 
 
-def encode_frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
-    """Encode one host-to-worker frame."""
-    body = json.dumps(header, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+def encode_frame(frame: HostFrame, payload: bytes = b"") -> bytes:
+    """Encode one host-to-worker frame (declared in ``worker/frames.py``: the worker reads it
+    with the same class)."""
+    body = json.dumps(frame.to_wire(), ensure_ascii=True, separators=(",", ":")).encode("ascii")
     return HEADER.pack(len(body), len(payload)) + body + payload
 
 
@@ -282,6 +287,9 @@ WORKER_MODULES = (
     "__init__",
     "wire",
     "system",
+    "namespaces",
+    "mounts",
+    "residue",
     "frontend",
     "executor",
     "magics",
@@ -290,6 +298,16 @@ WORKER_MODULES = (
     "child",
     "mounter",
     "relay",
+    "record",
+    "config",
+    "frames",
+    "children",
+    "state",
+    "memory",
+    "codeframes",
+    "processes",
+    "branches",
+    "sandbox_setup",
     "supervisor",
     "main",
 )
@@ -341,14 +359,21 @@ def _module_texts() -> bytes:
     return json.dumps(worker_sources()[1]).encode("utf-8")
 
 
-def worker_program(config: dict[str, Any], *, compiled: bool = False) -> bytes:
+def worker_program(config: WorkerConfig) -> bytes:
     """Return what a sandbox reads on stdin at start: the length-prefixed program that
-    ``BOOTSTRAP`` runs (the loader and the call of ``main``), then the worker's modules.
+    ``BOOTSTRAP`` runs (the loader and the call of ``main`` with ``config``, as JSON), then the
+    worker's modules.
 
-    ``compiled``: the sandbox runs this very interpreter (the subprocess provider, unless told
-    otherwise), so the modules go compiled (marshal) and it skips compiling 60 KB of source;
-    anywhere else they go as text.
+    Where the sandbox runs this very interpreter (``config.same_python``: the local providers,
+    unless told otherwise), the modules go compiled (marshal) and it skips compiling 60 KB of
+    source; anywhere else they go as text.
     """
+    return program_with(config.to_wire(), compiled=config.same_python)
+
+
+def program_with(config: dict[str, Any], *, compiled: bool) -> bytes:
+    """``worker_program`` for a config already in its JSON form (tests send one the worker
+    must refuse)."""
     loader, _ = worker_sources()
     modules = _compiled_modules() if compiled else _module_texts()
     source = (

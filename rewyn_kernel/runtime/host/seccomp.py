@@ -126,10 +126,6 @@ class Filter:
     program: bytes | None
     detail: str
 
-    def config(self) -> dict[str, str]:
-        """The worker's ``seccomp`` setting: the program, hex-encoded (JSON carries text)."""
-        return {"seccomp": self.program.hex()} if self.program else {}
-
 
 def describe() -> str:
     """What the filter refuses, in words (for ``Isolation.seccomp``)."""

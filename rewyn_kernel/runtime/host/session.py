@@ -59,6 +59,7 @@ from rewyn_kernel.runtime.host.scratch import (
 )
 from rewyn_kernel.runtime.host.sync import Closeable, ask_on_loop, on_loop, run_in_thread
 from rewyn_kernel.runtime.providers.base import ExitInfo, SandboxFiles
+from rewyn_kernel.runtime.worker.frames import CompleteFrame, InspectFrame
 
 if TYPE_CHECKING:
     from rewyn_kernel.runtime.host.core import SandboxCore
@@ -74,7 +75,7 @@ LISTEN_POLL_SECONDS = 0.5
 
 REFUSED_EXIT = 70
 """The exit status of a supervisor that refuses to start without a protection it was promised
-(worker/supervisor.py's ``fail``)."""
+(worker/sandbox_setup.py's ``fail``)."""
 
 
 class _Unset:
@@ -641,7 +642,8 @@ class Session(Closeable):
         self, code: str, cursor_pos: int, timeout: float = 2.0
     ) -> CompleteReplyFrame | None:
         """Ask the worker for completions; None while code runs or if it does not answer."""
-        reply = self._ask({"t": "complete", "code": code, "cursor_pos": cursor_pos}, timeout)
+        ask = CompleteFrame(id=uuid.uuid4().hex, code=code, cursor_pos=cursor_pos)
+        reply = self._ask(ask, timeout)
         return reply if isinstance(reply, CompleteReplyFrame) else None
 
     def inspect(
@@ -649,8 +651,10 @@ class Session(Closeable):
     ) -> InspectReplyFrame | None:
         """Ask the worker to describe the name at ``cursor_pos`` (``detail_level`` 1: with its
         source, as ``??``); None when it cannot."""
-        header = {"t": "inspect", "code": code, "cursor_pos": cursor_pos, "detail": detail_level}
-        reply = self._ask(header, timeout)
+        ask = InspectFrame(
+            id=uuid.uuid4().hex, code=code, cursor_pos=cursor_pos, detail=detail_level
+        )
+        reply = self._ask(ask, timeout)
         return reply if isinstance(reply, InspectReplyFrame) else None
 
     def close(self) -> None:
@@ -792,7 +796,7 @@ class Session(Closeable):
         timer.daemon = True
         timer.start()
 
-    def _ask(self, header: dict[str, Any], timeout: float) -> object:
+    def _ask(self, ask: CompleteFrame | InspectFrame, timeout: float) -> object:
         if not self._exec_lock.acquire(blocking=False) and not (
             self._forking and self._exec_lock.acquire(timeout=timeout)
         ):
@@ -802,9 +806,7 @@ class Session(Closeable):
             worker = self._next
             if not isinstance(worker, LiveWorker) or not worker.wait_ready(timeout):
                 return None
-            return worker.request(
-                {**header, "id": uuid.uuid4().hex}, f"{header['t']}_reply", timeout
-            )
+            return worker.request(ask, f"{ask.t}_reply", timeout)
         finally:
             self._exec_lock.release()
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.worker.config import WorkerConfig
 
 __all__ = [
     "BOOTSTRAP",
@@ -26,6 +27,7 @@ __all__ = [
     "SandboxProvider",
     "ScratchEntry",
     "ScratchError",
+    "WorkerConfig",
     "WorkerProcess",
     "worker_argv",
 ]
@@ -198,9 +200,9 @@ class SandboxProvider(Protocol):
         """What this provider applies for ``spec`` on this machine."""
         ...
 
-    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
-        """The worker's settings: ``memory_limit_bytes`` (an rlimit it sets on itself, or
-        None) and ``cwd`` (the scratch folder as the worker sees it)."""
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> WorkerConfig:
+        """The worker's settings (``worker/config.py``): at least ``cwd`` (the scratch folder
+        as the worker sees it), and the protections this provider has it apply."""
         ...
 
     def launch(

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -49,7 +49,8 @@ from rewyn_kernel.runtime.providers.local import (
     workspace_cells,
     workspace_note,
 )
-from rewyn_kernel.runtime.providers.popen import PopenWorker
+from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
+from rewyn_kernel.runtime.worker.config import Clean, Egress, WorkerConfig
 
 MEMORY_EVENTS = "/dev/rewyn-memory-events"
 """Where the code's supervisor reads its memory cgroup's OOM-kill counter (bound read-only)."""
@@ -263,28 +264,25 @@ class BubblewrapProvider:
             notes=tuple(notes),
         )
 
-    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> WorkerConfig:
         workdir = host_folder(files)
         limit = spec.memory_limit_mb
         caps = self.probe().caps
-        config: dict[str, Any] = {
-            "memory_limit_bytes": limit * 1024 * 1024 if limit else None,
-            "cwd": str(workdir),
-            "own_ipc": caps,
-            "own_userns": caps,
-            "own_cgroupns": caps,
+        capped = cgroup.capped(limit)
+        # (with caps, a workspace's path comes from the launch's ``workspace`` setting)
+        direct = spec.workspace is not None and not caps
+        return WorkerConfig(
+            memory_limit_bytes=limit * 1024 * 1024 if limit else None,
+            cwd=str(spec.workspace) if direct else str(workdir),
+            own_ipc=caps,
+            own_userns=caps,
+            own_cgroupns=caps,
             **local_config(spec, caps),
-            "clean": {"dirs": ["/tmp", "/dev/shm", "/dev/mqueue"], "ipc": True},
-            **(
-                {"oom_counter": MEMORY_EVENTS, "memory_cgroup": True}
-                if cgroup.capped(limit)
-                else {}
-            ),
-            "same_python": self._python(spec) == local_python(),
-        }
-        if spec.workspace is not None and not caps:  # (else: the launch's workspace setting)
-            config["cwd"] = str(spec.workspace)
-        return config
+            clean=Clean(dirs=("/tmp", "/dev/shm", "/dev/mqueue"), ipc=True),
+            oom_counter=MEMORY_EVENTS if capped else False,
+            memory_cgroup=capped,
+            same_python=self._python(spec) == local_python(),
+        )
 
     def bwrap_argv(
         self,
@@ -357,9 +355,9 @@ class BubblewrapProvider:
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR="/tmp", REWYN_SANDBOX=name)
         env.update(spec.env)
-        settings: dict[str, Any] = {}
+        settings: LaunchSettings = {}
         if egress is not None:
-            settings["egress"] = {"folder": EGRESS_FOLDER}
+            settings["egress"] = Egress(folder=EGRESS_FOLDER)
         cells = None
         mounts: list[HostMount] = []
         group = None
@@ -373,9 +371,10 @@ class BubblewrapProvider:
                     python=self._python(spec),
                 )
             if cells is not None:
-                settings["workspace"] = cells.first()
+                first = cells.first()
                 if cells.view is not None:
-                    settings["workspace"].update(bind=None, bound=True)  # (bwrap binds it)
+                    first = first.replace(bind=None, bound=True)  # (bwrap binds it)
+                settings["workspace"] = first
             given = root_workdir(spec)
             mounts += [given] if given is not None else []
             view = cells.view if cells is not None else None

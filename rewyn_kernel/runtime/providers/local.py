@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host import cgroup, seccomp, views
@@ -31,17 +31,34 @@ NESTED_MAPPING = "0 0 1"
 """The map of the user namespace a root host's supervisor moves into: its own uid only."""
 
 
-def local_config(spec: SandboxSpec, caps: bool) -> dict[str, Any]:
+class LocalConfig(TypedDict, total=False):
+    """Fields of the worker's config (``worker/config.py``) that local sandboxes share."""
+
+    proc_sys: Literal["remount", "check"]
+    seccomp: str
+    nproc: int
+    ns_root: bool
+    nested_userns: str
+
+
+def seccomp_config() -> LocalConfig:
+    """The worker's ``seccomp`` setting: the filter's program, hex-encoded (JSON carries
+    text), where there is one."""
+    program = seccomp.build().program
+    return {"seccomp": program.hex()} if program else {}
+
+
+def local_config(spec: SandboxSpec, caps: bool) -> LocalConfig:
     """The worker settings every local sandbox in user namespaces gets; ``caps``: its
     supervisor starts with capabilities in them (it can mount)."""
-    config: dict[str, Any] = {"proc_sys": "remount" if caps else "check"}
-    config.update(seccomp.build().config())
+    config: LocalConfig = {"proc_sys": "remount" if caps else "check", **seccomp_config()}
     if spec.pids_limit is not None and not cgroup.pids_capped(spec.pids_limit):
         # RLIMIT_NPROC, which counts the code's uid in its own user namespace (not enforced
         # for the host's root, which the code never is): see cgroup.nproc_counts_per_namespace.
         config["nproc"] = spec.pids_limit
     if identity().dedicated:
-        config.update(ns_root=True, nested_userns=NESTED_MAPPING)
+        config["ns_root"] = True
+        config["nested_userns"] = NESTED_MAPPING
     return config
 
 

@@ -9,10 +9,21 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypedDict
 
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.cgroup import WorkerCgroup, move_tree
 from rewyn_kernel.runtime.providers.base import ExitInfo
+from rewyn_kernel.runtime.worker.config import Egress, WorkspaceSetting
+
+
+class LaunchSettings(TypedDict, total=False):
+    """Fields of the worker's config (``worker/config.py``) that only a launch knows."""
+
+    egress: Egress
+    workspace: WorkspaceSetting
+    binds: tuple[tuple[str, str], ...]
+    cgroup_gate: int
 
 
 class PopenWorker:
@@ -31,7 +42,7 @@ class PopenWorker:
         farewell: float = 0.0,
         pass_fds: Sequence[int] = (),
         cgroup: WorkerCgroup | None = None,
-        settings: Mapping[str, object] | None = None,
+        settings: LaunchSettings | None = None,
         workspace: WorkspaceCells | None = None,
         on_close: Sequence[Callable[[], None]] = (),
     ) -> None:
@@ -46,7 +57,7 @@ class PopenWorker:
         (what is left published) once its processes are gone.
         ``on_close``: what to release once the worker is dead (a view mounted for it)."""
         self.argv = list(argv)
-        self.settings = dict(settings or {})
+        self.settings: LaunchSettings = {**(settings or {})}
         self.workspace = workspace
         self._on_close = ([workspace.close] if workspace is not None else []) + list(on_close)
         self._cgroup = cgroup

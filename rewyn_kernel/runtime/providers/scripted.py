@@ -36,6 +36,8 @@ from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.files import host_folder
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo, SandboxFiles
+from rewyn_kernel.runtime.worker.config import WorkerConfig
+from rewyn_kernel.runtime.worker.frames import read_host_frame
 
 __all__ = ["ScriptedProcess", "ScriptedProvider", "ScriptedSandbox", "ScriptedWorker"]
 
@@ -62,6 +64,7 @@ class ScriptedWorker:
         header = json.loads(self._read(fd, body_len, timeout))
         payload = self._read(fd, payload_len, timeout) if payload_len else b""
         self._process.received.append(header)
+        read_host_frame(header)  # (a frame the real worker would refuse fails the script)
         return header, payload
 
     def expect(self, kind: str, timeout: float = 30.0) -> tuple[dict[str, Any], bytes]:
@@ -257,9 +260,8 @@ class ScriptedProvider:
             notes=("a scripted worker for tests: nothing is isolated",),
         )
 
-    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
-        workdir = host_folder(files)
-        return {"memory_limit_bytes": None, "cwd": str(workdir)}
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> WorkerConfig:
+        return WorkerConfig(cwd=str(host_folder(files)))
 
     def launch(
         self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
@@ -38,12 +38,14 @@ from rewyn_kernel.runtime.providers.local import (
     outermost,
     python_prefixes,
     root_workdir,
+    seccomp_config,
     user_text,
     workspace_cells,
     workspace_note,
 )
-from rewyn_kernel.runtime.providers.popen import PopenWorker
-from rewyn_kernel.runtime.worker.system import unreachable_ancestor
+from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
+from rewyn_kernel.runtime.worker.config import Clean, Cover, Egress, Hidden, WorkerConfig
+from rewyn_kernel.runtime.worker.mounts import unreachable_ancestor
 
 TMP_BYTES = 64 * 1024 * 1024
 """The size of the sandbox's own /tmp (a tmpfs: it counts against memory)."""
@@ -78,7 +80,7 @@ SOCKET_VARIABLES = (
 """Environment variables that may name a daemon's Unix socket elsewhere (``unix:///path``)."""
 
 
-def hidden_paths(needed: Sequence[Path | str]) -> dict[str, list[str]]:
+def hidden_paths(needed: Sequence[Path | str]) -> Hidden:
     """What the sandbox's supervisor covers so the code cannot reach the host's daemons: the
     directories of DAEMON_DIRS that hold none of ``needed`` (the scratch directory, the
     notebook's, the interpreter), and every known daemon socket outside them."""
@@ -104,7 +106,7 @@ def hidden_paths(needed: Sequence[Path | str]) -> dict[str, list[str]]:
         covered = any(real.startswith(d + "/") for d in dirs)
         if not covered and real not in files and _is_socket(real):
             files.append(real)
-    return {"dirs": dirs, "files": files}
+    return Hidden(dirs=tuple(dirs), files=tuple(files))
 
 
 def network_cut_here() -> bool:
@@ -241,13 +243,13 @@ class SubprocessProvider:
         needed += spec.read_dirs
         return [*needed, spec.workspace] if spec.workspace is not None else needed
 
-    def _covers(self, spec: SandboxSpec, workdir: Path) -> list[dict[str, Any]]:
+    def _covers(self, spec: SandboxSpec, workdir: Path) -> tuple[Cover, ...]:
         """The folders the supervisor covers with a tmpfs of the sandbox's own, each keeping
         the paths of ``_needed`` under it: ``/tmp`` (the code's own, emptied before each
         one-shot execution), and as root the folders the code's uid may not pass through on
         the way to what it needs (``/root``, on the way to an interpreter installed there)."""
-        needed = list(outermost(os.path.realpath(path) for path in self._needed(spec, workdir)))
-        covers = [{"dir": "/tmp", "keep": needed, "mode": "1777", "limit": TMP_BYTES}]
+        needed = outermost(os.path.realpath(path) for path in self._needed(spec, workdir))
+        covers = [Cover(dir="/tmp", keep=needed, mode="1777", limit=TMP_BYTES)]
         who = identity()
         if who.dedicated:
             blocked = {
@@ -258,8 +260,8 @@ class SubprocessProvider:
             }
             for folder in sorted(blocked):
                 if not any(folder.startswith(other + "/") for other in blocked):
-                    covers.append({"dir": folder, "keep": needed, "mode": "755", "limit": None})
-        return covers
+                    covers.append(Cover(dir=folder, keep=needed, mode="755"))
+        return tuple(covers)
 
     def isolation(self, spec: SandboxSpec) -> Isolation:
         ns = self._namespaces(spec)
@@ -324,32 +326,31 @@ class SubprocessProvider:
             notes=tuple(notes),
         )
 
-    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> WorkerConfig:
         workdir = host_folder(files)
         limit = spec.memory_limit_mb
         namespaced = bool(self._namespaces(spec).prefix)
         tmp = str(workdir / ".tmp")
-        clean = ["/tmp", "/dev/shm", self._mqueue(), tmp] if namespaced else [tmp]
-        return {
-            "memory_limit_bytes": limit * 1024 * 1024 if limit else None,
-            "cwd": str(workdir),
-            "own_ipc": namespaced,
-            "own_userns": namespaced,
-            **(local_config(spec, caps=True) if namespaced else seccomp.build().config()),
-            "cover": self._covers(spec, workdir) if namespaced else [],
-            "mqueue": self._mqueue() if namespaced else None,
-            "clean": {"dirs": clean, "ipc": namespaced},
+        clean = ("/tmp", "/dev/shm", self._mqueue(), tmp) if namespaced else (tmp,)
+        capped = cgroup.capped(limit)
+        return WorkerConfig(
+            memory_limit_bytes=limit * 1024 * 1024 if limit else None,
+            cwd=str(spec.workspace) if spec.workspace and not namespaced else str(workdir),
+            own_ipc=namespaced,
+            own_userns=namespaced,
+            **(local_config(spec, caps=True) if namespaced else seccomp_config()),
+            cover=self._covers(spec, workdir) if namespaced else (),
+            mqueue=self._mqueue() if namespaced else None,
+            clean=Clean(dirs=clean, ipc=namespaced),
             # (the supervisor's cgroup path is the host's: it finds its counter itself)
-            **({"oom_counter": "self", "memory_cgroup": True} if cgroup.capped(limit) else {}),
-            "hide": hidden_paths(self._needed(spec, workdir))
-            if self._namespaces(spec).prefix
-            else None,
+            oom_counter="self" if capped else False,
+            memory_cgroup=capped,
+            hide=hidden_paths(self._needed(spec, workdir)) if namespaced else None,
             # This very interpreter: the worker's modules can go compiled.
-            "same_python": self._python(spec) == local_python(),
-            **({"cwd": str(spec.workspace)} if spec.workspace and not namespaced else {}),
+            same_python=self._python(spec) == local_python(),
             # (the host's files are open to it: these are made read-only in its mount namespace)
-            "read_only": [str(folder) for folder in spec.read_dirs] if namespaced else [],
-        }
+            read_only=tuple(str(folder) for folder in spec.read_dirs) if namespaced else (),
+        )
 
     @staticmethod
     def _mqueue() -> str:
@@ -388,7 +389,7 @@ class SubprocessProvider:
         farewell = 0.0 if prefix else FAREWELL_SECONDS
         fds = (setup_namespace(),) if identity().dedicated else ()
         mounts: list[HostMount] = []
-        settings: dict[str, Any] = {"egress": {"folder": str(egress)}} if egress else {}
+        settings: LaunchSettings = {"egress": Egress(folder=str(egress))} if egress else {}
         cells = None
         try:
             if prefix:
@@ -403,7 +404,7 @@ class SubprocessProvider:
             given = root_workdir(spec)
             if given is not None:
                 mounts.append(given)
-                settings["binds"] = [[str(given.path), str(workdir)]]
+                settings["binds"] = ((str(given.path), str(workdir)),)
         except BaseException:
             if cells is not None:
                 cells.close()

@@ -6,8 +6,9 @@ execution to the next) or once per execution for a one-shot sandbox. It holds no
 first), never sees the host's channel, and speaks only through four pipes the supervisor made:
 
 - ``ctl`` (supervisor to here): ``exec`` with the code as payload, ``input_reply`` with the
-  answer as payload, ``interrupt`` (with a SIGINT), ``complete``, ``inspect``, ``fork`` (the new
-  branch's pipes come over a socket of their own: see ``fork_branch``) and ``resumed``;
+  answer as payload, ``interrupt`` (with a SIGINT), ``complete``, ``inspect``, ``fork_self``
+  (the new branch's pipes come over a socket of their own: see ``fork_branch``) and
+  ``resumed``, each read as its type (``frames.py``: ``CODE_KINDS``);
 - ``frm`` (here to supervisor): ``display``, ``result``, ``error``, ``input_request``,
   ``complete_reply``, ``inspect_reply``, and ``status`` when an execution ends;
 - fd 1 and fd 2: whatever is printed, by this process or by any program it starts.
@@ -33,20 +34,33 @@ import threading
 import time
 import types
 
-from . import system
+from . import residue, system
 from .comms import Comms
 from .comms import available as comms_available
 from .executor import LIMITS, Gate, Runner, describe_error
+from .frames import (
+    CODE_KINDS,
+    CompleteFrame,
+    ExecFrame,
+    ForkSelfFrame,
+    InputReplyFrame,
+    InspectFrame,
+    InterruptFrame,
+    ResumedFrame,
+    read_frame,
+)
 from .frontend import Output, Questions, complete, inspect
 from .ipython import IPythonRunner
 from .ipython import available as ipython_available
+from .record import WireError
 from .wire import CHUNK, Reader, Sender
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Any, Dict, List, Optional, Tuple
 
-    from .wire import Header
+    from .config import WorkerConfig
+    from .frames import Frame
 
 FLUSH_INTERVAL = 0.05
 FORK_WAIT = 10.0
@@ -64,9 +78,7 @@ RESET_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGTSTP"
 class CodeProcess:
     """Set up a forked child to run code, then serve executions (session) or one (one-shot)."""
 
-    def __init__(
-        self, config: Dict[str, Any], ctl: int, frm: int, once: bool, fds: int = -1
-    ) -> None:
+    def __init__(self, config: WorkerConfig, ctl: int, frm: int, once: bool, fds: int = -1) -> None:
         self.config = config
         self.once = once
         self.ctl = ctl
@@ -75,7 +87,7 @@ class CodeProcess:
         self.oom_adj: Optional[bytes] = None  # what it was before a checkpoint raised it
         self.forked = False  # True in a copy made by the code's own fork()
         self.sender = Sender(frm)
-        self.requests: "queue.Queue[Optional[Tuple[Header, bytes]]]" = queue.Queue()
+        self.requests: "queue.Queue[Optional[Tuple[Frame, bytes]]]" = queue.Queue()
         self.gate = Gate()
         self.executing = False
         self.interrupted: Any = None  # the execution the last interrupt frame named
@@ -86,9 +98,7 @@ class CodeProcess:
         self.namespace = self.module.__dict__
         self.namespace["__builtins__"] = builtins
         self.questions = Questions(self.sender, self.finish_output)
-        self.output = Output(
-            self.sender, self.finish_output, int(config.get("max_rich_bytes") or (16 << 20) - 4096)
-        )
+        self.output = Output(self.sender, self.finish_output, config.max_rich_bytes)
         self.runner = Runner(
             self.namespace, self.sender, self.output, self.finish_output, self.gate
         )
@@ -98,7 +108,7 @@ class CodeProcess:
         """The IPython shell cells run in (sessions that asked for it), once set up."""
         self.shell_note = ""
         self.keep: Dict[int, int] = {}
-        self.cwd = str(config.get("cwd") or "")
+        self.cwd = config.cwd
         """Where the code's last execution ended (by path: see enter_view)."""
         self.pipe_inode: Dict[int, int] = {}
 
@@ -106,14 +116,14 @@ class CodeProcess:
 
     def setup(self, out: int, err: int) -> None:
         """Called in the fresh child, before any code runs."""
-        users = self.config.get("users")
+        users = self.config.users
         if users:
-            uid, gid = users["code"]
-            if not system.become(int(uid), int(gid)):
+            uid, gid = users.code
+            if not system.become(uid, gid):
                 raise RuntimeError("the code's process could not become %s:%s" % (uid, gid))
         if self.once:
             self.clean_up()
-        os.chdir(self.config.get("cwd") or os.getcwd())
+        os.chdir(self.config.cwd or os.getcwd())
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -129,8 +139,8 @@ class CodeProcess:
         faulthandler.enable(file=self.keep[2])  # a crash of the code is its own stderr
         os.register_at_fork(after_in_child=self.in_fork)
         self.set_limits()
-        LIMITS["network"] = str(self.config.get("network") or "none")
-        LIMITS["memory_limit_mb"] = self.config.get("memory_limit_mb")
+        LIMITS["network"] = self.config.network
+        LIMITS["memory_limit_mb"] = self.config.memory_limit_mb
         self.reset_stdio(force=True)
         sys.modules["__main__"] = self.module
         builtins.display = self.output.display  # type: ignore[attr-defined]
@@ -142,7 +152,7 @@ class CodeProcess:
         except Exception:
             pass
         self.start_threads()
-        if self.config.get("shell") == "ipython":
+        if self.config.shell == "ipython":
             self.setup_ipython()
         self.set_path()
         self.put_interpreter_first()
@@ -160,12 +170,12 @@ class CodeProcess:
     def clean_up(self) -> None:
         """What the last one-shot execution left where every execution writes but scratch:
         gone before this one takes code (its processes are all dead by now)."""
-        clean = self.config.get("clean")
+        clean = self.config.clean
         if clean:
-            for path in clean["dirs"]:
-                system.empty_directory(path, list(clean["keep"]))
-            if clean.get("ipc"):
-                system.remove_sysv_ipc()
+            for path in clean.dirs:
+                residue.empty_directory(path, list(clean.keep))
+            if clean.ipc:
+                residue.remove_sysv_ipc()
 
     def enter_view(self) -> None:
         """Change into the working directory again, by its path: the workspace's view is
@@ -191,7 +201,7 @@ class CodeProcess:
         sys.path[:0] = extra
         try:
             user_site = site.getusersitepackages()
-            if self.config.get("network") == "proxy":
+            if self.config.network == "proxy":
                 # Installs reach the index through the proxy; they go where the code may
                 # write and import from: the user's site-packages under HOME (the sandbox's
                 # own scratch), made now so that what is installed later imports at once.
@@ -268,8 +278,8 @@ class CodeProcess:
                 output=self.output,
                 flush=self.finish_output,
                 gate=self.gate,
-                network=str(self.config.get("network") or "none"),
-                kernel_version=str(self.config.get("kernel_version") or ""),
+                network=self.config.network,
+                kernel_version=self.config.kernel_version,
             )
             if comms_available():
                 try:
@@ -297,13 +307,13 @@ class CodeProcess:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         except (OSError, ValueError):
             pass
-        nproc = self.config.get("nproc")
+        nproc = self.config.nproc
         if nproc:
             try:
-                resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             except (OSError, ValueError):
                 pass
-        limit = self.config.get("memory_limit_bytes")
+        limit = self.config.memory_limit_bytes
         if limit:
             system.one_malloc_arena()  # before any thread starts
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -323,7 +333,7 @@ class CodeProcess:
 
     # -- branches --------------------------------------------------------------------------
 
-    def fork_branch(self, header: Header) -> bool:
+    def fork_branch(self, asked: ForkSelfFrame) -> bool:
         """Fork this process into a new branch of the session (the supervisor asked, between
         executions): the same variables, imports and figures, in a process whose parent is the
         supervisor (this process forks twice; the one in between exits at once). True in the
@@ -362,8 +372,8 @@ class CodeProcess:
                     os.write(news_w, struct.pack("=i", branch))
                     os._exit(0)
                 os.close(news_w)
-                self.become_branch(fds, header)
-                if chance is not None and not header.get("reseed"):
+                self.become_branch(fds, asked)
+                if chance is not None and not asked.reseed:
                     chance.setstate(state)
                 os.write(ready_w, b"R")  # set up: the supervisor may take it
                 os.close(ready_w)
@@ -408,7 +418,7 @@ class CodeProcess:
                 found.frombytes(data[: len(data) - len(data) % found.itemsize])
         return list(found)
 
-    def become_branch(self, fds: List[int], header: Header) -> None:
+    def become_branch(self, fds: List[int], asked: ForkSelfFrame) -> None:
         """(In the new branch.) Take the pipes the supervisor made, and start again what a
         fork does not copy: this process's own threads, and locks they may have held."""
         ctl, frm, out, err, sock = fds
@@ -429,12 +439,12 @@ class CodeProcess:
         self.gate.in_code = self.gate.pending = False
         self.executing, self.interrupted, self.current = False, None, None
         self.questions.reset()
-        if header.get("reseed"):
+        if asked.reseed:
             reseed()
-        if header.get("once"):  # (a one-shot execution's process, forked from a preloaded one)
+        if asked.once:  # (a one-shot execution's process, forked from a preloaded one)
             self.once = True
             self.clean_up()
-        if header.get("pause"):
+        if asked.pause:
             # (the first process the kernel kills when memory runs out: a checkpoint must
             # never cost a cell its memory)
             self.oom_adj = system.set_oom_score_adj(b"1000")
@@ -539,18 +549,22 @@ class CodeProcess:
                 self.requests.put(None)
                 return
             header, payload = frame
-            kind = header.get("t")
-            if kind == "input_reply":
-                self.questions.deliver(header, payload)
-            elif kind == "interrupt":
+            try:
+                request = read_frame(header, CODE_KINDS)
+            except WireError as exc:  # (the supervisor's bug: nothing here can be trusted)
+                os.write(self.keep[2], ("rewyn: the code's process: %s\n" % exc).encode())
+                os._exit(70)
+            if isinstance(request, InputReplyFrame):
+                self.questions.deliver(request, payload)
+            elif isinstance(request, InterruptFrame):
                 with self.exec_lock:  # (its signal follows, for code that is running)
-                    self.interrupted = header.get("id")
+                    self.interrupted = request.id
                     if self.current is not None and self.current == self.interrupted:
                         self.gate.pending = True
-            elif kind == "resumed":
+            elif isinstance(request, ResumedFrame):
                 self.on_resumed()
             else:
-                self.requests.put(frame)
+                self.requests.put((request, payload))
 
     def serve(self) -> None:
         """Answer requests until the control stream ends (or, one-shot, after one execution)."""
@@ -559,48 +573,45 @@ class CodeProcess:
                 request = self.requests.get()
                 if request is None:
                     os._exit(0)  # the supervisor is gone
-                header, payload = request
-                kind = header.get("t")
-                if kind == "exec":
-                    self.execute(header, payload.decode("utf-8", "surrogatepass"), self.once)
+                frame, payload = request
+                if isinstance(frame, ExecFrame):
+                    self.execute(frame, payload.decode("utf-8", "surrogatepass"), self.once)
                     continue
-                if kind == "fork":
-                    self.fork_branch(header)  # (the new branch goes on serving from here)
+                if isinstance(frame, ForkSelfFrame):
+                    self.fork_branch(frame)  # (the new branch goes on serving from here)
                     continue
                 self.enter_view()  # (IPython's completer reads the working directory too)
-                if kind == "complete":
-                    ipy = self.ipython
-                    reply = ipy.complete(header) if ipy else complete(self.namespace, header)
+                ipy = self.ipython
+                if isinstance(frame, CompleteFrame):
+                    reply = ipy.complete(frame) if ipy else complete(self.namespace, frame)
                     self.output.send_any(reply)
-                elif kind == "inspect":
-                    ipy = self.ipython
-                    self.output.send_any(
-                        ipy.inspect(header) if ipy else inspect(self.namespace, header)
-                    )
+                elif isinstance(frame, InspectFrame):
+                    reply = ipy.inspect(frame) if ipy else inspect(self.namespace, frame)
+                    self.output.send_any(reply)
             except KeyboardInterrupt:
                 continue  # an interrupt that arrived just as the code finished
 
-    def execute(self, header: Header, code: str, once: bool) -> None:
-        delivery = bool(header.get("comm"))  # (a comm message from the frontend, not code)
+    def execute(self, frame: ExecFrame, code: str, once: bool) -> None:
+        delivery = frame.comm  # (a comm message from the frontend, not code)
         if not delivery:
-            self.count = int(header.get("count") or self.count + 1)
+            self.count = frame.count or self.count + 1
         self.reset_stdio()
         self.enter_view()
         self.executing = True
         with self.exec_lock:  # an interrupt that came first means: do not start
-            self.current = header.get("id")
+            self.current = frame.id
             if self.current is not None and self.current == self.interrupted:
                 self.gate.pending = True
         if self.ipython is not None:
             # The request being answered, as the frontend knows it: an Output widget tags what
             # it captures with its id.
-            parent = str(header.get("parent") or header.get("id"))
+            parent = frame.parent or frame.id
             kind = "comm_msg" if delivery else "execute_request"
             self.ipython.shell.set_parent({"header": {"msg_id": parent, "msg_type": kind}})
         if delivery:
             exit_code, status = self.deliver(code)
         elif self.ipython is not None:
-            exit_code, status = self.ipython.run(code, self.count, bool(header.get("silent")))
+            exit_code, status = self.ipython.run(code, self.count, frame.silent)
         else:
             exit_code, status = self.runner.run(code, self.count)
         if self.forked:
@@ -616,9 +627,7 @@ class CodeProcess:
             self.cwd = os.getcwd()
         except OSError:
             pass
-        self.sender.send(
-            {"t": "status", "id": header.get("id"), "exit_code": exit_code, "status": status}
-        )
+        self.sender.send({"t": "status", "id": frame.id, "exit_code": exit_code, "status": status})
         if once:
             os._exit(exit_code & 0xFF)
 
@@ -716,7 +725,7 @@ def _exists(folder: str, name: str) -> bool:
     return os.access(os.path.join(folder, name), os.X_OK)
 
 
-def run_child(config: Dict[str, Any], pipes: Dict[str, int], once: bool) -> None:
+def run_child(config: WorkerConfig, pipes: Dict[str, int], once: bool) -> None:
     """The forked child's whole life: never returns."""
     try:
         child = CodeProcess(config, pipes["ctl"], pipes["frm"], once, pipes.get("fds", -1))

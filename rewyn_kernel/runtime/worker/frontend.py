@@ -18,6 +18,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+    from .frames import CompleteFrame, InputReplyFrame, InspectFrame
     from .wire import Header
 
 TEXT_LIMIT = 1 << 20  # a single repr or docstring worth sending
@@ -162,7 +163,7 @@ class Questions:
         self.cond = threading.Condition()
         self.count = 0
         self.waiting: Set[int] = set()
-        self.answers: Dict[int, Tuple[Header, bytes]] = {}
+        self.answers: Dict[int, Tuple[InputReplyFrame, bytes]] = {}
         self.closed = False
         self.unavailable: Any = EOFError
         """Raised when nobody can answer (the frontend allows no stdin): IPython's
@@ -203,22 +204,24 @@ class Questions:
             with self.cond:
                 while ask_id not in self.answers and not self.closed:
                     self.cond.wait()
-                header, value = self.answers.pop(ask_id, ({"error": "input() ended"}, b""))
+                answer = self.answers.pop(ask_id, None)
         finally:
             with self.cond:
                 self.waiting.discard(ask_id)
                 self.answers.pop(ask_id, None)
-        if header.get("unavailable"):
-            raise self.unavailable(self.unavailable_text or str(header.get("error", "")))
-        if header.get("error"):
-            raise EOFError(str(header["error"]))
+        if answer is None:
+            raise EOFError("input() ended")
+        reply, value = answer
+        if reply.unavailable:
+            raise self.unavailable(self.unavailable_text or reply.error)
+        if reply.error:
+            raise EOFError(reply.error)
         return value.decode("utf-8", "replace")
 
-    def deliver(self, header: Header, value: bytes) -> None:
+    def deliver(self, reply: InputReplyFrame, value: bytes) -> None:
         with self.cond:
-            ask_id = header.get("id")
-            if isinstance(ask_id, int) and ask_id in self.waiting:
-                self.answers[ask_id] = (header, value)
+            if reply.id is not None and reply.id in self.waiting:
+                self.answers[reply.id] = (reply, value)
                 self.cond.notify_all()
 
     def close(self) -> None:
@@ -232,10 +235,10 @@ NAME_AT_END = re.compile(r"[A-Za-z_][\w.]*$")
 NAME_AROUND = re.compile(r"[A-Za-z_][\w.]*")
 
 
-def complete(namespace: Dict[str, Any], header: Header) -> Header:
+def complete(namespace: Dict[str, Any], frame: CompleteFrame) -> Header:
     import rlcompleter
 
-    code, pos = str(header.get("code", "")), int(header.get("cursor_pos", 0))
+    code, pos = frame.code, frame.cursor_pos
     match = NAME_AT_END.search(code[:pos])
     text = match.group(0) if match else ""
     matches: List[str] = []
@@ -252,20 +255,20 @@ def complete(namespace: Dict[str, Any], header: Header) -> Header:
                 matches.append(item)
     return {
         "t": "complete_reply",
-        "id": header.get("id"),
+        "id": frame.id,
         "matches": matches,
         "cursor_start": pos - len(text),
         "cursor_end": pos,
     }
 
 
-def inspect(namespace: Dict[str, Any], header: Header) -> Header:
-    code, pos = str(header.get("code", "")), int(header.get("cursor_pos", 0))
+def inspect(namespace: Dict[str, Any], frame: InspectFrame) -> Header:
+    code, pos = frame.code, frame.cursor_pos
     name = ""
     for match in NAME_AROUND.finditer(code):
         if match.start() <= pos <= match.end():
             name = match.group(0)
-    reply: Header = {"t": "inspect_reply", "id": header.get("id"), "found": False, "data": {}}
+    reply: Header = {"t": "inspect_reply", "id": frame.id, "found": False, "data": {}}
     found, obj = lookup(namespace, name)
     if not found:
         return reply

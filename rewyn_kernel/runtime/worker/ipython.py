@@ -25,6 +25,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, List, Set, Tuple
 
+    from .frames import CompleteFrame, InspectFrame
     from .wire import Header
 
 MAX_TRACEBACK_ENTRIES = 200
@@ -232,11 +233,10 @@ class IPythonRunner:
 
     # -- introspection ---------------------------------------------------------------------
 
-    def complete(self, header: Header) -> Header:
+    def complete(self, frame: CompleteFrame) -> Header:
         """Completions as ipykernel finds them: IPython's completer (with jedi where it is
         installed), through its provisional API, the matches made to share one span."""
-        code = str(header.get("code", ""))
-        pos = int(header.get("cursor_pos", len(code)))
+        code, pos = frame.code, frame.cursor_pos
         start, end, matches = pos, pos, []  # type: Tuple[int, int, List[str]]
         try:
             from IPython.core.completer import provisionalcompleter, rectify_completions
@@ -250,21 +250,20 @@ class IPythonRunner:
             matches = [completion.text for completion in found[:1000]]
         return {
             "t": "complete_reply",
-            "id": header.get("id"),
+            "id": frame.id,
             "matches": matches,
             "cursor_start": start,
             "cursor_end": end,
         }
 
-    def inspect(self, header: Header) -> Header:
-        code = str(header.get("code", ""))
-        pos = int(header.get("cursor_pos", len(code)))
-        reply: Header = {"t": "inspect_reply", "id": header.get("id"), "found": False, "data": {}}
+    def inspect(self, frame: InspectFrame) -> Header:
+        code, pos = frame.code, frame.cursor_pos
+        reply: Header = {"t": "inspect_reply", "id": frame.id, "found": False, "data": {}}
         try:
             from IPython.utils.tokenutil import token_at_cursor
 
             name = token_at_cursor(code, pos)
-            data = self.shell.object_inspect_mime(name, detail_level=int(header.get("detail", 0)))
+            data = self.shell.object_inspect_mime(name, detail_level=frame.detail)
         except Exception:
             return reply
         if isinstance(data, dict):

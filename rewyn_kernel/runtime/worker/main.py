@@ -14,15 +14,20 @@ from __future__ import annotations
 import os
 import traceback
 
+from .config import WorkerConfig
+from .record import WireError
 from .supervisor import Supervisor
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import Any, Dict
 
-
-def main(config: Dict[str, Any]) -> None:
-    supervisor = Supervisor(config)
+def main(config: object) -> None:
+    """Run the supervisor given ``config`` (the host's JSON: ``config.py``) until the host is
+    gone; a config it cannot read stops it before anything starts (exit 70, saying why)."""
+    try:
+        settings = WorkerConfig.from_wire(config)
+    except WireError as exc:
+        os.write(2, ("rewyn: the host's config cannot be read here: %s\n" % exc).encode())
+        os._exit(70)
+    supervisor = Supervisor(settings)
     try:
         supervisor.start()
     except BaseException:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 
-from . import system
+from . import mounts, system
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
@@ -100,11 +100,11 @@ def handle(
     upper = "%s/%s/cell-%d/upper" % (real, staging, cell)
     work = "%s/%s/cell-%d/work" % (real, staging, cell)
     if state["mounted"]:
-        system.unmount(path)
+        mounts.unmount(path)
         state["mounted"] = False
-    why = system.overlay_at(path, real, upper, work)
+    why = mounts.overlay_at(path, real, upper, work)
     if why:
         return why
     state["mounted"] = True
     protected = [str(item) for item in request.get("protected") or ()]
-    return system.cover_view(path, protected)
+    return mounts.cover_view(path, protected)

@@ -22,10 +22,12 @@ import selectors
 import socket
 import struct
 from array import array
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Callable, Dict, Optional
+
+    from .config import Egress
 
 CHUNK = 256 * 1024
 BACKLOG = 128
@@ -281,18 +283,17 @@ class Relay:
 
 
 def start_relay(
-    selector: selectors.BaseSelector, config: Dict[str, object], note: Callable[[str], None]
+    selector: selectors.BaseSelector, egress: Optional[Egress], note: Callable[[str], None]
 ) -> Optional[Relay]:
     """The relay the config asks for (``egress``: the proxy's folder here), its variables set
     in this process's environment for the code's processes; None (and a note) if it cannot."""
-    egress = config.get("egress")
-    if not isinstance(egress, dict):
+    if egress is None:
         return None
     why = loopback_up()
     if why:
         note("the loopback could not be brought up (%s): the proxy may be unreachable" % why)
     try:
-        relay = Relay(selector, str(egress["folder"]))
+        relay = Relay(selector, egress.folder)
     except OSError as exc:
         note("the network proxy could not be reached from here: %s" % exc)
         return None

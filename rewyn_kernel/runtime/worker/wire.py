@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
     Buffer = Union[bytes, bytearray, memoryview]
 
 HEADER = struct.Struct(">II")
+AFTER_KIND = (ord(","), ord("}"))
+"""What follows a header's kind: its next key, or its end."""
 CHUNK = 65536
 
 
@@ -45,7 +47,7 @@ def frame_kind(body: memoryview, kinds: Tuple[str, ...]) -> Optional[str]:
     for kind in kinds:
         prefix = kind_prefix(kind)
         end = len(prefix)
-        if body[:end] == prefix and (body[end : end + 1] == b"," or body[end : end + 1] == b"}"):
+        if body[:end] == prefix and len(body) > end and body[end] in AFTER_KIND:
             return kind
     return None
 

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from rewyn_kernel.errors import ProviderUnavailableError
 from rewyn_kernel.runtime._result import Isolation
@@ -42,6 +42,8 @@ from rewyn_kernel.runtime.providers.container.sweep import EngineSweep
 from rewyn_kernel.runtime.providers.container.volume import SCRATCH, Engine, VolumeFiles
 from rewyn_kernel.runtime.providers.container.worker import ContainerWorker
 from rewyn_kernel.runtime.providers.local import workspace_cells, workspace_note
+from rewyn_kernel.runtime.providers.popen import LaunchSettings
+from rewyn_kernel.runtime.worker.config import Clean, Egress, Users, WorkerConfig, WorkspaceSetting
 
 __all__ = ["ContainerProvider", "ContainerSandbox", "DEFAULT_IMAGE"]
 
@@ -221,19 +223,20 @@ class ContainerProvider:
             return VolumeFiles.make(engine, self._code(spec), spec, sandbox_id)
         return LocalFiles.make(spec, sandbox_id)
 
-    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> WorkerConfig:
         # (the files are at SCRATCH in the container, wherever they are kept: see launch)
         code = self._code(spec)
         supervisor = next(ids for ids in SUPERVISOR_IDS if ids[0] != code[0])
-        users = {"supervisor": list(supervisor), "code": list(code)}
-        cwd = str(spec.workspace) if spec.workspace is not None else SCRATCH
-        config = {"memory_limit_bytes": None, "cwd": cwd}
-        # (each one-shot execution starts with these empty, as on every provider)
-        clean = {"dirs": ["/tmp", "/dev/shm", "/dev/mqueue"], "ipc": True}
-        # (gVisor: the host cannot read the sandbox's memory, but its /proc/meminfo is the
-        # container's: what the cap allows and what is free. The supervisor reads it there.)
-        memory = {"memory_view": "meminfo"} if self._gvisor() and spec.memory_limit_mb else {}
-        return {**config, "oom_counter": True, "users": users, "clean": clean, **memory}
+        return WorkerConfig(
+            cwd=str(spec.workspace) if spec.workspace is not None else SCRATCH,
+            oom_counter=True,
+            users=Users(supervisor=supervisor, code=code),
+            # (each one-shot execution starts with these empty, as on every provider)
+            clean=Clean(dirs=("/tmp", "/dev/shm", "/dev/mqueue"), ipc=True),
+            # (gVisor: the host cannot read the sandbox's memory, but its /proc/meminfo is the
+            # container's: what the cap allows and what is free. The supervisor reads it there.)
+            memory_view="meminfo" if self._gvisor() and spec.memory_limit_mb else None,
+        )
 
     def _workspace_view(self, spec: SandboxSpec) -> bool:
         """Whether the workspace is shown through the host's view, renewed after each
@@ -263,7 +266,7 @@ class ContainerProvider:
 
     def _workspace_mounts(
         self, spec: SandboxSpec
-    ) -> tuple[list[str], WorkspaceCells | None, list[HostMount], dict[str, Any]]:
+    ) -> tuple[list[str], WorkspaceCells | None, list[HostMount], LaunchSettings]:
         """The run options that show the workspace at its own path, its cells (the host's view,
         renewed after each execution) or the host's idmapped clone of it (bound as it is), and
         the worker's ``workspace`` setting."""
@@ -278,7 +281,7 @@ class ContainerProvider:
             cells = workspace_cells(spec, self._code_ids, host_root=True)
             assert cells is not None
             try:
-                setting = {**cells.first(), "bind": None, "bound": True}
+                setting = cells.first().replace(bind=None, bound=True)
                 if cells.view is None:  # (no idmapped view here: bound as it is)
                     raise OSError(cells.note)
             except BaseException:
@@ -313,7 +316,7 @@ class ContainerProvider:
         argv += (
             ["--tmpfs", f"{folder}/{STORE}:ro,size=4k"] if (spec.workspace / STORE).is_dir() else []
         )
-        return argv, None, mounts, {"workspace": {"path": folder, "bound": True}}
+        return argv, None, mounts, {"workspace": WorkspaceSetting(path=folder, bound=True)}
 
     def launch(
         self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
@@ -350,7 +353,7 @@ class ContainerProvider:
         argv += [] if spec.network == "allow" else ["--network", "none"]
         argv += ["--read-only", "--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
         # The supervisor starts as root with these three only, takes a user of its own and
-        # makes each code process the code's user, with none (see worker/supervisor.py).
+        # makes each code process the code's user, with none (see worker/sandbox_setup.py).
         argv += ["--cap-add", "KILL", "--cap-add", "SETGID", "--cap-add", "SETUID"]
         argv += ["--user", "0:0"]
         pids = self._pids(spec)
@@ -369,7 +372,7 @@ class ContainerProvider:
         argv += ["--volume", shown_scratch, *shown]
         if egress is not None:
             argv += ["--volume", f"{egress}:{EGRESS_FOLDER}:ro"]
-            settings = {**settings, "egress": {"folder": EGRESS_FOLDER}}
+            settings = {**settings, "egress": Egress(folder=EGRESS_FOLDER)}
         for folder in spec.read_dirs:  # (more of the host's folders, read-only by choice)
             argv += ["--volume", f"{folder}:{folder}:ro"]
         argv += ["--workdir", str(spec.workspace) if spec.workspace is not None else SCRATCH]

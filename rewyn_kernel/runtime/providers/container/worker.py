@@ -15,7 +15,7 @@ from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.providers.base import ExitInfo
 from rewyn_kernel.runtime.providers.container.engine import CLI_WAIT_SECONDS, LABEL, daemonless
-from rewyn_kernel.runtime.providers.popen import PopenWorker
+from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
 
 __all__ = ["ContainerWorker"]
 
@@ -35,7 +35,7 @@ class ContainerWorker(PopenWorker):
         tcp_limit: tuple[Path, int] | None = None,
         workspace: WorkspaceCells | None = None,
         mounts: Sequence[HostMount] = (),
-        settings: Mapping[str, object] | None = None,
+        settings: LaunchSettings | None = None,
     ) -> None:
         super().__init__(
             argv,

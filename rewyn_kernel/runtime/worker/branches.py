@@ -1,0 +1,213 @@
+"""A session's branches and checkpoints, and a one-shot sandbox's preloaded template."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import time
+
+from .child import FORK_WAIT
+from .children import MAX_BRANCHES, Child, adopted, close_quietly, socket_pair
+from .codeframes import FRAME_READS
+from .frames import ExecFrame, ForkFrame, ForkSelfFrame
+from .memory import memory_short
+from .state import State
+from .wire import HEADER, encode_header, write_all
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Any, Dict, List, Optional
+
+
+class Branches(State):
+    """A session's branches and checkpoints; a one-shot sandbox's preloaded template."""
+
+    def start_template(self, code: str) -> None:
+        """(One-shot, at start.) Fork a code process that runs ``code`` (the host's preload:
+        imports every execution uses) and then only forks: each execution's process is a
+        fork of it (``next_spare``), so none pays for the imports and each starts from the
+        same state. What it prints is dropped; a preload that fails leaves a note, and the
+        executions' processes are forked from here as without one."""
+        template = self.template = self.spawn(once=False)
+        template.muted = True
+        while not template.ready and not template.exited:
+            self.step()
+        if template.ready and not template.exited:
+            body = encode_header(ExecFrame(id="preload", count=0).to_wire())
+            payload = code.encode("utf-8", "surrogatepass")
+            template.exec_id = "preload"
+            write_all(template.ctl, HEADER.pack(len(body), len(payload)) + body + payload)
+            while template.status is None and not template.exited:
+                self.step()
+        status = template.status
+        if status is not None and status[1] == "ok" and not template.exited:
+            template.exec_id, template.status = None, None
+            return
+        how = "its process ended" if status is None else "it ended as %r" % status[1]
+        self.notes.append("the preload failed (%s): each execution starts without it" % how)
+        self.drop_template(template)
+
+    def drop_template(self, template: Child) -> None:
+        self.signal_child(template, signal.SIGKILL)
+        self.close_child(template)
+        if self.template is template:
+            self.template = None
+
+    def next_spare(self) -> Optional[Child]:
+        """The next one-shot execution's process: forked from the template where there is one
+        (it arrives as ``on_forked`` takes it; ``await_spare``), else from here."""
+        template = self.template
+        if template is not None and template.exited:
+            self.drop_template(template)
+            self.notes.append("the preload's process ended: executions start without it")
+            template = None
+        if template is None:
+            return self.spawn()
+        self.begin_fork(template, "spare", 0, ForkSelfFrame(once=True))
+        return self.spare  # (None, or what a failed hand-over forked from here)
+
+    def await_spare(self) -> Optional[Child]:
+        """(One-shot.) Wait for the template's answer to the spare's fork (the host sent an
+        execution before it came): the spare, or None if it did not come."""
+        template = self.template
+        deadline = time.monotonic() + FORK_WAIT
+        while template is not None and template.forking is not None and self.spare is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.registered(template.frm):
+                break
+            if select.select([template.frm], [], [], left)[0]:
+                for _ in range(FRAME_READS):
+                    if not self.read_frames(template):
+                        break
+        if self.spare is None and template is not None and template.forking is not None:
+            self.fork_failed(template, "the template did not fork in time")
+        return self.spare
+
+    def on_fork(self, frame: ForkFrame, source: Optional[Child]) -> None:
+        """Ask ``source`` (a session's idle code process) to fork itself into branch ``n``.
+
+        The new branch's pipes are made here and handed to ``source`` over its socket; it
+        forks twice, so that the branch is this process's child (as the first process of the
+        PID namespace, or its subreaper), and answers ``forked`` with the branch's pid, which
+        is taken only if it is a child of this process and no other branch's (see
+        ``on_status``). The host hears ``forked`` in any case, ``ok`` or not.
+        """
+        request, number = frame.id[:200], frame.n
+        why = ""
+        if self.once or source is None or not source.ready:
+            why = "there is no such session to fork"
+        elif source.paused:
+            why = "it is paused (a checkpoint): resume it first"
+        elif source.exec_id is not None:
+            why = "it is running code: a session forks between executions"
+        elif source.forking is not None:
+            why = "it is forking already"
+        elif not 0 < number < 2**31 or self.taken(number):
+            why = "the new branch's number is taken or out of range"
+        elif len(self.branches) + len(self.starting) >= MAX_BRANCHES:
+            why = "this sandbox runs %d branches already, the most it may" % MAX_BRANCHES
+        short = "" if why else memory_short(self.config)
+        if why or short:
+            refused = {"t": "forked", "id": request, "ok": False, "detail": why or short}
+            if short:
+                refused["memory"] = True
+            self.send_host(refused, frame.b)
+            return
+        assert source is not None
+        asked = ForkSelfFrame(reseed=frame.reseed, pause=frame.pause)
+        self.begin_fork(source, request, number, asked)
+
+    def begin_fork(self, source: Child, request: str, number: int, asked: ForkSelfFrame) -> None:
+        """Make branch ``number``'s pipes, hand them to ``source`` and ask it to fork."""
+        ctl_r, ctl_w = os.pipe()
+        frm_r, frm_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        fds_r, fds_w = socket_pair()
+        theirs = [ctl_r, frm_w, out_w, err_w, fds_r]
+        new = Child(0, ctl_w, frm_r, out_r, err_r, branch=number, fds=fds_w)
+        self.starting.append(new)
+        self.watch(new)
+        source.forking = (request, new, asked.pause)
+        handed = self.hand_fds(source, theirs)
+        for fd in theirs:
+            close_quietly(fd)
+        if not handed:
+            self.fork_failed(source, "its socket for the branch's pipes is full or closed")
+            return
+        self.to_child(source, asked, 0)
+
+    def taken(self, number: int) -> bool:
+        return number in self.branches or any(child.branch == number for child in self.starting)
+
+    def hand_fds(self, child: Child, fds: List[int]) -> bool:
+        """Send ``fds`` over ``child``'s socket, without waiting (it may never read)."""
+        import array
+
+        try:
+            carrier = socket.socket(fileno=os.dup(child.fds))
+        except OSError:
+            return False
+        try:
+            rights = array.array("i", fds).tobytes()
+            carrier.sendmsg([b"F"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+            return True
+        except OSError:
+            return False
+        finally:
+            carrier.close()
+
+    def fork_failed(self, source: Child, why: str) -> None:
+        if source.forking is None:
+            return
+        request, new, _ = source.forking
+        source.forking = None
+        if new in self.starting:
+            self.starting.remove(new)
+        self.close_child(new)
+        if new.pid:
+            self.signal_child(new, signal.SIGKILL)
+        if source is self.template:  # (the next execution's process comes from here)
+            self.notes.append("a fork of the preload failed (%s)" % why[:200])
+            self.spare = self.spawn()
+            return
+        failed = {"t": "forked", "id": request, "ok": False, "detail": why[:500]}
+        self.send_host(failed, source.branch)
+
+    def on_forked(self, source: Child, status: Dict[str, Any]) -> None:
+        """The code's process says it forked (or could not): check and take the branch."""
+        if source.forking is None:
+            return  # nothing was asked of it
+        if status.get("status") == "fork_failed":
+            self.fork_failed(source, str(status.get("detail") or "the fork failed"))
+            return
+        pid = status.get("pid")
+        known = [child.pid for child in self.children()]
+        if not isinstance(pid, int) or pid <= 1 or pid == os.getpid() or pid in known:
+            self.fork_failed(source, "it named no process of its own")
+            return
+        ended = self.early.pop(pid, None)
+        if ended is None:
+            mine = adopted(pid)
+            if mine is None:
+                self.fork_failed(source, "it named a process that is not a branch")
+                return
+            if not mine:
+                ended = 0
+        if ended is not None:
+            self.fork_failed(source, "the branch ended as it started")
+            return
+        request, new, pause = source.forking
+        source.forking = None
+        self.starting.remove(new)
+        new.pid, new.ready, new.paused = pid, True, pause
+        if source is self.template:
+            self.spare = new
+            return
+        self.branches[new.branch] = new
+        if pause:
+            self.signal_child(new, signal.SIGSTOP)
+        forked = {"t": "forked", "id": request, "ok": True, "n": new.branch, "pid": pid}
+        self.send_host(forked, source.branch)

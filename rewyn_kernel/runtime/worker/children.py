@@ -1,0 +1,116 @@
+"""The code processes of a sandbox, as the supervisor sees them: pids, pipes, executions."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
+    from typing import Dict, List, Optional, Tuple
+
+
+MAX_BRANCHES = 64
+"""Code processes of one session's sandbox at once: its branches and their checkpoints."""
+ADOPTION_WAIT = 0.5
+
+
+class Child:
+    """One code process, seen from the supervisor: its pid, its four pipes, the socket its
+    forks' pipes go through (a session's only), and the execution it runs.
+
+    A session's sandbox holds one per branch (``branch``: 0 for the first, then the numbers
+    the host gave ``fork``); a branch that is ``paused`` (a checkpoint) is stopped and runs
+    nothing until the host resumes it.
+    """
+
+    def __init__(
+        self, pid: int, ctl: int, frm: int, out: int, err: int, *, branch: int = 0, fds: int = -1
+    ) -> None:
+        self.pid = pid
+        self.ctl = ctl
+        self.frm = frm
+        self.out = out
+        self.err = err
+        self.branch = branch
+        self.fds = fds
+        self.wait_status: Optional[int] = None
+        self.status: Optional[Tuple[int, str]] = None
+        self.violation: Optional[str] = None
+        self.ready = False
+        self.exec_id: Optional[str] = None
+        self.aborted = False
+        self.oom_before: Optional[int] = None
+        self.dropped_before = 0  # checkpoints killed before its execution (see finish_exec)
+        self.paused = False
+        self.closing = False  # the host closed it: its end is no news
+        self.muted = False  # what it sends is read and dropped (a one-shot sandbox's template)
+        self.forking: Optional[Tuple[str, Child, bool]] = None
+        """A fork it was asked for: the request's id, the new branch, whether it is paused."""
+        # The frame being read from ``frm``: bytes so far, and how many it needs.
+        self.head = b""
+        self.body_len = -1
+        self.got = 0
+
+    @property
+    def exited(self) -> bool:
+        return self.wait_status is not None
+
+
+def adopted(pid: int) -> Optional[bool]:
+    """Whether ``pid`` is a live child of this process (True), one that has ended (False,
+    reaped now), or not a child at all (None). The process in between a branch and its
+    source has exited by now, but under gVisor the branch may take a moment to be handed
+    to this process: it is looked for again, for at most ADOPTION_WAIT seconds."""
+    deadline = time.monotonic() + ADOPTION_WAIT
+    while True:
+        try:
+            return os.waitpid(pid, os.WNOHANG)[0] != pid
+        except ChildProcessError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.001)
+
+
+def socket_pair() -> Tuple[int, int]:
+    """A Unix stream socket pair as bare descriptors (the code's end first); this process
+    never reads its end (shut for reading: the code cannot fill it)."""
+    theirs, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    ours.shutdown(socket.SHUT_RD)
+    return theirs.detach(), ours.detach()
+
+
+def close_quietly(fd: int) -> None:
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def descendants(root: int) -> List[int]:
+    """Every process whose chain of parents leads to ``root`` (read from /proc)."""
+    parents: Dict[int, List[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+    found: List[int] = []
+    todo = list(parents.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(parents.get(pid, []))
+    return found
