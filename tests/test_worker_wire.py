@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 
 from rewyn_kernel.runtime import create
+from rewyn_kernel.runtime.host.files import LocalFiles
 from rewyn_kernel.runtime.host.protocol import (
-    BOOTSTRAP,
     HEADER,
     decode_header,
     program_with,
     worker_program,
 )
+from rewyn_kernel.runtime.providers.base import BOOTSTRAP
 from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider
 from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider
 from rewyn_kernel.runtime.sandbox import SandboxSpec
@@ -114,7 +115,7 @@ def test_a_config_is_frozen() -> None:
 def test_a_providers_config_reads_back_as_it_was_built(kind: str, tmp_path: Path) -> None:
     provider = SubprocessProvider() if kind == "subprocess" else BubblewrapProvider()
     spec = SandboxSpec(memory_limit_mb=256, read_dirs=(tmp_path,))
-    config = provider.worker_config(spec, tmp_path)
+    config = provider.worker_config(spec, LocalFiles(tmp_path, owned=False))
     assert WorkerConfig.from_wire(wire(config)) == config
 
 

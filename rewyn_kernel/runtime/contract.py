@@ -1,7 +1,8 @@
 """The provider contract, for a provider in a package of its own.
 
 What a provider implements (``SandboxProvider``, ``WorkerProcess``, and optionally
-``SandboxFiles``), what it returns (``ExitInfo``, ``CheckItem``), what it runs (``worker_argv``)
+``SandboxFiles``), what it returns (``ExitInfo``, ``CheckItem``, ``WorkerConfig``: the worker's
+settings, declared once in ``worker/config.py``), what it runs (``worker_argv``)
 and, for one that shows its sandboxes a folder of this host, the host's default files
 (``LocalFiles``, ``host_folder``). Implemented in ``providers/base.py`` (which imports nothing
 above it) and ``host/files.py``; this is their public path. Register a provider under the
@@ -17,6 +18,7 @@ from rewyn_kernel.runtime.providers.base import (
     SandboxProvider,
     ScratchEntry,
     ScratchError,
+    WorkerConfig,
     WorkerProcess,
     worker_argv,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "SandboxProvider",
     "ScratchEntry",
     "ScratchError",
+    "WorkerConfig",
     "WorkerProcess",
     "host_folder",
     "worker_argv",

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rewyn_kernel.runtime import SubprocessProvider
-from rewyn_kernel.runtime.contract import CheckItem, SandboxFiles, WorkerProcess
+from rewyn_kernel.runtime.contract import CheckItem, SandboxFiles, WorkerConfig, WorkerProcess
 from rewyn_kernel.runtime.sandbox import Isolation, SandboxSpec
 
 __all__ = ["RelayProvider"]
@@ -41,7 +40,7 @@ class RelayProvider:
         inner = self._inner.isolation(spec)
         return inner.model_copy(update={"notes": (*inner.notes, NOTE)})
 
-    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> dict[str, Any]:
+    def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> WorkerConfig:
         return self._inner.worker_config(spec, files)
 
     def launch(
