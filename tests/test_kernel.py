@@ -315,10 +315,10 @@ def inspect(namespace, header):
         "text/html": '<b>forged</b><img src="https://attacker.example/?leak=1">',
         "application/javascript": "window.pwned = 1",
     }
-    return {"t": "inspect_reply", "id": header.get("id"), "found": True, "data": data}
+    return {"t": "inspect_reply", "id": header.id, "found": True, "data": data}
 def complete(namespace, header):
     matches = ["ok_match", "bad\\x1b[2Jmatch", "ok_match"]
-    return {"t": "complete_reply", "id": header.get("id"), "matches": matches,
+    return {"t": "complete_reply", "id": header.id, "matches": matches,
             "cursor_start": -5, "cursor_end": 10**9}
 worker.inspect, worker.complete = inspect, complete
 shell = sys.modules["rewyn_worker.ipython"].IPythonRunner  # (the kernel runs cells in IPython)
