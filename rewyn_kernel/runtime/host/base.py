@@ -15,11 +15,11 @@ from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
-from rewyn_kernel.runtime.host.files import LocalFiles
 from rewyn_kernel.runtime.host.scratch import READ_LIMIT, ScratchEntry
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.host.sync import Closeable
 from rewyn_kernel.runtime.host.workspace import Budget
+from rewyn_kernel.runtime.providers.local.files import LocalFiles
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -131,8 +131,8 @@ class SandboxFiles(Protocol):
     a link the code made, reads more than it is asked to, or trusts a name.
 
     The provider owns them (``SandboxProvider.files``); the host's default keeps them in a
-    temporary folder of its own (``host/files.py``). Paths are relative to the folder, with
-    ``/`` between parts; ``..`` and absolute paths raise ``ScratchError``.
+    temporary folder of its own (``providers/local/files.py``). Paths are relative to the
+    folder, with ``/`` between parts; ``..`` and absolute paths raise ``ScratchError``.
     """
 
     @property

@@ -34,8 +34,8 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import host_folder
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo, SandboxFiles
+from rewyn_kernel.runtime.providers.local.files import host_folder
 from rewyn_kernel.runtime.worker.config import WorkerConfig
 from rewyn_kernel.runtime.worker.frames import read_host_frame
 
