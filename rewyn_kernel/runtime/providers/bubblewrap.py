@@ -48,7 +48,7 @@ from rewyn_kernel.runtime.providers.local import (
     workspace_cells,
     workspace_note,
 )
-from rewyn_kernel.runtime.providers.local.files import host_folder
+from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.providers.local.identity import identity, setup_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
 from rewyn_kernel.runtime.worker.config import Clean, Egress, WorkerConfig
@@ -220,6 +220,11 @@ class BubblewrapProvider:
 
     def _python(self, spec: SandboxSpec) -> str:
         return local_python(spec.python) if spec.python else self.python
+
+    def files(self, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+        """A temporary folder of this host's (or the spec's ``workdir``), given to the code's
+        uid where it is not this process's."""
+        return LocalFiles.make(spec, sandbox_id, self.code_owner(spec))
 
     def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
         """The dedicated uid a root host's sandboxes run as (see providers/local/identity.py)."""

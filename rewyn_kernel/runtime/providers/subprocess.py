@@ -42,7 +42,7 @@ from rewyn_kernel.runtime.providers.local import (
     workspace_cells,
     workspace_note,
 )
-from rewyn_kernel.runtime.providers.local.files import host_folder
+from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.providers.local.identity import give, identity, setup_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
 from rewyn_kernel.runtime.worker.config import Clean, Cover, Egress, Hidden, WorkerConfig
@@ -232,6 +232,11 @@ class SubprocessProvider:
 
     def _python(self, spec: SandboxSpec) -> str:
         return local_python(spec.python) if spec.python else self.python
+
+    def files(self, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+        """A temporary folder of this host's (or the spec's ``workdir``), given to the code's
+        uid where it is not this process's."""
+        return LocalFiles.make(spec, sandbox_id, self.code_owner(spec))
 
     def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
         """The dedicated uid a root host's sandboxes run as (see providers/local/identity.py)."""
