@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from benchmarks.bench_runtime import percentile, timed
 from rewyn_kernel.runtime import BubblewrapProvider, SubprocessProvider, create
-from rewyn_kernel.runtime.host import cgroup, quota
+from rewyn_kernel.runtime.providers.local import cgroup, quota
 from rewyn_kernel.runtime.sandbox import (
     Sandbox,
     SandboxProvider,

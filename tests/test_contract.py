@@ -15,9 +15,9 @@ import pytest
 
 from rewyn_kernel.runtime import create
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import LocalFiles
 from rewyn_kernel.runtime.providers import registry
 from rewyn_kernel.runtime.providers.base import SandboxProvider, ScratchError
+from rewyn_kernel.runtime.providers.local.files import LocalFiles
 from rewyn_kernel.settings import KernelSettings
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rewyn_kernel"

@@ -198,7 +198,8 @@ class _listening:
 
     def __enter__(self) -> _listening:
         self.server.bind(str(self.path))
-        self.path.chmod(0o777)  # (the code may run as a uid of its own: see host/identity.py)
+        # (the code may run as a uid of its own: see providers/local/identity.py)
+        self.path.chmod(0o777)
         self.server.listen(8)
         threading.Thread(target=self._serve, daemon=True).start()
         return self

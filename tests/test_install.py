@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rewyn_kernel.runtime.host.cgroup import cgroup_support
 from rewyn_kernel.runtime.providers.bubblewrap import probe_bubblewrap
+from rewyn_kernel.runtime.providers.local.cgroup import cgroup_support
 
 ROOT = Path(__file__).resolve().parents[1]
 

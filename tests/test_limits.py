@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from rewyn_kernel.runtime.container import ContainerProvider
-from rewyn_kernel.runtime.host import cgroup
 from rewyn_kernel.runtime.host.drive import SESSION_GRACE_SECONDS
+from rewyn_kernel.runtime.providers.local import cgroup
 from rewyn_kernel.runtime.sandbox import BubblewrapProvider, Sandbox, SandboxProvider
 
 from .conftest import inside_workdir, processes_with, wait_until_gone
@@ -449,7 +449,7 @@ print("both held")
 
 
 def _cgroups_or_skip() -> None:
-    from rewyn_kernel.runtime.host.cgroup import cgroup_support
+    from rewyn_kernel.runtime.providers.local.cgroup import cgroup_support
 
     from .conftest import unavailable
 
@@ -606,7 +606,7 @@ def test_the_code_cannot_lift_its_own_memory_cap(make_box: Callable[..., Sandbox
     provider: /sys/fs/cgroup is covered in its mount namespace (bubblewrap has no /sys)."""
     _cgroups_or_skip()
     box = make_box(memory_limit_mb=256, timeout=30)
-    from rewyn_kernel.runtime.host.cgroup import cgroup_support, tcp_share
+    from rewyn_kernel.runtime.providers.local.cgroup import cgroup_support, tcp_share
 
     parent = cgroup_support().parent
     assert parent is not None

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rewyn_kernel.runtime.container import ContainerProvider
-from rewyn_kernel.runtime.host.identity import identity
+from rewyn_kernel.runtime.providers.local.identity import identity
 from rewyn_kernel.runtime.sandbox import Sandbox
 
 from .conftest import processes_with

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from rewyn_kernel.runtime.host import quota
+from rewyn_kernel.runtime.providers.local import quota
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxSpec
 
 from .conftest import unavailable

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from rewyn_kernel.runtime import create
-from rewyn_kernel.runtime.host.files import LocalFiles
 from rewyn_kernel.runtime.host.protocol import (
     HEADER,
     decode_header,
@@ -24,6 +23,7 @@ from rewyn_kernel.runtime.host.protocol import (
 )
 from rewyn_kernel.runtime.providers.base import BOOTSTRAP
 from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider
+from rewyn_kernel.runtime.providers.local.files import LocalFiles
 from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider
 from rewyn_kernel.runtime.sandbox import SandboxSpec
 from rewyn_kernel.runtime.worker.config import Clean, Cover, Users, WorkerConfig, WorkspaceSetting

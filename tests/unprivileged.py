@@ -1,10 +1,10 @@
 """A host that is not root, for the tests: sandboxes made by a process of an ordinary uid.
 
 CI runs as root, and a root host's sandboxes run their code as a uid of their own (see
-``host/identity.py``); most people run the host as themselves. So the paths of an ordinary host
-are tested through ``UnprivilegedHost``: a Python process running as ``UID`` that makes sandboxes
-and runs code in them on request (one JSON line each way), while the test, as root, watches the
-processes and files from outside.
+``providers/local/identity.py``); most people run the host as themselves. So the paths of an
+ordinary host are tested through ``UnprivilegedHost``: a Python process running as ``UID`` that
+makes sandboxes and runs code in them on request (one JSON line each way), while the test, as
+root, watches the processes and files from outside.
 
 It runs Debian's ``/usr/bin/python3`` (the venv's interpreter lives under ``/root``, which an
 ordinary uid cannot enter) with the venv's packages on its path: the two must be the same

@@ -189,7 +189,8 @@ def sandbox_tool(
 
 
 UNFILTERED_WITHOUT_SECCOMP = ("bubblewrap", "subprocess")
-"""Providers whose only system-call filter is their own seccomp filter (host/seccomp.py)."""
+"""Providers whose only system-call filter is their own seccomp filter
+(providers/local/seccomp.py)."""
 
 
 def risk_of(isolation: Isolation, spec: SandboxSpec) -> RiskLevel:

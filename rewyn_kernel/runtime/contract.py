@@ -5,11 +5,10 @@ What a provider implements (``SandboxProvider``, ``WorkerProcess``, and optional
 settings, declared once in ``worker/config.py``), what it runs (``worker_argv``)
 and, for one that shows its sandboxes a folder of this host, the host's default files
 (``LocalFiles``, ``host_folder``). Implemented in ``providers/base.py`` (which imports nothing
-above it) and ``host/files.py``; this is their public path. Register a provider under the
-``rewyn_kernel.providers`` entry point group (see ``rewyn_kernel.runtime.registry``).
+above it) and ``providers/local/files.py``; this is their public path. Register a provider
+under the ``rewyn_kernel.providers`` entry point group (see ``rewyn_kernel.runtime.registry``).
 """
 
-from rewyn_kernel.runtime.host.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.providers.base import (
     BOOTSTRAP,
     CheckItem,
@@ -22,6 +21,7 @@ from rewyn_kernel.runtime.providers.base import (
     WorkerProcess,
     worker_argv,
 )
+from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
 
 __all__ = [
     "BOOTSTRAP",

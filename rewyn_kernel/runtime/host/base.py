@@ -15,7 +15,6 @@ from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
-from rewyn_kernel.runtime.host.files import LocalFiles
 from rewyn_kernel.runtime.host.scratch import READ_LIMIT, ScratchEntry
 from rewyn_kernel.runtime.host.session import UNSET, Session
 from rewyn_kernel.runtime.host.sync import Closeable
@@ -99,13 +98,6 @@ class Sandbox(Protocol):
     async def __aexit__(self, *exc_info: object) -> None: ...
 
 
-def code_owner(provider: SandboxProvider, spec: SandboxSpec) -> tuple[int, int] | None:
-    """The host uid and gid the code of ``provider``'s sandboxes runs as, where that is not this
-    process's (and this process may give it files): an optional part of the provider contract."""
-    ask = getattr(provider, "code_owner", None)
-    return ask(spec) if callable(ask) else None
-
-
 def open_sandbox(
     provider: SandboxProvider, spec: SandboxSpec, listeners: Sequence[EventListener] = ()
 ) -> Sandbox:
@@ -116,16 +108,6 @@ def open_sandbox(
         box: Sandbox = make(spec, listeners=listeners)
         return box
     return BaseSandbox(provider, spec, listeners)
-
-
-def sandbox_files(provider: SandboxProvider, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
-    """The files of a new sandbox: the provider's own (an optional part of its contract), else
-    a folder of this host's (``LocalFiles``)."""
-    make = getattr(provider, "files", None)
-    if callable(make):
-        files: SandboxFiles = make(spec, sandbox_id)
-        return files
-    return LocalFiles.make(spec, sandbox_id, code_owner(provider, spec))
 
 
 class BaseSandbox(Closeable):
@@ -144,7 +126,7 @@ class BaseSandbox(Closeable):
         listeners: Sequence[EventListener] = (),
     ) -> None:
         sandbox_id = uuid.uuid4().hex[:12]
-        files = sandbox_files(provider, spec, sandbox_id)
+        files = provider.files(spec, sandbox_id)
         isolation = provider.isolation(spec)
         if files.disk is not None or files.notes:
             update: dict[str, object] = {"notes": (*isolation.notes, *files.notes)}

@@ -1,10 +1,10 @@
 """The provider contract: what a backend implements to run sandboxes (imports nothing above it).
 
 A provider starts workers (``launch``), says what it applies (``isolation``, ``check``) and keeps
-each sandbox's files (``files``, optional: the host's default keeps them in a temporary folder of
-its own). The host side (sessions, the channel, events, the pool) builds on these types and never
-on a provider's own module; a third-party provider is one package that implements this module
-and registers itself under the ``rewyn_kernel.providers`` entry point group (see
+each sandbox's files (``files``: a folder of this host, ``LocalFiles``, or anywhere else). The
+host side (sessions, the channel, events, the pool) builds on these types and never on a
+provider's own module; a third-party provider is one package that implements this module and
+registers itself under the ``rewyn_kernel.providers`` entry point group (see
 ``providers/registry.py``).
 """
 
@@ -130,9 +130,9 @@ class SandboxFiles(Protocol):
     host reaches them. Everything in them is the code's, links included: nothing here follows
     a link the code made, reads more than it is asked to, or trusts a name.
 
-    The provider owns them (``SandboxProvider.files``); the host's default keeps them in a
-    temporary folder of its own (``host/files.py``). Paths are relative to the folder, with
-    ``/`` between parts; ``..`` and absolute paths raise ``ScratchError``.
+    The provider owns them (``SandboxProvider.files``); the local providers keep them in a
+    temporary folder of the host (``providers/local/files.py``). Paths are relative to the
+    folder, with ``/`` between parts; ``..`` and absolute paths raise ``ScratchError``.
     """
 
     @property
@@ -209,8 +209,7 @@ class SandboxProvider(Protocol):
         self, spec: SandboxSpec, files: SandboxFiles, name: str, *, egress: Path | None = None
     ) -> WorkerProcess:
         """Start a worker running ``worker_argv(python)`` with its channel on stdin/stdout,
-        ``files`` (what ``files()`` made for this sandbox, or the host's default) as its
-        working directory and HOME.
+        ``files`` (what ``files()`` made for this sandbox) as its working directory and HOME.
 
         ``egress`` (only where ``spec.network`` is an allow-list): a host folder holding the
         proxy's Unix socket for this worker. The provider shows it to the sandbox, gives the
@@ -223,8 +222,13 @@ class SandboxProvider(Protocol):
         """Say precisely what works and what is missing."""
         ...
 
-    # Optional (looked up with getattr; a provider without them gets the host's default):
-    #   files(spec, sandbox_id) -> SandboxFiles: where this sandbox's files are kept.
-    #   code_owner(spec) -> (uid, gid) | None: the host uid and gid the code runs as, where the
-    #     host's default files must be given to it.
+    def files(self, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+        """The files of a new sandbox (``sandbox_id``), kept until their ``close``. A provider
+        that shows its sandboxes a folder of this host makes them with
+        ``LocalFiles.make(spec, sandbox_id, owner)`` (``providers/local/files.py``: a temporary
+        folder, or the spec's ``workdir``, given to the code's uid where it is not this
+        process's); one that keeps them elsewhere implements ``SandboxFiles``."""
+        ...
+
+    # Optional (looked up with getattr):
     #   create(spec, *, listeners) -> Sandbox: a sandbox class of its own (default BaseSandbox).

@@ -33,22 +33,23 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress import EGRESS_FOLDER, EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import host_folder
-from rewyn_kernel.runtime.host.identity import identity, setup_namespace
 from rewyn_kernel.runtime.host.views import HostMount, WorkspaceView
 from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_argv
 from rewyn_kernel.runtime.providers.local import (
+    cgroup,
     common_notes,
     local_config,
     local_python,
     python_prefixes,
     root_workdir,
+    seccomp,
     user_text,
     workspace_cells,
     workspace_note,
 )
+from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
+from rewyn_kernel.runtime.providers.local.identity import identity, setup_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
 from rewyn_kernel.runtime.worker.config import Clean, Egress, WorkerConfig
 
@@ -172,7 +173,7 @@ def probe_bubblewrap(path: str | None = None) -> Bubblewrap:
 def namespace_options(userns: int | None, share_net: bool) -> list[str]:
     """bwrap's namespace options: every namespace new (the network's too unless
     ``share_net``); the user namespace ``userns`` (a descriptor: a root host's, see
-    host/identity.py) instead of one bwrap makes."""
+    providers/local/identity.py) instead of one bwrap makes."""
     if userns is None:
         argv = ["--unshare-all"]
         return [*argv, "--share-net"] if share_net else argv
@@ -220,8 +221,13 @@ class BubblewrapProvider:
     def _python(self, spec: SandboxSpec) -> str:
         return local_python(spec.python) if spec.python else self.python
 
+    def files(self, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+        """A temporary folder of this host's (or the spec's ``workdir``), given to the code's
+        uid where it is not this process's."""
+        return LocalFiles.make(spec, sandbox_id, self.code_owner(spec))
+
     def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
-        """The dedicated uid a root host's sandboxes run as (see host/identity.py)."""
+        """The dedicated uid a root host's sandboxes run as (see providers/local/identity.py)."""
         return identity().owner()
 
     def isolation(self, spec: SandboxSpec) -> Isolation:

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TypedDict
 
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.cgroup import WorkerCgroup, move_tree
 from rewyn_kernel.runtime.providers.base import ExitInfo
+from rewyn_kernel.runtime.providers.local.cgroup import WorkerCgroup, move_tree
 from rewyn_kernel.runtime.worker.config import Egress, WorkspaceSetting
 
 

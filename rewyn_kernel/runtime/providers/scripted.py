@@ -34,8 +34,8 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import host_folder
 from rewyn_kernel.runtime.providers.base import CheckItem, ExitInfo, SandboxFiles
+from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.worker.config import WorkerConfig
 from rewyn_kernel.runtime.worker.frames import read_host_frame
 
@@ -259,6 +259,9 @@ class ScriptedProvider:
             filesystem="none: the worker is a script in the host process",
             notes=("a scripted worker for tests: nothing is isolated",),
         )
+
+    def files(self, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+        return LocalFiles.make(spec, sandbox_id)
 
     def worker_config(self, spec: SandboxSpec, files: SandboxFiles) -> WorkerConfig:
         return WorkerConfig(cwd=str(host_folder(files)))

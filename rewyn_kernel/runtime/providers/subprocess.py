@@ -24,25 +24,26 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress import EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.host import cgroup, seccomp
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.files import host_folder
-from rewyn_kernel.runtime.host.identity import give, identity, setup_namespace
 from rewyn_kernel.runtime.host.scratch import ensure_dir
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_argv
 from rewyn_kernel.runtime.providers.local import (
+    cgroup,
     common_notes,
     local_config,
     local_python,
     outermost,
     python_prefixes,
     root_workdir,
+    seccomp,
     seccomp_config,
     user_text,
     workspace_cells,
     workspace_note,
 )
+from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
+from rewyn_kernel.runtime.providers.local.identity import give, identity, setup_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
 from rewyn_kernel.runtime.worker.config import Clean, Cover, Egress, Hidden, WorkerConfig
 from rewyn_kernel.runtime.worker.mounts import unreachable_ancestor
@@ -143,9 +144,10 @@ class Namespaces:
 
 
 def dedicated_prefix() -> list[str]:
-    """As root: ``nsenter`` into the user namespace made for sandboxes (host/identity.py), then
-    ``unshare`` the other namespaces there, owned by it. The supervisor starts as that
-    namespace's root, the dedicated uid (nsenter takes uid 0 there), with its capabilities."""
+    """As root: ``nsenter`` into the user namespace made for sandboxes
+    (providers/local/identity.py), then ``unshare`` the other namespaces there, owned by it.
+    The supervisor starts as that namespace's root, the dedicated uid (nsenter takes uid 0
+    there), with its capabilities."""
     nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
     fd = setup_namespace()
@@ -231,8 +233,13 @@ class SubprocessProvider:
     def _python(self, spec: SandboxSpec) -> str:
         return local_python(spec.python) if spec.python else self.python
 
+    def files(self, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+        """A temporary folder of this host's (or the spec's ``workdir``), given to the code's
+        uid where it is not this process's."""
+        return LocalFiles.make(spec, sandbox_id, self.code_owner(spec))
+
     def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
-        """The dedicated uid a root host's sandboxes run as (see host/identity.py)."""
+        """The dedicated uid a root host's sandboxes run as (see providers/local/identity.py)."""
         return identity().owner()
 
     def _needed(self, spec: SandboxSpec, workdir: Path) -> list[Path | str]:

@@ -2,8 +2,8 @@
 
 It imports ``rewyn_kernel.runtime.contract`` and other public names of ``rewyn_kernel.runtime``,
 nothing of the host: it starts each worker through a
-``SubprocessProvider`` it holds, and keeps no sandbox class and no files of its own, so the host
-wraps its sandboxes in its ``BaseSandbox`` and keeps their files in its default folder. What it
+``SubprocessProvider`` it holds, whose files it keeps, and has no sandbox class of its own, so
+the host wraps its sandboxes in its ``BaseSandbox``. What it
 adds is a name, its own checks and a note in each sandbox's isolation: what a third party's
 provider adds on top of a runtime it reaches by the contract.
 """
@@ -48,10 +48,9 @@ class RelayProvider:
     ) -> WorkerProcess:
         return self._inner.launch(spec, files, name, egress=egress)
 
-    def code_owner(self, spec: SandboxSpec) -> tuple[int, int] | None:
-        """(Optional in the contract.) The host uid the code runs as, where it is not this
-        process's (a root host's): the host's default folder is given to it."""
-        return self._inner.code_owner(spec)
+    def files(self, spec: SandboxSpec, sandbox_id: str) -> SandboxFiles:
+        """The subprocess provider's: a folder of this host, given to the code's uid."""
+        return self._inner.files(spec, sandbox_id)
 
     def check(self) -> Sequence[CheckItem]:
         return [CheckItem("relay", True, "a SubprocessProvider's workers"), *self._inner.check()]

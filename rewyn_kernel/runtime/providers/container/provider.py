@@ -28,11 +28,9 @@ from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress import EGRESS_FOLDER, EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
-from rewyn_kernel.runtime.host import cgroup, views
+from rewyn_kernel.runtime.host import views
 from rewyn_kernel.runtime.host.base import BaseSandbox
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.files import LocalFiles, host_folder
-from rewyn_kernel.runtime.host.identity import identity, idmap_namespace
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.host.workspace import PROTECTED, STORE, existing_protected
 from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_argv
@@ -41,7 +39,9 @@ from rewyn_kernel.runtime.providers.container.engine import daemonless, labels
 from rewyn_kernel.runtime.providers.container.sweep import EngineSweep
 from rewyn_kernel.runtime.providers.container.volume import SCRATCH, Engine, VolumeFiles
 from rewyn_kernel.runtime.providers.container.worker import ContainerWorker
-from rewyn_kernel.runtime.providers.local import workspace_cells, workspace_note
+from rewyn_kernel.runtime.providers.local import cgroup, workspace_cells, workspace_note
+from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
+from rewyn_kernel.runtime.providers.local.identity import identity, idmap_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings
 from rewyn_kernel.runtime.worker.config import Clean, Egress, Users, WorkerConfig, WorkspaceSetting
 
@@ -381,7 +381,8 @@ class ContainerProvider:
             cap = spec.memory_limit_mb << 20
             if self._tcp_apart(spec):
                 # cgroup v1: the TCP buffers' limit is an eighth of the cap, the rest the memory
-                # limit (see host/cgroup.py); written into its cgroup when it is up (on_ready).
+                # limit (see providers/local/cgroup.py); written into its cgroup when it is up
+                # (on_ready).
                 cidfile = Path(tempfile.gettempdir(), f".{name}.cid")
                 with contextlib.suppress(FileNotFoundError):
                     cidfile.unlink()  # (the engine refuses to overwrite one)

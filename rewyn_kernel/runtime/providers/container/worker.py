@@ -10,11 +10,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rewyn_kernel.runtime.host import cgroup
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.providers.base import ExitInfo
 from rewyn_kernel.runtime.providers.container.engine import CLI_WAIT_SECONDS, LABEL, daemonless
+from rewyn_kernel.runtime.providers.local import cgroup
 from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
 
 __all__ = ["ContainerWorker"]
@@ -84,7 +84,7 @@ class ContainerWorker(PopenWorker):
     def on_ready(self) -> None:
         """Called by the channel when the container's supervisor is up, before any code runs:
         bound its TCP buffers, which cgroup v1 counts apart from its memory, and only once a
-        limit is written (host/cgroup.py); mount the workspace's first view."""
+        limit is written (providers/local/cgroup.py); mount the workspace's first view."""
         super().on_ready()
         if self._tcp_limit is None:
             return

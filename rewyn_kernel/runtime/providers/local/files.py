@@ -2,8 +2,8 @@
 
 A temporary folder of the host's own (removed with the sandbox), or the ``workdir`` the spec
 names (kept; only its ``.tmp`` is emptied). With ``disk_limit_mb`` the folder is a filesystem
-of its own (``host/quota.py``). Every read, write and removal walks from a descriptor of the
-folder without following a link the code made (``host/scratch.py``).
+of its own (``providers/local/quota.py``). Every read, write and removal walks from a
+descriptor of the folder without following a link the code made (``host/scratch.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 
 from rewyn_kernel.errors import ProviderUnavailableError
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime.host import quota
 from rewyn_kernel.runtime.host.scratch import (
     file_facts,
     list_dir,
@@ -25,6 +24,7 @@ from rewyn_kernel.runtime.host.scratch import (
     write_file,
 )
 from rewyn_kernel.runtime.providers.base import SandboxFiles, ScratchEntry
+from rewyn_kernel.runtime.providers.local import quota
 
 __all__ = ["LocalFiles", "host_folder"]
 

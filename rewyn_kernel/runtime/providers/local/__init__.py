@@ -1,10 +1,10 @@
 """What the two local providers (bubblewrap and subprocess) apply alike, beyond their views.
 
 - As root, the code runs as a uid of its own, in a user namespace that maps nothing else
-  (``host/identity.py``); otherwise as the host's user.
+  (``providers/local/identity.py``); otherwise as the host's user.
 - ``/proc/sys`` is read-only to the code: the supervisor remounts it so, and a sandbox where it
   is still writable does not start.
-- A seccomp filter (``host/seccomp.py``) is in force before any code runs.
+- A seccomp filter (``providers/local/seccomp.py``) is in force before any code runs.
 - Each one-shot execution starts with empty ``/tmp``, ``/dev/shm``, POSIX message queues and
   SysV IPC (the process that takes the code empties them first).
 """
@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from rewyn_kernel.runtime._spec import SandboxSpec
-from rewyn_kernel.runtime.host import cgroup, seccomp, views
+from rewyn_kernel.runtime.host import views
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.identity import identity, idmap_namespace
 from rewyn_kernel.runtime.host.workspace import STORE, Budget, Workspace
+from rewyn_kernel.runtime.providers.local import cgroup, seccomp
+from rewyn_kernel.runtime.providers.local.identity import identity, idmap_namespace
 
 NESTED_MAPPING = "0 0 1"
 """The map of the user namespace a root host's supervisor moves into: its own uid only."""
