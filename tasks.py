@@ -200,7 +200,10 @@ def check_worker() -> None:
 
 PARALLEL = ["-n", "2", "--dist", "loadgroup"]
 """The main suite on two processes (pytest-xdist): the tests of one ``xdist_group`` (the
-browser's, Ray's) stay in one."""
+browser's, Ray's, the wheel's) stay in one."""
+SLOWEST = ["--durations=20"]
+"""The main suite ends on its 20 slowest tests (setup, call and teardown apart): where CI's
+time goes."""
 LOWEST_VENV = VENV / "lowest"
 LOWEST_TESTS = [
     "tests/test_kernel.py",
@@ -217,12 +220,13 @@ declares (the floors it promises)."""
 
 
 LOWEST_TOOLS = [
-    *("pytest>=8", "pytest-timeout>=2.3", "jupyter_kernel_test>=0.7", "matplotlib>=3.8"),
-    *("pandas>=2.1", "jinja2>=3.1"),
+    *("pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "jupyter_kernel_test>=0.7"),
+    *("matplotlib>=3.8", "pandas>=2.1", "jinja2>=3.1"),
 ]
-"""What the lowest-versions run needs beside the pins: the test tools, matplotlib (the
-kernel's tests draw an inline plot in the sandbox), pandas and jinja2 (the output filter's
-tests check a real Styler's HTML)."""
+"""What the lowest-versions run needs beside the pins: the test tools (it runs on two
+processes too, as these tests do in the main suite), matplotlib (the kernel's tests draw an
+inline plot in the sandbox), pandas and jinja2 (the output filter's tests check a real Styler's
+HTML)."""
 
 
 def lowest_pins() -> list[str]:
@@ -253,7 +257,8 @@ def test_lowest(python: Path) -> None:
     """Run LOWEST_TESTS on ``python`` (``prepare_lowest``'s)."""
     # jupyter_core 5.1 warns that its paths will change unless this is set; warnings fail tests.
     env = {**os.environ, "JUPYTER_PLATFORM_DIRS": "1"}
-    run(python, "-m", "pytest", "-p", "no:cacheprovider", "-q", *LOWEST_TESTS, env=env)
+    pytest: list[str | Path] = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", *PARALLEL]
+    run(*pytest, *LOWEST_TESTS, env=env)
 
 
 def ensure_node_modules() -> bool:
@@ -322,7 +327,7 @@ def main(argv: list[str]) -> int:
                 run(BIN / "ruff", "check", ".")
                 run(BIN / "mypy")
                 check_worker()
-                run(BIN / "python", "-m", "pytest", *PARALLEL, *argv[1:])
+                run(BIN / "python", "-m", "pytest", *PARALLEL, *SLOWEST, *argv[1:])
                 if lowest is None:
                     print("tasks.py: a selection of tests: the lowest-versions run is left out")
                 else:
