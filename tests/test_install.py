@@ -329,6 +329,16 @@ wheel_group = pytest.mark.xdist_group("wheel")
 
 
 @wheel_group
+def test_xdist_keeps_a_group_in_one_process(request: pytest.FixtureRequest) -> None:
+    """In a parallel run (tasks.py's --dist loadgroup), a grouped test's id ends with its group,
+    which is how pytest-xdist keeps a group in one process; pytest 9.2 drops the suffix, and the
+    groups spread with no error (pytest-dev/pytest-xdist#1386)."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not a parallel run with --dist loadgroup")
+    assert request.node.nodeid.endswith("@wheel"), request.node.nodeid
+
+
+@wheel_group
 def test_help_names_every_command(fresh: Path) -> None:
     text = command(fresh, "--help")
     for name in ("demo", "doctor", "install", "run", "review"):
