@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Set up and run rewyn-kernel from a fresh checkout, with nothing but python3.
 
-    python3 tasks.py demo     the main job: the quickstart notebook through the sandbox kernel
+    python3 tasks.py demo     the main job: the quickstart notebook through the sandbox kernel,
+                              in a venv of its own (.venv-demo) holding the package alone
     python3 tasks.py test     the whole test suite, with the format, lint and type checks
     python3 tasks.py bench    benchmarks that print figures
     python3 tasks.py labextension
                               rebuild the JupyterLab extension from labextension/ into
                               rewyn_kernel/labextension (needs Node.js >= 18 and npm)
 
-Each command creates or updates ``.venv`` first (reinstalling when pyproject.toml, the kernelspec
-or the built extension change), so it works on a machine that has never seen the project.
+Each command creates or updates its venv first (``.venv``, the developer's, with the dev extras;
+``.venv-demo`` for the demo), reinstalling when what the install copies changes, so it works on a
+machine that has never seen the project.
 """
 
 from __future__ import annotations
@@ -33,11 +35,15 @@ LABEXTENSION = ROOT / "labextension"
 NODE_MODULES = LABEXTENSION / "node_modules"
 NODE_STAMP = NODE_MODULES / ".rewyn-installed"
 # What an install copies into .venv/share (wheel shared-data), so a change must reinstall.
+PROVIDER_PACKAGE = ROOT / "tests" / "provider_package"
+"""A provider in a package of its own, registered by entry point (the shared provider tests run
+on it): installed into .venv as a third party's would be, not editable."""
 INSTALLED_INPUTS = [
     ROOT / "pyproject.toml",
     ROOT / "kernelspec",
     ROOT / "rewyn_kernel" / "labextension",
     LABEXTENSION / "install.json",
+    PROVIDER_PACKAGE,
 ]
 
 
@@ -47,13 +53,18 @@ def run(*argv: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None) 
 
 
 def digest(paths: list[Path]) -> str:
-    """sha256 over the names and bytes of ``paths`` (directories walked in sorted order)."""
+    """sha256 over the names and bytes of ``paths`` (directories walked in sorted order; byte
+    code caches left out)."""
     hasher = hashlib.sha256()
     for path in paths:
         if not path.exists():  # e.g. a build that failed half-way: reinstall once it is back
             hasher.update(str(path.relative_to(ROOT)).encode() + b"\0missing")
             continue
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        files = (
+            sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            if path.is_dir()
+            else [path]
+        )
         for file in files:
             hasher.update(str(file.relative_to(ROOT)).encode() + b"\0" + file.read_bytes())
     return hasher.hexdigest()
@@ -70,7 +81,74 @@ def ensure_venv() -> None:
     pip: list[str | Path] = [BIN / "python", "-m", "pip", "--disable-pip-version-check", "-q"]
     run(*pip, "install", "--upgrade", "pip")
     run(*pip, "install", "-e", ".[dev]")
+    run(*pip, "install", "--no-deps", "--force-reinstall", PROVIDER_PACKAGE)
+    shutil.rmtree(PROVIDER_PACKAGE / "build", ignore_errors=True)  # (what the build left)
     STAMP.write_text(wanted)
+
+
+DEMO_VENV = ROOT / ".venv-demo"
+DEMO_INPUTS = [
+    ROOT / "pyproject.toml",
+    ROOT / "kernelspec",
+    ROOT / "rewyn_kernel",  # (the built extension too)
+    LABEXTENSION / "install.json",
+]
+"""What ``pip install .`` puts into .venv-demo: a change to any of them reinstalls."""
+DEMO_NOTEBOOK = ROOT / "notebooks" / "quickstart.ipynb"
+DEMO_OUTPUT = ROOT / "runs" / "quickstart.ipynb"
+DEMO_RUN_LOG = ROOT / "runs" / "quickstart.events.jsonl"
+"""Where ``rewyn-kernel run`` keeps the run's SANDBOX_EXECUTED events (its default, beside the
+output notebook)."""
+
+
+def ensure_demo_venv() -> Path:
+    """Create or update .venv-demo; return its bin/.
+
+    It holds what the demo uses and nothing else: the package as a user's ``pip install .``
+    leaves it (not editable), with its dependencies, which bring the kernel, a kernel client
+    (jupyter_client) and nbclient to run the notebook; the quickstart imports nothing more. Not
+    editable, so the demo runs what a user installs (the package inside the venv, where the
+    sandbox's interpreter finds it; the kernelspec and the extension in its share/), at the
+    cost of a reinstall (a few seconds) after a change to the sources.
+    """
+    bin_dir = DEMO_VENV / "bin"
+    stamp = DEMO_VENV / ".rewyn-installed"
+    wanted = digest(DEMO_INPUTS)
+    if stamp.exists() and stamp.read_text() == wanted and (bin_dir / "python").exists():
+        return bin_dir
+    if not (bin_dir / "python").exists():
+        print(f"+ creating {DEMO_VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(DEMO_VENV)
+    run(bin_dir / "python", "-m", "pip", "--disable-pip-version-check", "-q", "install", ".")
+    stamp.write_text(wanted)
+    return bin_dir
+
+
+def shown(path: Path) -> str:
+    """``path`` as a person types it from here: relative when under the current directory."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def demo() -> None:
+    """Run the quickstart notebook on the sandbox kernel from .venv-demo, with a fresh run log;
+    end on what to do next with what it wrote."""
+    bin_dir = ensure_demo_venv()
+    DEMO_RUN_LOG.unlink(missing_ok=True)  # the log appends: keep this run's events only
+    run(bin_dir / "rewyn-kernel", "run", DEMO_NOTEBOOK, "-o", DEMO_OUTPUT)
+    print(
+        f"Wrote {shown(DEMO_OUTPUT)} (each cell's record in its metadata) and its run log "
+        f"{shown(DEMO_RUN_LOG)} (each execution's whole event)."
+    )
+    venv_bin = shown(bin_dir)
+    print(
+        f"Next: open {shown(DEMO_OUTPUT)} in JupyterLab ({venv_bin}/pip install "
+        f"'jupyterlab>=4,<5', then {venv_bin}/jupyter lab {shown(DEMO_OUTPUT)}), and review its "
+        f"run log: {venv_bin}/rewyn-kernel review {shown(DEMO_RUN_LOG)} -o "
+        f"{shown(DEMO_RUN_LOG.with_name('quickstart.review.ipynb'))}"
+    )
 
 
 WORKER_MYPY = "mypy==1.14.1"
@@ -128,7 +206,10 @@ def check_worker() -> None:
 
 PARALLEL = ["-n", "2", "--dist", "loadgroup"]
 """The main suite on two processes (pytest-xdist): the tests of one ``xdist_group`` (the
-browser's, Ray's) stay in one."""
+browser's, Ray's, the wheel's) stay in one."""
+SLOWEST = ["--durations=20"]
+"""The main suite ends on its 20 slowest tests (setup, call and teardown apart): where CI's
+time goes."""
 LOWEST_VENV = VENV / "lowest"
 LOWEST_TESTS = [
     "tests/test_kernel.py",
@@ -145,12 +226,13 @@ declares (the floors it promises)."""
 
 
 LOWEST_TOOLS = [
-    *("pytest>=8", "pytest-timeout>=2.3", "jupyter_kernel_test>=0.7", "matplotlib>=3.8"),
-    *("pandas>=2.1", "jinja2>=3.1"),
+    *("pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "jupyter_kernel_test>=0.7"),
+    *("matplotlib>=3.8", "pandas>=2.1", "jinja2>=3.1"),
 ]
-"""What the lowest-versions run needs beside the pins: the test tools, matplotlib (the
-kernel's tests draw an inline plot in the sandbox), pandas and jinja2 (the output filter's
-tests check a real Styler's HTML)."""
+"""What the lowest-versions run needs beside the pins: the test tools (it runs on two
+processes too, as these tests do in the main suite), matplotlib (the kernel's tests draw an
+inline plot in the sandbox), pandas and jinja2 (the output filter's tests check a real Styler's
+HTML)."""
 
 
 def lowest_pins() -> list[str]:
@@ -181,7 +263,8 @@ def test_lowest(python: Path) -> None:
     """Run LOWEST_TESTS on ``python`` (``prepare_lowest``'s)."""
     # jupyter_core 5.1 warns that its paths will change unless this is set; warnings fail tests.
     env = {**os.environ, "JUPYTER_PLATFORM_DIRS": "1"}
-    run(python, "-m", "pytest", "-p", "no:cacheprovider", "-q", *LOWEST_TESTS, env=env)
+    pytest: list[str | Path] = [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", *PARALLEL]
+    run(*pytest, *LOWEST_TESTS, env=env)
 
 
 def ensure_node_modules() -> bool:
@@ -226,13 +309,14 @@ def main(argv: list[str]) -> int:
     if command not in {"demo", "test", "bench", "labextension"}:
         print(__doc__)
         return 2
-    ensure_venv()
-    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     try:
         if command == "demo":
-            output = ROOT / "runs" / "quickstart.ipynb"
-            run(BIN / "rewyn-kernel", "run", ROOT / "notebooks" / "quickstart.ipynb", "-o", output)
-        elif command == "bench":
+            demo()
+            return 0
+        ensure_venv()
+        # (.venv's install is editable: no byte code caches in the checkout)
+        os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+        if command == "bench":
             run(BIN / "python", "-m", "benchmarks.bench_runtime", *argv[1:])
         elif command == "labextension":
             build_labextension()
@@ -249,7 +333,7 @@ def main(argv: list[str]) -> int:
                 run(BIN / "ruff", "check", ".")
                 run(BIN / "mypy")
                 check_worker()
-                run(BIN / "python", "-m", "pytest", *PARALLEL, *argv[1:])
+                run(BIN / "python", "-m", "pytest", *PARALLEL, *SLOWEST, *argv[1:])
                 if lowest is None:
                     print("tasks.py: a selection of tests: the lowest-versions run is left out")
                 else:

@@ -141,7 +141,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             raise
         print(
             f"rewyn-kernel mcp needs the MCP SDK ({exc.name} is missing): "
-            "pip install 'rewyn-kernel[mcp]'",
+            "install the mcp extra (from a clone: pip install '.[mcp]'; see the README's Install)",
             file=sys.stderr,
         )
         return 2

@@ -4,7 +4,8 @@
 as papermill's own engine does, and puts the compact record of each cell's latest execution
 from its execute_reply (which no notebook client saves) into the cell's
 ``metadata["rewyn_kernel"]["record"]``. Registered as the ``rewyn`` entry point of
-``papermill.engine``; needs papermill (``pip install rewyn-kernel[papermill]``).
+``papermill.engine``; needs papermill (the ``papermill`` extra: ``pip install '.[papermill]'``
+from a clone).
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ item (its raylet killed, its actor not), so an item's effects outside its sandbo
 running twice. Results come back from the nodes as JSON and are validated here, as any
 sandbox output is.
 
-Needs ``ray`` (``pip install 'rewyn-kernel[ray]'``); importing this module without it raises
-an ImportError that says so.
+Needs ``ray`` (the ``ray`` extra: ``pip install '.[ray]'`` from a clone); importing this module
+without it raises an ImportError that says so.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ try:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError(
-        "RaySandboxPool needs Ray: pip install 'rewyn-kernel[ray]' (the ray package)"
+        "RaySandboxPool needs Ray: install the ray extra (from a clone: pip install '.[ray]'; "
+        "see the README's Install)"
     ) from exc
 
 __all__ = ["RaySandboxPool"]
