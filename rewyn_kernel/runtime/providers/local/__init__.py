@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, TypedDict
 
+import rewyn_kernel
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.host import views
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
@@ -209,7 +210,7 @@ def _python_paths(python: str) -> tuple[str, ...]:
         found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix]
         # This package, where it is not inside them (an editable install): code in the
         # sandbox may use the runtime too (the quickstart does).
-        found.append(str(Path(__file__).resolve().parents[2]))
+        found.append(str(Path(rewyn_kernel.__file__).resolve().parent))
     else:
         code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, "
         code += "sys.exec_prefix, sys.base_exec_prefix]))"
