@@ -93,15 +93,17 @@ def test_ctrl_c_keeps_what_ran(tmp_path: Path) -> None:
     out = tmp_path / "long.out.ipynb"
     command = [sys.executable, "-m", "rewyn_kernel.cli", "run", str(source), "-o", str(out)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not staged() and time.monotonic() < deadline:  # (the host's own files)
-        time.sleep(0.05)
-    if not staged():
-        process.kill()
-        process.communicate()
-    assert staged()
-    process.send_signal(signal.SIGINT)
-    stdout, _ = process.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not staged() and time.monotonic() < deadline:  # (the host's own files)
+            time.sleep(0.05)
+        assert staged()
+        process.send_signal(signal.SIGINT)
+        stdout, _ = process.communicate(timeout=30)  # (the cell would run 60 s)
+    finally:  # (a run left behind would spill its warnings into the next test)
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
     assert process.returncode == 130
     assert "INTERRUPTED" in stdout
     nb = read(out)

@@ -155,18 +155,26 @@ def run_notebook(
                 finished.set()
 
         # nbclient runs in a thread so that Ctrl-C reaches this one: it interrupts the cell
-        # (the kernel passes that on to the sandbox), and the run ends there, recorded. The
-        # wait is on an Event: a KeyboardInterrupt inside Thread.join can mark a thread that
-        # still runs as finished (CPython bpo-45274).
-        worker = threading.Thread(target=execute, name="rewyn-run")
-        worker.start()
-        while not finished.is_set():
-            try:
-                finished.wait(0.2)
-            except KeyboardInterrupt:
-                summary.interrupted = True
-                _interrupt_kernel(client)
-        worker.join()
+        # (the kernel passes that on to the sandbox), and the run ends there, recorded. Ctrl-C
+        # is taken by a handler, not as KeyboardInterrupt: that is raised wherever this thread
+        # happens to be (between two lines of the loop below, outside any try), and a run
+        # that lost it went on to the end. The wait is on an Event: a KeyboardInterrupt
+        # inside Thread.join can mark a thread that still runs as finished (CPython bpo-45274).
+        def on_sigint(signum: int, frame: Any) -> None:
+            summary.interrupted = True
+            _interrupt_kernel(client)
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, on_sigint) if main else None
+        try:
+            worker = threading.Thread(target=execute, name="rewyn-run")
+            worker.start()
+            while not finished.wait(0.2):
+                pass
+            worker.join()
+        finally:
+            if main and previous is not None:
+                signal.signal(signal.SIGINT, previous)
         _save(nb, summary, settings, started)
     return summary
 
