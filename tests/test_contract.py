@@ -5,11 +5,9 @@ The shared behaviour tests run on that provider too (tests/conftest.py: the ``re
 
 from __future__ import annotations
 
-import ast
 import sys
 from collections.abc import Iterator
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import pytest
 
@@ -20,37 +18,18 @@ from rewyn_kernel.runtime.providers.base import SandboxProvider, ScratchError
 from rewyn_kernel.runtime.providers.local.files import LocalFiles
 from rewyn_kernel.settings import KernelSettings
 
-PACKAGE = Path(__file__).resolve().parent.parent / "rewyn_kernel"
+from .test_layers import PACKAGE, imported, module_name
+
 RUNTIME = "rewyn_kernel.runtime"
-
-
-def module_files() -> dict[str, Path]:
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found[name] = path
-    return found
-
-
-MODULES = module_files()
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
 
 
 def imports_of(name: str) -> set[str]:
-    """Every module of the package ``name`` imports: at the top, in a function, or for type
-    checking alone (a cycle through type-only imports is a cycle of the layers all the same)."""
-    found = set()
+    """Every module of the package ``name`` imports (test_layers.py reads them: at the top, in
+    a function, or for type checking alone; a cycle through type-only imports is a cycle of the
+    layers all the same)."""
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(MODULES[name].read_text())):
-        if isinstance(node, ast.ImportFrom) and (node.module or node.level):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            module = ".".join(part for part in (base, node.module or "") if part)
-            for alias in node.names:
-                whole = f"{module}.{alias.name}"
-                found.add(whole if whole in MODULES else module)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return {module for module in found if module in MODULES}
+    return {module for module in imported(MODULES[name].read_text(), package) if module in MODULES}
 
 
 def reachable(start: str) -> set[str]:
