@@ -325,12 +325,13 @@ class ContainerProvider:
         mounted read-only at EGRESS_FOLDER."""
         if isinstance(files, VolumeFiles):
             workdir, shown_scratch = Path("/"), f"{files.volume}:{SCRATCH}:rw,nocopy"
+            local = False
         else:
             workdir = host_folder(files)
             shown_scratch = f"{workdir}:{SCRATCH}:rw"
+            local = True
         owned = spec.workdir is None  # never re-own a directory the caller chose
         uid, gid = self._code(spec)
-        local = not isinstance(files, VolumeFiles)
         if local and owned and os.getuid() == 0 and workdir.stat().st_uid != uid:
             try:
                 os.chown(workdir, uid, gid)  # the code's user must write there

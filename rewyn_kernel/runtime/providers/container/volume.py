@@ -183,7 +183,7 @@ class VolumeFiles:
                 )
             data = stream.extractfile(member)
             assert data is not None  # (a regular file's)
-            return data.read(limit + 1)[:limit]
+            return data.read(member.size)  # (at most ``limit``: checked above)
 
     def write(self, path: str, data: bytes) -> None:
         parts = _parts(path)
@@ -310,7 +310,7 @@ class VolumeFiles:
     def _get(self, path: str) -> Iterator[tarfile.TarFile]:
         """The tar stream ``cp`` makes of ``path`` (relative to the volume), read as it
         comes; the CLI is ended when the caller has read what it needs."""
-        source = f"{self.keeper}:{SCRATCH}/{path}" if path != "." else f"{self.keeper}:{SCRATCH}/."
+        source = f"{self.keeper}:{SCRATCH}/{path}"
         process = subprocess.Popen(
             [*self._cli, "cp", source, "-"],
             stdin=subprocess.DEVNULL,
