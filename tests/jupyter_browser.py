@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,11 +82,21 @@ def free_port() -> int:
 
 
 @contextmanager
-def jupyter_server(root: Path, jupyter_path: Path, work: Path) -> Iterator[JupyterServer]:
+def jupyter_server(
+    root: Path,
+    jupyter_path: Path,
+    work: Path,
+    *,
+    collaboration: bool = False,
+    extra_args: Sequence[str] = (),
+) -> Iterator[JupyterServer]:
     """Run ``jupyter lab`` over ``root`` with kernelspecs from ``jupyter_path``; stop it after.
 
     Config, runtime, settings and workspaces live under ``work``, so the user's own Jupyter set-up
     plays no part; extensions come from the environment, as a user's ``pip install`` puts them.
+    Real-time collaboration (jupyter-collaboration, installed with the tests) is off unless
+    ``collaboration``: a notebook then loads and saves as it does on a plain JupyterLab.
+    ``extra_args`` go to ``jupyter lab`` as they are.
     """
     token = secrets.token_hex(16)
     port = free_port()
@@ -114,6 +124,8 @@ def jupyter_server(root: Path, jupyter_path: Path, work: Path) -> Iterator[Jupyt
         "--JupyterNotebookApp.expose_app_in_browser=True",
         "--LabApp.extension_manager=readonly",  # no PyPI queries from the test server
         *(["--ServerApp.allow_root=True"] if os.geteuid() == 0 else []),
+        *([] if collaboration else ["--YDocExtension.disable_rtc=True"]),
+        *extra_args,
     ]
     log = work / "jupyter-server.log"
     with log.open("wb") as out:
