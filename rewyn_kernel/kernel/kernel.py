@@ -50,6 +50,7 @@ from rewyn_kernel.runtime.sandbox import (
     SubprocessProvider,
 )
 from rewyn_kernel.runtime.session import UNSET
+from rewyn_kernel.runtime.tool import assess
 from rewyn_kernel.runtime.workspace import not_a_workspace
 
 logger = logging.getLogger(__name__)
@@ -564,6 +565,17 @@ class SandboxKernel(Kernel, SandboxSettings):
             "banner": self._banner(),
             "help_links": self.help_links,
             "supported_features": [],
+            **({METADATA_KEY: self._risk()} if hasattr(self, "_sandbox") else {}),
+        }
+
+    def _risk(self) -> dict[str, Any]:
+        """The sandbox's risk level and why, and what it isolates, as the tool policy judges it
+        (``rewyn-kernel mcp --notebook`` puts an agent's calls to the policy with this)."""
+        level, reasons = assess(self._sandbox.isolation, self._sandbox.spec)
+        return {
+            "risk": str(level),
+            "reasons": reasons,
+            "isolation": self._sandbox.isolation.model_dump(mode="json"),
         }
 
     async def kernel_info_request(self, stream: Any, ident: Any, parent: Any) -> None:

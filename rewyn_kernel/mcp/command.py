@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import os
 import sys
+from typing import Any
 
 from rewyn_kernel.mcp.options import (
     MCP_TIMEOUT,
@@ -131,17 +132,52 @@ def bearer_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> s
     return token
 
 
-def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    options, runs_on = options_from(args, parser)
+def live_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ServerOptions:
+    """The options of ``--notebook``: the server's own; sandbox settings are refused (the
+    notebook's kernel has its own, from its kernelspec)."""
+    given = sorted(f"--{name.replace('_', '-')}" for name in SANDBOX_OPTIONS if name in vars(args))
+    if given:
+        parser.error(
+            f"{', '.join(given)}: with --notebook the code runs in the notebook's own sandbox "
+            "kernel, whose settings are its kernelspec's (rewyn-kernel install ...)"
+        )
     try:
+        options = ServerOptions(**option_values(args))
+        from rewyn_kernel.mcp.live.jupyter import JupyterServer, notebook_path
+
+        JupyterServer(options.jupyter_url, options.jupyter_token)
+        notebook_path(options.notebook or "")
+    except ValueError as exc:
+        parser.error(with_flags(str(exc)))
+        raise  # (parser.error exits)
+    return options
+
+
+def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    live = getattr(args, "server_notebook", None) is not None
+    if live:
+        options, runs_on = live_options(args, parser), ""
+    else:
+        options, runs_on = options_from(args, parser)
+    try:
+        from rewyn_kernel.mcp.live.server import build_live_server
         from rewyn_kernel.mcp.server import build_server, risk_of_server
         from rewyn_kernel.mcp.transport import serve_http, serve_stdio
     except ImportError as exc:
-        if exc.name is None or exc.name.split(".")[0] not in ("mcp", "uvicorn", "anyio"):
+        missing = (exc.name or "").split(".")[0]
+        if missing not in (
+            "mcp",
+            "uvicorn",
+            "anyio",
+            "jupyter_nbmodel_client",
+            "pycrdt",
+            "jupyter_kernel_client",
+        ):
             raise
         print(
-            f"rewyn-kernel mcp needs the MCP SDK ({exc.name} is missing): "
-            "install the mcp extra (from a clone: pip install '.[mcp]'; see the README's Install)",
+            f"rewyn-kernel mcp needs the MCP SDK and the Jupyter clients ({exc.name} is "
+            "missing): install the mcp extra (from a clone: pip install '.[mcp]'; see the "
+            "README's Install)",
             file=sys.stderr,
         )
         return 2
@@ -153,14 +189,24 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return 2
         http = (*where, token)
     options = dataclasses.replace(options, run_log=options.run_log or default_run_log())
-    level, reasons = risk_of_server(options)
-    server = build_server(options)
-    print(f"rewyn-kernel mcp: sandboxes run on {runs_on}", file=sys.stderr)
-    print(
-        f"rewyn-kernel mcp: run_python is {level} risk ({'; '.join(reasons)}); "
-        f"run log: {options.run_log}",
-        file=sys.stderr,
-    )
+    server: Any
+    if live:
+        server = build_live_server(options)
+        print(
+            f"rewyn-kernel mcp: the agent works in {options.notebook} on {options.jupyter_url} "
+            "(its sandbox kernel: the risk is judged at the first call, from the kernel); "
+            f"run log: {options.run_log}",
+            file=sys.stderr,
+        )
+    else:
+        level, reasons = risk_of_server(options)
+        server = build_server(options)
+        print(f"rewyn-kernel mcp: sandboxes run on {runs_on}", file=sys.stderr)
+        print(
+            f"rewyn-kernel mcp: run_python is {level} risk ({'; '.join(reasons)}); "
+            f"run log: {options.run_log}",
+            file=sys.stderr,
+        )
     if http is None:
         import anyio
 

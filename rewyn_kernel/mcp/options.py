@@ -145,7 +145,50 @@ class ServerOptions:
         ),
     )
 
+    notebook: str | None = field(
+        default=None,
+        metadata=server_option(
+            "--notebook",
+            "work in this notebook of a running Jupyter server (its path under the server's "
+            "root), the one a person has open: run_python adds a cell there and runs it in the "
+            "notebook's sandboxed kernel; the person sees it live and approves where the policy "
+            "asks (needs jupyter-collaboration on the server; the sandbox settings are then the "
+            "kernel's own)",
+            metavar="PATH",
+        ),
+    )
+    jupyter_url: str = field(
+        default_factory=lambda: os.environ.get("JUPYTER_URL", "http://localhost:8888"),
+        metadata=server_option(
+            "--jupyter-url",
+            "the Jupyter server of --notebook",
+            metavar="URL",
+            default="$JUPYTER_URL, else http://localhost:8888",
+        ),
+    )
+    jupyter_token: str | None = field(
+        default_factory=lambda: os.environ.get("JUPYTER_TOKEN") or None,
+        metadata=server_option(
+            "--jupyter-token",
+            "the token for --jupyter-url (rewyn-kernel agent-token makes one that opens that "
+            "notebook and nothing else)",
+            metavar="TOKEN",
+            default="$JUPYTER_TOKEN",
+        ),
+    )
+    approval_timeout: float = field(
+        default=300.0,
+        metadata=server_option(
+            "--approval-timeout",
+            "with --notebook: seconds a call waits, as a pending cell, for the person to run or "
+            "reject it before it is refused",
+            metavar="SECONDS",
+        ),
+    )
+
     def __post_init__(self) -> None:
+        if self.approval_timeout <= 0:
+            raise ValueError("approval_timeout must be positive")
         if self.max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         if self.idle_ttl is not None and self.idle_ttl <= 0:

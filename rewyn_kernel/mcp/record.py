@@ -33,8 +33,8 @@ from mcp.types import CallToolResult, ImageContent, InputRequiredResult, TextCon
 from pydantic import ValidationError
 
 from rewyn_kernel.errors import ForkError
-from rewyn_kernel.mcp.arguments import CheckedServer, UnknownArguments
-from rewyn_kernel.mcp.sessions import BadSessionName, Entry, SessionError, SessionTable
+from rewyn_kernel.mcp.arguments import CheckedServer, LifespanT, UnknownArguments
+from rewyn_kernel.mcp.sessions import BadSessionName, Entry, SessionError
 from rewyn_kernel.mcp.undo import UndoError
 from rewyn_kernel.runtime.events import JsonlRunLog, ToolCall, record_tool_call
 from rewyn_kernel.runtime.tool_call import (
@@ -83,6 +83,9 @@ class CallNotes:
 
     session: str | None = None
     """The session's name the call gives (its argument, or the tool's default)."""
+    call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """The id of the call's TOOL_CALL record (known from its start: a notebook cell the call
+    makes names it)."""
     session_id: str | None = None
     sandbox_id: str | None = None
     execution_id: str | None = None
@@ -111,7 +114,7 @@ def notes() -> CallNotes:
     return _current.get() or CallNotes()
 
 
-class RecordingServer(CheckedServer[SessionTable]):
+class RecordingServer(CheckedServer[LifespanT]):
     """The SDK's server, recording each tool call in ``run_log`` as it ends (argument errors
     as ``CheckedServer`` words them, which is what the model was told)."""
 
@@ -123,7 +126,7 @@ class RecordingServer(CheckedServer[SessionTable]):
         self,
         name: str,
         arguments: dict[str, Any],
-        context: Context[SessionTable, Any] | None = None,
+        context: Context[LifespanT, Any] | None = None,
     ) -> CallToolResult | InputRequiredResult:
         started = datetime.now(timezone.utc)
         noted = CallNotes(session=await self._session_of(name, arguments))
@@ -155,7 +158,7 @@ class RecordingServer(CheckedServer[SessionTable]):
             text, images, left_out = _given(result) if result is not None else (error, [], 0)
             shown, cut = bounded_text(text)
             call = ToolCall(
-                id=uuid.uuid4().hex,
+                id=noted.call_id,
                 tool=name[:64] or "?",
                 session=noted.session,
                 session_id=noted.session_id,

@@ -1,0 +1,364 @@
+"""One notebook, attached: its shared document and its kernel, and an agent's calls in it.
+
+``Attachment`` opens the notebook's document on the first call and finds its kernel on every
+call (the person may restart it or change it: the session says which kernel is the notebook's
+now), refusing a kernel that is not the sandbox kernel: the agent's code runs sandboxed or not
+at all. ``run`` makes the agent's cell and runs it; ``propose`` makes it pending and waits for
+the person (run, edited and run, rejected, deleted) until the approval delay ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rewyn_kernel.kernel.record import METADATA_KEY
+from rewyn_kernel.mcp.live.cells import AgentMark, agent_mark, record_of
+from rewyn_kernel.mcp.live.document import CellOutputs, LiveNotebook
+from rewyn_kernel.mcp.live.jupyter import JupyterError, JupyterServer
+from rewyn_kernel.mcp.live.kernel import KernelLost, LiveKernel
+from rewyn_kernel.mcp.live.outcome import CellRef, LiveOutput, read_outputs
+from rewyn_kernel.tools import RiskLevel
+
+SANDBOX_IMPLEMENTATION = "rewyn-kernel"
+"""``implementation`` in the sandbox kernel's kernel_info_reply."""
+DEFAULT_KERNEL = "rewyn-sandbox"
+"""The kernelspec a notebook with none named gets (the one ``pip install`` puts in Jupyter)."""
+GRACE = 30.0
+"""Seconds past the kernel's own limit before the attachment gives up on a reply (the kernel
+ends a cell at its limit itself; this is for a kernel that stopped answering)."""
+AFTER_INTERRUPT = 10.0
+"""Seconds to wait for the reply after an interrupt."""
+SETTLE = 3.0
+"""Seconds to wait, once the person's run of a pending cell has its record, for the notebook's
+outputs to settle (the person's JupyterLab writes them; the record comes with the reply)."""
+
+Progress = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class KernelRisk:
+    level: RiskLevel
+    reasons: list[str]
+
+
+class Attachment:
+    """The notebook at ``path`` on ``server``, for the agent's calls."""
+
+    def __init__(self, server: JupyterServer, path: str, *, approval_timeout: float) -> None:
+        self.server = server
+        self.path = path
+        self.approval_timeout = approval_timeout
+        self.notebook: LiveNotebook | None = None
+        self.kernel: LiveKernel | None = None
+        self.risk: KernelRisk | None = None
+        self._lock = asyncio.Lock()
+
+    async def close(self) -> None:
+        kernel, self.kernel = self.kernel, None
+        if kernel is not None:
+            await asyncio.to_thread(kernel.close)
+        notebook, self.notebook = self.notebook, None
+        if notebook is not None:
+            await notebook.close()
+
+    async def ready(self, agent: str) -> tuple[LiveNotebook, LiveKernel, KernelRisk]:
+        """The notebook open and its kernel connected (opening or reconnecting as needed)."""
+        async with self._lock:
+            if self.notebook is None:
+                notebook = LiveNotebook(self.server, self.path, agent)
+                await notebook.open()
+                self.notebook = notebook
+            session = await asyncio.to_thread(self.server.session_of, self.path)
+            if session is None:
+                name = self.notebook.kernel_name() or DEFAULT_KERNEL
+                session = await asyncio.to_thread(self.server.start_session, self.path, name)
+            kernel_id = session["kernel"]["id"]
+            if (
+                self.kernel is None
+                or self.kernel.kernel_id != kernel_id
+                or not self.kernel.connected
+            ):
+                old, self.kernel = self.kernel, None
+                if old is not None:
+                    await asyncio.to_thread(old.close)
+                kernel = LiveKernel(self.server, kernel_id, agent, asyncio.get_running_loop())
+                await asyncio.to_thread(kernel.connect)
+                try:
+                    self.risk = await asyncio.to_thread(_sandbox_risk, kernel)
+                except Exception:
+                    await asyncio.to_thread(kernel.close)
+                    raise
+                self.kernel = kernel
+            assert self.risk is not None
+            return self.notebook, self.kernel, self.risk
+
+    # -- a call that runs ---------------------------------------------------------------------
+
+    async def run(
+        self, agent: str, call: str, code: str, timeout: float | None, budget: int
+    ) -> tuple[LiveOutput, list[tuple[str, str]]]:
+        notebook, kernel, _ = await self.ready(agent)
+        mark = AgentMark(name=agent, call=call, state="running")
+        cell_id = notebook.add_cell(code, mark)
+        outputs = CellOutputs(cell_id)
+        metadata: dict[str, Any] = {"cellId": cell_id}
+        if timeout is not None:
+            metadata[METADATA_KEY] = {"timeout": timeout}
+        started = time.monotonic()
+        try:
+            msg_id, running = kernel.send_execute(
+                code, metadata, lambda msg: notebook.add_output(outputs, msg)
+            )
+        except KernelLost as exc:
+            notebook.finished(cell_id, None)
+            notebook.mark(cell_id, replace(mark, state="interrupted"))
+            raise JupyterError(str(exc)) from None
+        interrupted = False
+        try:
+            limit = (timeout or 0) + GRACE if timeout else None
+            try:
+                await asyncio.wait_for(running.done.wait(), limit)
+            except TimeoutError:
+                interrupted = True
+                await asyncio.to_thread(self.server.interrupt, kernel.kernel_id)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(running.done.wait(), AFTER_INTERRUPT)
+        except asyncio.CancelledError:  # (the client cancelled the call: stop the code)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(asyncio.to_thread(self.server.interrupt, kernel.kernel_id))
+            notebook.finished(cell_id, None)
+            notebook.mark(cell_id, replace(mark, state="interrupted"))
+            kernel.forget(msg_id)
+            raise
+        finally:
+            kernel.forget(msg_id)
+        reply = running.reply or {}
+        content = reply.get("content") or {}
+        record = _record(reply)
+        count = content.get("execution_count")
+        count = count if isinstance(count, int) else None
+        ending = _ending(content, record, running.lost)
+        by: Any = None
+        if ending == "interrupted":
+            by = "agent" if interrupted else "person"
+        notebook.finished(cell_id, count)
+        state: Any = "interrupted" if ending in ("interrupted", "lost") else "done"
+        notebook.mark(cell_id, replace(mark, state=state), record)
+        parts, images, left_out = read_outputs(outputs.kept, budget)
+        message = _message(ending, by, running.lost, record)
+        duration = record.get("duration_ms") if record else None
+        return _output(
+            ending=ending,
+            message=message,
+            by=by,
+            approval="not asked",
+            cell=self._ref(notebook, cell_id),
+            count=count,
+            duration=duration if isinstance(duration, int | float) else None,
+            parts=parts,
+            images=len(images),
+            left_out=left_out,
+            elapsed=time.monotonic() - started,
+            record=record,
+        ), images
+
+    # -- a call that waits for the person -----------------------------------------------------
+
+    async def propose(
+        self, agent: str, call: str, code: str, *, risk: KernelRisk, reason: str, budget: int
+    ) -> tuple[LiveOutput, list[tuple[str, str]]]:
+        notebook, _, _ = await self.ready(agent)
+        mark = AgentMark(
+            name=agent, call=call, state="pending", risk=str(risk.level), reason=reason, code=code
+        )
+        cell_id = notebook.add_cell(code, mark)
+        deadline = time.monotonic() + self.approval_timeout
+        while True:
+            notebook.changed.clear()
+            cell = notebook.cell(cell_id)
+            if cell is None:
+                return self._refused("rejected", "the person deleted the cell", None), []
+            seen = agent_mark(cell.get("metadata"))
+            record = record_of(cell.get("metadata"))
+            if record is not None:
+                return await self._ran(notebook, cell_id, mark, code, record=record, budget=budget)
+            if seen is not None and seen.rejected is not None:
+                note = seen.rejected or None
+                notebook.mark(cell_id, replace(mark, state="rejected", note=note))
+                return self._refused("rejected", note, self._ref(notebook, cell_id)), []
+            running = cell.get("execution_state") == "running"
+            left = deadline - time.monotonic()
+            if left <= 0 and not running:
+                notebook.mark(cell_id, replace(mark, state="expired"))
+                return self._refused("expired", None, self._ref(notebook, cell_id)), []
+            await notebook.wait_for_change(max(left, 1.0) if not running else 5.0)
+
+    async def _ran(
+        self,
+        notebook: LiveNotebook,
+        cell_id: str,
+        mark: AgentMark,
+        code: str,
+        *,
+        record: dict[str, Any],
+        budget: int,
+    ) -> tuple[LiveOutput, list[tuple[str, str]]]:
+        """The person ran the pending cell: its outcome, from the notebook."""
+        settle = time.monotonic() + SETTLE
+        cell = notebook.cell(cell_id) or {}
+        while cell.get("execution_state") == "running" and time.monotonic() < settle:
+            await notebook.wait_for_change(settle - time.monotonic())
+            cell = notebook.cell(cell_id) or cell
+        source = cell.get("source")
+        source = source if isinstance(source, str) else "".join(source or [])
+        edited = source != code
+        notebook.mark(cell_id, replace(mark, state="edited" if edited else "approved"), record)
+        parts, images, left_out = read_outputs(cell.get("outputs"), budget)
+        ending = str(record.get("ending") or "completed")
+        count = cell.get("execution_count")
+        duration = record.get("duration_ms")
+        return _output(
+            ending=ending,
+            message=_message(ending, "person" if ending == "interrupted" else None, None, record),
+            by="person" if ending == "interrupted" else None,
+            approval="edited" if edited else "approved",
+            cell=self._ref(notebook, cell_id),
+            count=count if isinstance(count, int) else None,
+            duration=duration if isinstance(duration, int | float) else None,
+            parts=parts,
+            images=len(images),
+            left_out=left_out,
+            elapsed=None,
+            record=record,
+            code=source if edited else None,
+        ), images
+
+    def _refused(self, how: Any, note: str | None, cell: CellRef | None) -> LiveOutput:
+        if how == "rejected":
+            message = "the person rejected this call" + (f": {note}" if note else "")
+        else:
+            message = (
+                f"nobody approved this call within {self.approval_timeout:g} s: it did not run"
+            )
+        return LiveOutput(
+            ran=False,
+            ok=False,
+            ending=how,
+            message=message,
+            approval=how,
+            note=note,
+            cell=cell,
+            execution_count=None,
+            duration_ms=None,
+            stdout="",
+            stderr="",
+            error=None,
+            outputs=[],
+            images=0,
+            truncated={},
+        )
+
+    @staticmethod
+    def _ref(notebook: LiveNotebook, cell_id: str) -> CellRef | None:
+        for index, cell in enumerate(notebook.cells()):
+            if cell.get("id") == cell_id:
+                return CellRef(index=index, id=cell_id)
+        return None
+
+
+def _sandbox_risk(kernel: LiveKernel) -> KernelRisk:
+    """The kernel's risk as it reports it; JupyterError for a kernel that is not sandboxed."""
+    info = kernel.kernel_info()
+    if info.get("implementation") != SANDBOX_IMPLEMENTATION:
+        raise JupyterError(
+            f"the notebook's kernel is {info.get('implementation')!r}, not the sandbox kernel: "
+            "the agent runs code only in a sandbox (choose the kernel 'Python (sandboxed)' for "
+            "the notebook)"
+        )
+    ours = info.get(METADATA_KEY)
+    risk = ours.get("risk") if isinstance(ours, dict) else None
+    reasons = ours.get("reasons") if isinstance(ours, dict) else None
+    try:
+        level = RiskLevel(risk)
+    except ValueError:
+        raise JupyterError(
+            "the sandbox kernel did not say its risk (an older rewyn-kernel?): restart it"
+        ) from None
+    words = [str(reason)[:500] for reason in reasons] if isinstance(reasons, list) else []
+    return KernelRisk(level, words[:20])
+
+
+def _record(reply: dict[str, Any]) -> dict[str, Any] | None:
+    holder = (reply.get("metadata") or {}).get(METADATA_KEY)
+    return record_of({METADATA_KEY: holder}) if isinstance(holder, dict) else None
+
+
+def _ending(content: dict[str, Any], record: dict[str, Any] | None, lost: str | None) -> str:
+    if record is not None and isinstance(record.get("ending"), str):
+        return str(record["ending"])[:40]
+    if lost is not None and not content:
+        return "lost"
+    status = content.get("status")
+    if status == "ok":
+        return "completed"
+    if content.get("ename") == "KeyboardInterrupt":
+        return "interrupted"
+    return "exception" if status == "error" else "lost"
+
+
+def _message(ending: str, by: str | None, lost: str | None, record: dict[str, Any] | None) -> str:
+    if ending == "lost":
+        return f"no reply: {lost or 'the kernel did not answer'}"
+    if ending == "interrupted":
+        who = {"person": "the person, in the notebook", "agent": "this server, at the call's limit"}
+        return f"interrupted by {who.get(by or '', 'an interrupt')}"
+    if ending == "completed":
+        return "ran to its end"
+    summary = record.get("message") if record else None
+    return str(summary)[:500] if isinstance(summary, str) and summary else ending.replace("_", " ")
+
+
+def _output(
+    *,
+    ending: str,
+    message: str,
+    by: Any,
+    approval: Any,
+    cell: CellRef | None,
+    count: int | None,
+    duration: float | None,
+    parts: dict[str, Any],
+    images: int,
+    left_out: int,
+    elapsed: float | None,
+    record: dict[str, Any] | None,
+    code: str | None = None,
+) -> LiveOutput:
+    if duration is None and elapsed is not None:
+        duration = round(elapsed * 1000, 1)
+    ok = ending == "completed" and parts["error"] is None
+    note = f"{left_out} image(s) left out (too many, too big, or broken)" if left_out else None
+    return LiveOutput(
+        ran=ending != "lost",
+        ok=ok,
+        ending=ending,
+        message=message,
+        interrupted_by=by,
+        approval=approval,
+        code=code,
+        note=note,
+        cell=cell,
+        execution_count=count,
+        duration_ms=duration,
+        stdout=parts["stdout"],
+        stderr=parts["stderr"],
+        error=parts["error"],
+        outputs=parts["outputs"],
+        images=images,
+        truncated=parts["truncated"],
+    )

@@ -1,0 +1,219 @@
+"""The notebook's kernel, reached through the Jupyter server's websocket.
+
+``LiveKernel`` owns one ``KernelWebSocketClient`` (jupyter_kernel_client: the server's kernel
+websocket protocol, maintained there) and two reader threads, one per channel it listens on
+(iopub, shell); each thread is the only reader of its channel's queue and hands every message to
+the event loop, where the execution it belongs to (by its parent's msg_id) takes it. Other
+clients' messages (the person's cells) arrive on the same iopub and are ignored, but for the
+kernel's own states: a restart or death ends every execution waiting here.
+
+An execution ends when both its reply and its iopub ``idle`` have come (as nbclient waits), the
+connection is lost, or the kernel restarts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_kernel_client.wsclient import KernelWebSocketClient
+
+from rewyn_kernel.mcp.live.jupyter import JupyterError, JupyterServer
+
+logger = logging.getLogger(__name__)
+
+POLL = 0.25
+"""Seconds a reader thread waits on its channel before it looks whether it should stop."""
+CONNECT_TIMEOUT = 15.0
+
+
+class KernelLost(Exception):
+    """The kernel's connection closed, or the kernel restarted or died, mid-execution."""
+
+
+@dataclass
+class Running:
+    """One execution sent by this client: its messages as they come, and how it ended."""
+
+    on_message: Callable[[dict[str, Any]], None]
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    reply: dict[str, Any] | None = None
+    idle: bool = False
+    lost: str | None = None
+
+    def settle(self) -> None:
+        if self.lost is not None or (self.reply is not None and self.idle):
+            self.done.set()
+
+
+class LiveKernel:
+    """One kernel of the Jupyter server, its executions matched to their messages."""
+
+    def __init__(
+        self, server: JupyterServer, kernel_id: str, username: str, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.server = server
+        self.kernel_id = kernel_id
+        self._loop = loop
+        self._running: dict[str, Running] = {}
+        self._info_waiters: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self._stop = threading.Event()
+        endpoint = server.websocket_url(f"api/kernels/{urllib.parse.quote(kernel_id)}/channels")
+        self._client = KernelWebSocketClient(
+            endpoint=endpoint,
+            token=None,  # (in the header: a token in a URL ends up in the server's logs)
+            username=username,
+            timeout=CONNECT_TIMEOUT,
+            log=logger,
+            headers=server.headers(),
+        )
+        self._threads: list[threading.Thread] = []
+
+    def connect(self) -> None:
+        """Open the websocket and start the readers (blocking: call it off the loop)."""
+        self._client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+        if not self._client.connection_ready.is_set():
+            self._client.stop_channels()
+            raise JupyterError(
+                f"the websocket of kernel {self.kernel_id} did not open in {CONNECT_TIMEOUT:g} s"
+            )
+        for name, get in (
+            ("iopub", self._client.get_iopub_msg),
+            ("shell", self._client.get_shell_msg),
+        ):
+            thread = threading.Thread(
+                target=self._read, args=(name, get), name=f"rewyn-live-{name}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+
+    @property
+    def connected(self) -> bool:
+        return self._client.connection_ready.is_set() and not self._stop.is_set()
+
+    def close(self) -> None:
+        """Stop the readers, then the websocket (blocking). Executions still waiting end as
+        lost."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(POLL * 4)
+        self._client.stop_channels()
+        self._loop.call_soon_threadsafe(self._lose_all, "the attachment closed")
+
+    # -- executions -------------------------------------------------------------------------
+
+    def send_execute(
+        self, code: str, metadata: dict[str, Any], on_message: Callable[[dict[str, Any]], None]
+    ) -> tuple[str, Running]:
+        """Send an execute_request (on the loop); its messages go to ``on_message`` on the
+        loop. Returns its msg_id and the execution to await."""
+        if not self.connected:
+            raise KernelLost("the kernel's connection is closed")
+        content = {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
+        msg = self._client.session.msg("execute_request", content, metadata=metadata)
+        msg_id: str = msg["header"]["msg_id"]
+        running = Running(on_message)
+        self._running[msg_id] = running
+        try:
+            self._client.shell_channel.send(msg)
+        except Exception as exc:
+            del self._running[msg_id]
+            raise KernelLost(f"the request could not be sent: {exc}") from None
+        return msg_id, running
+
+    def forget(self, msg_id: str) -> None:
+        self._running.pop(msg_id, None)
+
+    def kernel_info(self, timeout: float = CONNECT_TIMEOUT) -> dict[str, Any]:
+        """The kernel's kernel_info_reply content (blocking; before any execution)."""
+        done = threading.Event()
+        holder: dict[str, Any] = {}
+
+        def arrived(msg: dict[str, Any]) -> None:
+            holder.update(msg.get("content") or {})
+            done.set()
+
+        msg = self._client.session.msg("kernel_info_request", {})
+        msg_id: str = msg["header"]["msg_id"]
+        self._info_waiters[msg_id] = arrived
+        try:
+            self._client.shell_channel.send(msg)
+            if not done.wait(timeout):
+                raise JupyterError(f"the kernel did not answer kernel_info in {timeout:g} s")
+        finally:
+            self._info_waiters.pop(msg_id, None)
+        return holder
+
+    # -- the readers (threads) ----------------------------------------------------------------
+
+    def _read(self, channel: str, get: Callable[..., Any]) -> None:
+        while not self._stop.is_set():
+            try:
+                msg = get(timeout=POLL)
+            except (queue.Empty, TimeoutError):
+                if not self._client.connection_ready.is_set() and not self._stop.is_set():
+                    self._loop.call_soon_threadsafe(
+                        self._lose_all, "the kernel's connection to the Jupyter server closed"
+                    )
+                    return
+                continue
+            except Exception:  # (a broken message: the client logs it)
+                continue
+            if not isinstance(msg, dict):
+                continue
+            parent = (msg.get("parent_header") or {}).get("msg_id")
+            if channel == "shell" and parent in self._info_waiters:
+                self._info_waiters[parent](msg)
+                continue
+            with contextlib.suppress(RuntimeError):  # (the loop closed: nobody waits)
+                self._loop.call_soon_threadsafe(self._dispatch, channel, msg)
+
+    # -- on the loop ------------------------------------------------------------------------
+
+    def _dispatch(self, channel: str, msg: dict[str, Any]) -> None:
+        header = msg.get("header") or {}
+        kind = header.get("msg_type")
+        content = msg.get("content") or {}
+        parent = (msg.get("parent_header") or {}).get("msg_id")
+        if channel == "iopub" and kind == "status":
+            state = content.get("execution_state")
+            if state in ("restarting", "dead"):
+                self._lose_all(f"the kernel {'restarted' if state == 'restarting' else 'died'}")
+                return
+        running = self._running.get(parent) if isinstance(parent, str) else None
+        if running is None:
+            return
+        if channel == "shell":
+            if kind == "execute_reply":
+                running.reply = msg
+                running.settle()
+            return
+        if kind == "status":
+            if content.get("execution_state") == "idle":
+                running.idle = True
+                running.settle()
+            return
+        try:
+            running.on_message(msg)
+        except Exception:
+            logger.exception("an output of the kernel could not be kept")
+
+    def _lose_all(self, why: str) -> None:
+        for running in self._running.values():
+            if running.lost is None:
+                running.lost = why
+                running.settle()
