@@ -66,16 +66,25 @@ class Attachment:
         if notebook is not None:
             await notebook.close()
 
+    async def document(self, agent: str) -> LiveNotebook:
+        """The notebook open (opened at the first need), its kernel left as it is."""
+        async with self._lock:
+            return await self._open(agent)
+
+    async def _open(self, agent: str) -> LiveNotebook:
+        if self.notebook is None:
+            notebook = LiveNotebook(self.server, self.path, agent)
+            await notebook.open()
+            self.notebook = notebook
+        return self.notebook
+
     async def ready(self, agent: str) -> tuple[LiveNotebook, LiveKernel, KernelRisk]:
         """The notebook open and its kernel connected (opening or reconnecting as needed)."""
         async with self._lock:
-            if self.notebook is None:
-                notebook = LiveNotebook(self.server, self.path, agent)
-                await notebook.open()
-                self.notebook = notebook
+            notebook = await self._open(agent)
             session = await asyncio.to_thread(self.server.session_of, self.path)
             if session is None:
-                name = self.notebook.kernel_name() or DEFAULT_KERNEL
+                name = notebook.kernel_name() or DEFAULT_KERNEL
                 session = await asyncio.to_thread(self.server.start_session, self.path, name)
             kernel_id = session["kernel"]["id"]
             if (
@@ -95,7 +104,7 @@ class Attachment:
                     raise
                 self.kernel = kernel
             assert self.risk is not None
-            return self.notebook, self.kernel, self.risk
+            return notebook, self.kernel, self.risk
 
     # -- a call that runs ---------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import time
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -144,9 +145,11 @@ def add_live_tools(
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
-        if not out.ran:
-            where = f" (cell {out.cell.index})" if out.cell is not None else ""
+        where = f" (cell {out.cell.index})" if out.cell is not None else ""
+        if out.approval in ("rejected", "expired"):
             raise Denied(f"not run{where}: {out.message}")
+        if not out.ran:
+            raise ToolError(f"no result{where}: {out.message}")
         noted.execution_id = _record_id(attachment, out)
         content: list[ContentBlock] = [TextContent(text=as_text(out))]
         content += [ImageContent(data=data, mime_type=kind) for kind, data in images]
@@ -232,7 +235,7 @@ def add_live_tools(
 
 async def _notebook(attachment: Attachment, ctx: Context) -> Any:
     try:
-        notebook, _, _ = await attachment.ready(agent_name(ctx))
+        notebook = await attachment.document(agent_name(ctx))
     except JupyterError as exc:
         raise BadArguments(str(exc)) from None
     return notebook

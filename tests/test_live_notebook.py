@@ -1,0 +1,456 @@
+"""An agent and a person in one notebook (``rewyn-kernel mcp --notebook``), end to end: a real
+JupyterLab with real-time collaboration (jupyter-collaboration), real Chromium for the person,
+the MCP SDK's client for each agent, and the sandbox kernel the notebook runs on.
+
+The person's side goes through the page as a person would (the toolbar's interrupt, the
+banner's buttons, typing in a cell); the agent's through its tools only.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import types
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from rewyn_kernel.mcp.live.document import MAX_CELL_OUTPUT_CHARS
+from tests.conftest import unavailable
+from tests.jupyter_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    JupyterServer,
+    current_notebook,
+    jupyter_server,
+    open_notebook,
+    run_cells,
+    wait_for_records,
+    wait_until,
+    write_notebook,
+)
+from tests.kernel_client import write_spec
+from tests.live_agent import Agent, text_of
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
+
+KERNEL = "rewyn-live"
+"""The sandbox kernel (bubblewrap where it runs): low risk, so calls run without approval."""
+RISKY_KERNEL = "rewyn-live-open"
+"""The sandbox kernel on the subprocess provider, whose code can read the user's files: medium
+risk, so an agent started with --approve-above low asks for every call."""
+PLAIN_KERNEL = "plain-ipykernel"
+
+# Every cell of the open notebook as the page's model holds it.
+_CELLS = """() => {
+  const panel = window.jupyterapp.shell.currentWidget;
+  return Array.from(panel.content.model.cells).map(cell => {
+    const entry = cell.getMetadata('rewyn_kernel');
+    return {
+      id: cell.id,
+      type: cell.type,
+      source: cell.sharedModel.getSource(),
+      agent: entry && entry.agent ? entry.agent : null,
+      record: entry && entry.record ? entry.record : null,
+      outputs: cell.type === 'code' ? cell.outputs.toJSON() : [],
+    };
+  });
+}"""
+
+# When (ms since the epoch) a cell whose source holds the marker first shows in the page.
+_WATCH = """(marker) => {
+  window.rewynSeen = window.rewynSeen || {};
+  const check = () => {
+    if (window.rewynSeen[marker]) return;
+    for (const node of document.querySelectorAll('.jp-Cell .cm-content')) {
+      if (node.textContent.includes(marker)) {
+        window.rewynSeen[marker] = Date.now();
+        return;
+      }
+    }
+  };
+  new MutationObserver(check).observe(document.body,
+    {subtree: true, childList: true, characterData: true});
+  check();
+}"""
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("live")
+
+
+@pytest.fixture(scope="module")
+def server(work: Path) -> Iterator[JupyterServer]:
+    for module in ("jupyterlab", "jupyter_server_ydoc", "jupyter_nbmodel_client"):
+        if importlib.util.find_spec(module) is None:
+            unavailable(f"{module} is not installed: pip install -e '.[dev]'")
+    root = work / "notebooks"
+    root.mkdir()
+    kernels = work / "kernels-path"
+    write_spec(kernels, KERNEL, [f"--SandboxKernel.run_log={work / 'kernel.jsonl'}"])
+    write_spec(
+        kernels,
+        RISKY_KERNEL,
+        ["--SandboxKernel.provider=subprocess", f"--SandboxKernel.run_log={work / 'kernel.jsonl'}"],
+    )
+    plain = kernels / "kernels" / PLAIN_KERNEL
+    plain.mkdir(parents=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (plain / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "plain", "language": "python"})
+    )
+    with jupyter_server(root, kernels, work, collaboration=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        unavailable(f"{CHROMIUM} is missing: run scripts/browser-tests.sh (or set REWYN_CHROMIUM)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: JupyterServer) -> Iterator[Page]:
+    context = browser.new_context()
+    yield context.new_page()
+    context.close()
+    for session in server.api("sessions"):
+        server.api(f"sessions/{session['id']}", method="DELETE")
+
+
+def agent(server: JupyterServer, work: Path, name: str, notebook: str, *extra: str) -> Agent:
+    return Agent(name, server.url, server.token, notebook, work, *extra)
+
+
+def cells(page: Page) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = page.evaluate(_CELLS)
+    return found
+
+
+def agent_cells(page: Page, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        cell
+        for cell in cells(page)
+        if cell["agent"] is not None and (name is None or cell["agent"]["name"] == name)
+    ]
+
+
+def output_text(cell: dict[str, Any]) -> str:
+    parts = []
+    for output in cell["outputs"]:
+        text = output.get("text")
+        if text is None:
+            text = (output.get("data") or {}).get("text/plain", "")
+        parts.append("".join(text) if isinstance(text, list) else str(text))
+    return "".join(parts)
+
+
+def structured(result: types.CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, text_of(result)
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def banner(page: Page, cell_id: str) -> Any:
+    return current_notebook(page).locator(f"[data-cell-id='{cell_id}'] .rewyn-AgentBanner")
+
+
+def wait_for_pending(page: Page, count: int) -> dict[str, Any]:
+    """The ``count``-th pending agent cell, once the page shows its banner."""
+    wait_until(
+        lambda: len([c for c in agent_cells(page) if c["agent"]["state"] == "pending"]) >= count,
+        60,
+        lambda: f"pending cells: {agent_cells(page)}",
+    )
+    cell = [c for c in agent_cells(page) if c["agent"]["state"] == "pending"][count - 1]
+    banner(page, cell["id"]).wait_for(timeout=30_000)
+    return cell
+
+
+# -- live cells ---------------------------------------------------------------------------------
+
+
+def test_agent_cells_appear_live_share_state_and_the_person_interrupts(
+    page: Page, server: JupyterServer, work: Path
+) -> None:
+    write_notebook(server.root / "live.ipynb", KERNEL, [("code", "shared = 'from the person'")])
+    assert open_notebook(page, server, "lab", "live.ipynb") == "rewyn-kernel"
+    run_cells(page, [0])
+    wait_for_records(page, [1])
+    page.evaluate(_WATCH, "marker-one")
+    with agent(server, work, "agent-one", "live.ipynb") as one:
+        call = one.call(
+            "run_python",
+            {
+                "code": "# marker-one\nprint(shared)\nprint('started', flush=True)\n"
+                "import time\ntime.sleep(300)"
+            },
+        )
+        wait_until(
+            lambda: any("started" in output_text(c) for c in agent_cells(page, "agent-one")),
+            60,
+            lambda: f"agent cells: {agent_cells(page)}\n{one.stderr()}",
+        )
+        assert not call.done(), "the call ended before the person interrupted it"
+        (cell,) = agent_cells(page, "agent-one")
+        assert cell["source"].startswith("# marker-one")
+        assert output_text(cell) == "from the person\nstarted\n"
+        assert cell["agent"]["state"] == "running"
+        shown = page.evaluate("() => window.rewynSeen['marker-one']")
+        print(f"\ncall to visible cell: {shown - call.started * 1000:.0f} ms")  # type: ignore[attr-defined]
+
+        # The person interrupts from JupyterLab's toolbar.
+        current_notebook(page).locator("[data-command='notebook:interrupt-kernel']").click()
+        out = structured(call.result(60))
+        assert out["ending"] == "interrupted"
+        assert out["interrupted_by"] == "person"
+        assert "interrupted by the person" in text_of(call.result())
+        assert out["stdout"] == "from the person\nstarted\n"
+        wait_until(
+            lambda: agent_cells(page, "agent-one")[0]["agent"]["state"] == "interrupted",
+            30,
+            lambda: f"{agent_cells(page)}",
+        )
+        (cell,) = agent_cells(page, "agent-one")
+        assert cell["record"]["ending"] == "interrupted"
+        assert cell["agent"]["call"] == _last_call(one)["id"]
+
+        # The agent sees the person's cells, and the state goes both ways.
+        listed = structured(one.run("list_cells", {}))
+        assert [c["author"] for c in listed["cells"]] == ["person", "agent agent-one"]
+        assert listed["cells"][1]["ending"] == "interrupted"
+        follow = structured(one.run("run_python", {"code": "agent_made = shared.upper()"}))
+        assert follow["ok"] is True
+    # The person's next cell sees what the agent made.
+    page.evaluate(
+        """() => {
+      const panel = window.jupyterapp.shell.currentWidget;
+      panel.content.model.sharedModel.insertCell(panel.content.model.cells.length,
+        {cell_type: 'code', source: 'print(agent_made)'});
+    }"""
+    )
+    run_cells(page, [3])
+    wait_until(
+        lambda: "FROM THE PERSON" in output_text(cells(page)[3]),
+        30,
+        lambda: f"{cells(page)}",
+    )
+
+
+def _last_call(one: Agent) -> dict[str, Any]:
+    calls = [json.loads(line) for line in one.run_log.read_text().splitlines()]
+    runs = [call for call in calls if call.get("tool") == "run_python"]
+    return runs[-1]
+
+
+# -- approval in the notebook -------------------------------------------------------------------
+
+
+def test_approve_edit_and_reject_from_the_browser(
+    page: Page, server: JupyterServer, work: Path
+) -> None:
+    write_notebook(server.root / "approve.ipynb", RISKY_KERNEL, [("markdown", "# Approvals")])
+    assert open_notebook(page, server, "lab", "approve.ipynb") == "rewyn-kernel"
+    extra = ("--approve-above", "low", "--approval-timeout", "120")
+    # (The SDK's client here offers no elicitation: approval happens in the notebook.)
+    with agent(server, work, "careful", "approve.ipynb", *extra) as careful:
+        # 1. Run as proposed, with the banner's Run button.
+        call = careful.call("run_python", {"code": "print('as proposed')"})
+        cell = wait_for_pending(page, 1)
+        assert cell["agent"]["risk"] == "medium"
+        assert "read this user's files" in cell["agent"]["reason"]
+        assert output_text(cell) == ""
+        assert not call.done()
+        banner(page, cell["id"]).locator(".rewyn-AgentRun").click()
+        out = structured(call.result(60))
+        assert out["approval"] == "approved"
+        assert out["stdout"] == "as proposed\n"
+        assert out["code"] is None
+
+        # 2. Edited, then run with Shift+Enter.
+        call = careful.call("run_python", {"code": "print('proposed')"})
+        cell = wait_for_pending(page, 1)
+        editor = current_notebook(page).locator(f"[data-cell-id='{cell['id']}'] .cm-content")
+        editor.click()
+        page.keyboard.press("Control+a")
+        page.keyboard.type("print('edited by the person')")
+        page.keyboard.press("Shift+Enter")
+        out = structured(call.result(60))
+        assert out["approval"] == "edited"
+        assert out["code"] == "print('edited by the person')"
+        assert out["stdout"] == "edited by the person\n"
+        assert "--- the code as the person ran it ---" in text_of(call.result())
+
+        # 3. Rejected, with a note.
+        call = careful.call("run_python", {"code": "print('never')"})
+        cell = wait_for_pending(page, 1)
+        banner(page, cell["id"]).locator(".rewyn-AgentReject").click()
+        page.locator(".jp-Dialog input").fill("not this one: use the cached copy")
+        page.locator(".jp-Dialog .jp-mod-accept").click()
+        result = call.result(60)
+        assert result.is_error
+        assert "rejected" in text_of(result)
+        assert "not this one: use the cached copy" in text_of(result)
+
+        states = [c["agent"]["state"] for c in agent_cells(page, "careful")]
+        wait_until(
+            lambda: [c["agent"]["state"] for c in agent_cells(page, "careful")]
+            == ["approved", "edited", "rejected"],
+            30,
+            lambda: f"states: {states}",
+        )
+        rejected = agent_cells(page, "careful")[2]
+        assert rejected["agent"]["note"] == "not this one: use the cached copy"
+        assert rejected["outputs"] == []
+        calls = [json.loads(line) for line in careful.run_log.read_text().splitlines()]
+        assert [c["outcome"] for c in calls if c["tool"] == "run_python"] == ["ok", "ok", "denied"]
+        assert [c["agent"]["call"] for c in agent_cells(page, "careful")] == [
+            c["id"] for c in calls if c["tool"] == "run_python"
+        ]
+
+
+def test_a_pending_cell_expires_into_a_refusal(server: JupyterServer, work: Path) -> None:
+    write_notebook(server.root / "expire.ipynb", RISKY_KERNEL, [("markdown", "# Agent at work")])
+    extra = ("--approve-above", "low", "--approval-timeout", "2")
+    with agent(server, work, "waiting", "expire.ipynb", *extra) as waiting:
+        result = waiting.run("run_python", {"code": "print('nobody looks')"})
+        assert result.is_error
+        assert "nobody approved this call within 2 s" in text_of(result)
+        listed = structured(waiting.run("list_cells", {}))
+        assert [(c["author"], c["state"]) for c in listed["cells"]] == [
+            ("person", None),
+            ("agent waiting", "expired"),
+        ]
+        assert listed["cells"][1]["execution_count"] is None
+
+
+# -- many writers -------------------------------------------------------------------------------
+
+
+def test_two_agents_and_a_person_keep_every_edit_in_order(
+    page: Page, server: JupyterServer, work: Path
+) -> None:
+    write_notebook(server.root / "two.ipynb", KERNEL, [("markdown", "Notes: ")])
+    assert open_notebook(page, server, "lab", "two.ipynb") == "rewyn-kernel"
+    with (
+        agent(server, work, "alpha", "two.ipynb") as alpha,
+        agent(server, work, "beta", "two.ipynb") as beta,
+    ):
+
+        def calls(who: Agent) -> list[Any]:
+            results = []
+            for index in range(4):
+                code = f"print('{who.name}', {index})"
+                results.append(who.run("run_python", {"code": code}))
+            return results
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            both = [pool.submit(calls, who) for who in (alpha, beta)]
+            # Meanwhile the person writes in the first cell.
+            first = current_notebook(page).locator(".jp-Cell").first
+            first.dblclick()
+            page.keyboard.press("Control+End")
+            page.keyboard.type(" the person typed this while two agents worked.")
+            results = [future.result(120) for future in both]
+        for who, outcomes in zip(("alpha", "beta"), results, strict=True):
+            assert [structured(r)["stdout"] for r in outcomes] == [
+                f"{who} {index}\n" for index in range(4)
+            ]
+        for who in ("alpha", "beta"):
+            mine = agent_cells(page, who)
+            assert [c["source"] for c in mine] == [f"print('{who}', {i})" for i in range(4)]
+            assert [output_text(c) for c in mine] == [f"{who} {i}\n" for i in range(4)]
+            assert all(c["agent"]["state"] == "done" for c in mine)
+        wait_until(
+            lambda: cells(page)[0]["source"].endswith("while two agents worked."),
+            30,
+            lambda: f"{cells(page)[0]}",
+        )
+        listed = structured(alpha.run("list_cells", {}))
+        assert listed["cells"][0]["preview"] == (
+            "Notes:  the person typed this while two agents worked."
+        )
+        authors = [c["author"] for c in listed["cells"]]
+        assert authors.count("agent beta") == 4 and authors.count("agent alpha") == 4
+        counts = [c["execution_count"] for c in listed["cells"][1:]]
+        assert sorted(counts) == list(range(1, 9))
+
+
+# -- the boundary ---------------------------------------------------------------------------------
+
+
+def test_the_agent_has_three_tools_and_no_way_to_name_another_notebook(
+    server: JupyterServer, work: Path
+) -> None:
+    write_notebook(server.root / "own.ipynb", KERNEL, [("markdown", "# Agent at work")])
+    write_notebook(server.root / "other.ipynb", KERNEL, [("code", "secret = 1")])
+    with agent(server, work, "bounded", "own.ipynb") as bounded:
+        tools = bounded.submit(lambda client: client.list_tools()).result(60)
+        assert {tool.name for tool in tools.tools} == {"run_python", "list_cells", "read_cell"}
+        for tool in tools.tools:
+            assert tool.input_schema.get("additionalProperties") is False
+        refused = bounded.run("read_cell", {"index": 0, "path": "other.ipynb"})
+        assert refused.is_error and "path" in text_of(refused)
+        listed = structured(bounded.run("list_cells", {}))
+        assert listed["path"] == "own.ipynb" and listed["total"] == 1
+
+
+def test_a_kernel_that_is_not_sandboxed_is_refused(server: JupyterServer, work: Path) -> None:
+    write_notebook(server.root / "plain.ipynb", PLAIN_KERNEL, [("code", "x = 1")])
+    with agent(server, work, "refused", "plain.ipynb") as refused:
+        result = refused.run("run_python", {"code": "import os; os.getuid()"})
+        assert result.is_error
+        assert "not the sandbox kernel" in text_of(result)
+        listed = structured(refused.run("list_cells", {}))
+        assert [c["author"] for c in listed["cells"]] == ["person"]  # (no cell was made)
+
+
+def test_a_kernel_restart_mid_call_ends_the_call(server: JupyterServer, work: Path) -> None:
+    write_notebook(server.root / "restart.ipynb", KERNEL, [("markdown", "# Agent at work")])
+    with agent(server, work, "restarted", "restart.ipynb") as restarted:
+        call = restarted.call("run_python", {"code": "import time\ntime.sleep(300)"})
+        wait_until(
+            lambda: any(s["path"] == "restart.ipynb" for s in server.api("sessions")),
+            60,
+            lambda: restarted.stderr(),
+        )
+        (session,) = [s for s in server.api("sessions") if s["path"] == "restart.ipynb"]
+        wait_until(
+            lambda: server.api(f"kernels/{session['kernel']['id']}")["execution_state"] == "busy",
+            60,
+            lambda: "the kernel never got busy",
+        )
+        server.api(f"kernels/{session['kernel']['id']}/restart", method="POST")
+        result = call.result(60)
+        print(result)
+        assert result.is_error
+        assert "the kernel restarted" in text_of(result)
+        listed = structured(restarted.run("list_cells", {}))
+        assert listed["cells"][-1]["state"] == "interrupted"
+        again = structured(restarted.run("run_python", {"code": "print('after')"}))
+        assert again["stdout"] == "after\n"
+
+
+def test_a_flood_of_output_is_bounded_in_the_notebook(server: JupyterServer, work: Path) -> None:
+    write_notebook(server.root / "flood.ipynb", KERNEL, [("markdown", "# Agent at work")])
+    with agent(server, work, "flooder", "flood.ipynb") as flooder:
+        out = structured(
+            flooder.run(
+                "run_python",
+                {"code": "for _ in range(3000):\n    print('x' * 1000, flush=True)"},
+            )
+        )
+        assert len(out["stdout"]) < 40_000  # (the result's budget)
+        cell = structured(flooder.run("read_cell", {"index": -1}))
+        kept = len(cell["stdout"]) + sum(cell["truncated"].values())
+        assert kept <= MAX_CELL_OUTPUT_CHARS + 200
