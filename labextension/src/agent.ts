@@ -2,8 +2,9 @@
  * The banner on each cell an MCP agent wrote into a live notebook (issue 28): whose cell it is,
  * and, on a cell the agent proposed for the person's approval, the policy's reason with "Run"
  * and "Reject…". Drawn from the cell's metadata (`rewyn_kernel.agent`, event.ts) as status.ts
- * draws its line: an element of the cell's node, redrawn when the metadata changes, text nodes
- * only.
+ * draws its line: an element added to the cell's node, below the cell's code and outputs (a
+ * proposed cell has no outputs: the banner comes right under its code), redrawn when the
+ * metadata changes, text nodes only.
  *
  * The person approves by running the cell (the button or Shift-Enter): the recorder puts the
  * kernel's record in the cell's metadata and the server, which watches the shared document,
@@ -15,6 +16,7 @@ import { InputDialog } from '@jupyterlab/apputils';
 import { NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 
 import { agentOf, IAgentCell, METADATA_KEY, withRejection } from './event';
+import { LINE_CLASS } from './status';
 
 const CELL_CLASS = 'rewyn-AgentCell';
 const BANNER_CLASS = 'rewyn-AgentBanner';
@@ -65,7 +67,10 @@ export class AgentBanners {
     if (banner === null) {
       banner = document.createElement('div');
       banner.className = BANNER_CLASS;
-      cell.node.prepend(banner); // above the input: read before the code
+      // After the cell's own nodes, as status.ts's line: Lumino places a cell's widgets by
+      // their index among the node's children, so a node of ours before them would shift
+      // them. Above the status line, so the two keep one order whichever is drawn first.
+      cell.node.insertBefore(banner, cell.node.querySelector(`:scope > .${LINE_CLASS}`));
     }
     banner.dataset.key = key;
     banner.dataset.state = agent.state ?? 'unknown';
@@ -195,7 +200,7 @@ export class AgentBanners {
 function button(className: string, label: string, title: string, enabled: boolean): HTMLElement {
   const node = document.createElement('button');
   node.type = 'button';
-  node.className = `jp-Button ${className}`;
+  node.className = className;
   node.textContent = label;
   node.title = title;
   node.disabled = !enabled;
