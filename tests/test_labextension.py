@@ -135,6 +135,52 @@ def test_the_extension_and_rewyn_kernel_run_keep_records_by_one_rule(rebuilt: Pa
     assert expected[-1]["events"] == [{"id": "r1", "recorded": True}]  # a review's stay
 
 
+def pending(**fields: Any) -> dict[str, Any]:
+    return {"agent": {"name": "claude", "call": "c1", "state": "pending", **fields}}
+
+
+# (the cell's metadata entry, the person's note): what Reject… writes, or None (nothing)
+REJECTION_CASES: list[tuple[Any, str]] = [
+    ({"record": record(1), **pending(risk="high", reason="r", x=[1])}, "no"),  # the rest kept
+    (pending(), "n" * 3000),  # the note is cut
+    ({**pending(), "agent": {**pending()["agent"], "decision": {"action": "reject"}}}, "again"),
+    ({"agent": {**pending()["agent"], "state": "approved"}}, "too late"),
+    ({"agent": "claude"}, "not an agent's cell"),
+    ("garbage", ""),
+    (None, ""),
+]
+
+_REJECT_IN_NODE = """
+import { readFileSync } from 'node:fs';
+import { withRejection } from './event.mjs';
+const cases = JSON.parse(readFileSync(0, 'utf8'));
+process.stdout.write(JSON.stringify(cases.map(([entry, note]) => withRejection(entry, note))));
+"""
+
+
+@pytest.mark.slow
+def test_a_rejection_is_written_only_on_a_pending_agent_cell_and_keeps_the_rest(
+    rebuilt: Path,
+) -> None:
+    shutil.copy(rebuilt / "lib" / "event.js", rebuilt / "lib" / "event.mjs")
+    node = subprocess.run(
+        ["node", "--input-type=module", "-e", _REJECT_IN_NODE],
+        cwd=rebuilt / "lib",
+        input=json.dumps(REJECTION_CASES),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert node.returncode == 0, node.stderr
+    kept, cut, *refused = json.loads(node.stdout)
+    before = REJECTION_CASES[0][0]
+    decision = {"action": "reject", "note": "no"}
+    assert kept == {**before, "agent": {**before["agent"], "decision": decision}}
+    assert cut["agent"]["decision"] == {"action": "reject", "note": "n" * 2000}
+    assert refused == [None] * 5
+
+
 def test_the_extension_and_the_package_have_one_version() -> None:
     sources = json.loads((SOURCES / "package.json").read_text())
     built = json.loads((BUILT / "package.json").read_text())

@@ -4,12 +4,14 @@
  * cell shows it (status.ts), and the event output the kernel persists on request reads as the
  * same line (the MIME renderer in renderer.ts). The command "Undo the last cell's changes to
  * the state" asks the kernel for an undo (undo.ts); its menu entry and shortcut are declared in
- * schema/undo.json.
+ * schema/undo.json. A cell an MCP agent wrote into a live notebook carries a banner that says
+ * so, and on a cell waiting for the person's approval offers to run or reject it (agent.ts).
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
+import { AgentBanners } from './agent';
 import { CellEventRecorder } from './recorder';
 import { CellStatusLines } from './status';
 import { UNDO_COMMAND, UNDO_LABEL, UndoState, undoLastCell } from './undo';
@@ -36,6 +38,21 @@ const statusLines: JupyterFrontEndPlugin<void> = {
   activate: (_: JupyterFrontEnd, notebooks: INotebookTracker): void => {
     const watch = (panel: NotebookPanel): void => {
       new CellStatusLines(panel, UndoState.of(panel) ?? new UndoState(panel));
+    };
+    notebooks.forEach(watch);
+    notebooks.widgetAdded.connect((__, panel) => watch(panel));
+  }
+};
+
+const agentCells: JupyterFrontEndPlugin<void> = {
+  id: 'rewyn-kernel:agent-cells',
+  description:
+    "Marks the cells an MCP agent wrote, and lets the person run or reject the ones it proposes.",
+  autoStart: true,
+  requires: [INotebookTracker],
+  activate: (_: JupyterFrontEnd, notebooks: INotebookTracker): void => {
+    const watch = (panel: NotebookPanel): void => {
+      new AgentBanners(panel);
     };
     notebooks.forEach(watch);
     notebooks.widgetAdded.connect((__, panel) => watch(panel));
@@ -83,4 +100,4 @@ const undo: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [cellEvents, statusLines, undo];
+export default [cellEvents, statusLines, agentCells, undo];

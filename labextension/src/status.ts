@@ -17,7 +17,7 @@ import { isObject, METADATA_KEY } from './event';
 import { UndoState } from './undo';
 import { renderEvent } from './view';
 
-const LINE_CLASS = 'rewyn-CellStatus';
+export const LINE_CLASS = 'rewyn-CellStatus';
 const UNDO_CLASS = 'rewyn-CellStatus-undo';
 
 type Cell = NotebookPanel['content']['widgets'][number];
