@@ -130,7 +130,12 @@ def jupyter_server(
     log = work / "jupyter-server.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=work,  # (collaboration keeps its document store in the working directory)
         )
     server = JupyterServer(f"http://127.0.0.1:{port}", token, root, runtime_dir, log)
     try:
