@@ -82,7 +82,8 @@ class Agent:
     def submit(
         self, job: Job, future: concurrent.futures.Future[Any] | None = None
     ) -> concurrent.futures.Future[Any]:
-        assert self._loop is not None and self._jobs is not None
+        assert self._loop is not None
+        assert self._jobs is not None
         future = future or concurrent.futures.Future()
         jobs = self._jobs
         self._loop.call_soon_threadsafe(jobs.put_nowait, (job, future))

@@ -17,11 +17,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rewyn_kernel.kernel.record import METADATA_KEY
-from rewyn_kernel.mcp.live.cells import AgentMark, agent_mark, record_of
+from rewyn_kernel.mcp.live.cells import AgentMark, agent_mark, count_of, record_of
 from rewyn_kernel.mcp.live.document import CellOutputs, LiveNotebook
 from rewyn_kernel.mcp.live.jupyter import JupyterError, JupyterServer
-from rewyn_kernel.mcp.live.kernel import KernelLost, LiveKernel
+from rewyn_kernel.mcp.live.kernel import KernelLost, LiveKernel, Running
 from rewyn_kernel.mcp.live.outcome import CellRef, LiveOutput, read_outputs
+from rewyn_kernel.mcp.results import ErrorOut
 from rewyn_kernel.tools import RiskLevel
 
 SANDBOX_IMPLEMENTATION = "rewyn-kernel"
@@ -32,6 +33,8 @@ GRACE = 30.0
 """Seconds past the kernel's own limit before the attachment gives up on a reply (the kernel
 ends a cell at its limit itself; this is for a kernel that stopped answering)."""
 AFTER_INTERRUPT = 10.0
+WATCH_EVERY = 5.0
+"""Seconds between looks at the kernel's state while a call waits on it."""
 """Seconds to wait for the reply after an interrupt."""
 SETTLE = 3.0
 """Seconds to wait, once the person's run of a pending cell has its record, for the notebook's
@@ -131,7 +134,7 @@ class Attachment:
         try:
             limit = (timeout or 0) + GRACE if timeout else None
             try:
-                await asyncio.wait_for(running.done.wait(), limit)
+                await asyncio.wait_for(self._watch(kernel, running), limit)
             except TimeoutError:
                 interrupted = True
                 await asyncio.to_thread(self.server.interrupt, kernel.kernel_id)
@@ -159,7 +162,7 @@ class Attachment:
         state: Any = "interrupted" if ending in ("interrupted", "lost") else "done"
         notebook.mark(cell_id, replace(mark, state=state), record)
         parts, images, left_out = read_outputs(outputs.kept, budget)
-        message = _message(ending, by, running.lost, record)
+        message = _message(ending, by, running.lost, parts["error"])
         duration = record.get("duration_ms") if record else None
         return _output(
             ending=ending,
@@ -175,6 +178,28 @@ class Attachment:
             elapsed=time.monotonic() - started,
             record=record,
         ), images
+
+    async def _watch(self, kernel: LiveKernel, running: Running) -> None:
+        """Until ``running`` ends; or, where the kernel says it is idle twice in a row while no
+        reply came (its process was replaced, and the request with it), until that is said."""
+        idle = 0
+        while not running.done.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(running.done.wait(), WATCH_EVERY)
+                return
+            try:
+                state = await asyncio.to_thread(self.server.kernel_state, kernel.kernel_id)
+            except JupyterError:
+                continue
+            idle = idle + 1 if state in ("idle", None, "dead") else 0
+            if idle >= 2 and not running.done.is_set():
+                running.lost = (
+                    "the kernel is gone"
+                    if state is None
+                    else f"the kernel is {state} and "
+                    "never answered: it was restarted, or the request was lost"
+                )
+                running.settle()
 
     # -- a call that waits for the person -----------------------------------------------------
 
@@ -229,15 +254,17 @@ class Attachment:
         notebook.mark(cell_id, replace(mark, state="edited" if edited else "approved"), record)
         parts, images, left_out = read_outputs(cell.get("outputs"), budget)
         ending = str(record.get("ending") or "completed")
-        count = cell.get("execution_count")
+        count = count_of(cell)
         duration = record.get("duration_ms")
         return _output(
             ending=ending,
-            message=_message(ending, "person" if ending == "interrupted" else None, None, record),
+            message=_message(
+                ending, "person" if ending == "interrupted" else None, None, parts["error"]
+            ),
             by="person" if ending == "interrupted" else None,
             approval="edited" if edited else "approved",
             cell=self._ref(notebook, cell_id),
-            count=count if isinstance(count, int) else None,
+            count=count,
             duration=duration if isinstance(duration, int | float) else None,
             parts=parts,
             images=len(images),
@@ -320,7 +347,7 @@ def _ending(content: dict[str, Any], record: dict[str, Any] | None, lost: str | 
     return "exception" if status == "error" else "lost"
 
 
-def _message(ending: str, by: str | None, lost: str | None, record: dict[str, Any] | None) -> str:
+def _message(ending: str, by: str | None, lost: str | None, error: ErrorOut | None) -> str:
     if ending == "lost":
         return f"no reply: {lost or 'the kernel did not answer'}"
     if ending == "interrupted":
@@ -328,8 +355,9 @@ def _message(ending: str, by: str | None, lost: str | None, record: dict[str, An
         return f"interrupted by {who.get(by or '', 'an interrupt')}"
     if ending == "completed":
         return "ran to its end"
-    summary = record.get("message") if record else None
-    return str(summary)[:500] if isinstance(summary, str) and summary else ending.replace("_", " ")
+    if error is not None:
+        return f"{error.ename}: {error.evalue}"[:500]
+    return ending.replace("_", " ")
 
 
 def _output(

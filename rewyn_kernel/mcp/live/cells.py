@@ -109,3 +109,11 @@ def author(metadata: Any) -> str:
     """Who wrote a cell, in words: "agent NAME", or "person"."""
     mark = agent_mark(metadata)
     return f"agent {mark.name}" if mark is not None else "person"
+
+
+def count_of(cell: dict[str, Any]) -> int | None:
+    """A cell's execution count (the shared document keeps numbers as floats)."""
+    count = cell.get("execution_count")
+    if isinstance(count, bool) or not isinstance(count, int | float):
+        return None
+    return int(count) if float(count).is_integer() and count > 0 else None

@@ -135,6 +135,17 @@ class JupyterServer:
             raise JupyterError("the Jupyter server started a session without a kernel")
         return session  # type: ignore[no-any-return]
 
+    def kernel_state(self, kernel_id: str) -> str | None:
+        """The kernel's execution state as the server last saw it (None: no such kernel)."""
+        try:
+            model = self.call("GET", f"api/kernels/{urllib.parse.quote(kernel_id)}")
+        except JupyterError as exc:
+            if " 404 " in str(exc):
+                return None
+            raise
+        state = model.get("execution_state") if isinstance(model, dict) else None
+        return state if isinstance(state, str) else "unknown"
+
     def interrupt(self, kernel_id: str) -> None:
         self.call("POST", f"api/kernels/{urllib.parse.quote(kernel_id)}/interrupt")
 

@@ -191,8 +191,10 @@ class LiveKernel:
         parent = (msg.get("parent_header") or {}).get("msg_id")
         if channel == "iopub" and kind == "status":
             state = content.get("execution_state")
-            if state in ("restarting", "dead"):
-                self._lose_all(f"the kernel {'restarted' if state == 'restarting' else 'died'}")
+            # (restarting, dead: the server's word on a kernel it lost; starting: the first
+            # word of a new kernel process, as after a restart the person asked for)
+            if state in ("restarting", "dead", "starting"):
+                self._lose_all(f"the kernel {'died' if state == 'dead' else 'restarted'}")
                 return
         running = self._running.get(parent) if isinstance(parent, str) else None
         if running is None:

@@ -14,7 +14,7 @@ from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, T
 from pydantic import BaseModel, Field
 
 from rewyn_kernel.mcp.live.attachment import Attachment
-from rewyn_kernel.mcp.live.cells import agent_mark, author, clip, record_of
+from rewyn_kernel.mcp.live.cells import agent_mark, author, clip, count_of, record_of
 from rewyn_kernel.mcp.live.jupyter import JupyterError
 from rewyn_kernel.mcp.live.outcome import LiveOutput, as_text, read_outputs, shorten
 from rewyn_kernel.mcp.record import BadArguments, Denied, notes
@@ -177,7 +177,6 @@ def add_live_tools(
             mark = agent_mark(metadata)
             record = record_of(metadata)
             source = _source(cell)
-            count_ = cell.get("execution_count")
             listed.append(
                 CellSummary(
                     index=index,
@@ -185,7 +184,7 @@ def add_live_tools(
                     cell_type=str(cell.get("cell_type", "?"))[:16],
                     author=author(metadata),
                     state=mark.state if mark is not None else None,
-                    execution_count=count_ if isinstance(count_, int) else None,
+                    execution_count=count_of(cell),
                     ending=str(record["ending"])[:40] if record and record.get("ending") else None,
                     preview=clip(source, PREVIEW_CHARS),
                     outputs=len(cell.get("outputs") or []),
@@ -216,14 +215,13 @@ def add_live_tools(
         if cut:
             truncated["source"] = cut
         error = parts["error"]
-        count_ = cell.get("execution_count")
         return CellRead(
             index=position,
             id=str(cell.get("id", ""))[:64],
             cell_type=str(cell.get("cell_type", "?"))[:16],
             author=author(metadata),
             state=mark.state if mark is not None else None,
-            execution_count=count_ if isinstance(count_, int) else None,
+            execution_count=count_of(cell),
             source=source,
             stdout=parts["stdout"],
             stderr=parts["stderr"],
