@@ -25,6 +25,8 @@ from rewyn_kernel.cli import main as cli
 from rewyn_kernel.server import command, tokens
 from tests.conftest import unavailable
 from tests.jupyter_browser import JupyterServer, jupyter_server, kernels_left, write_notebook
+from tests.kernel_client import write_spec
+from tests.live_agent import Agent, text_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 
@@ -32,6 +34,8 @@ KERNEL = "plain-python"
 """A plain ipykernel spec: the access rules do not depend on the kernel."""
 OTHER_KERNEL = "other-python"
 """The same kernel under a name the agent's token does not allow it to start."""
+SANDBOX_KERNEL = "rewyn-access"
+"""The sandboxed kernel, for rewyn-kernel mcp --notebook (which takes no other)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ def write_kernelspec(root: Path, name: str) -> None:
 class Setup:
     server: JupyterServer
     tokens_file: Path
+    work: Path
     agent: str
     b_session: str
     b_kernel: str
@@ -105,6 +110,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     kernels = work / "kernels-path"
     write_kernelspec(kernels, KERNEL)
     write_kernelspec(kernels, OTHER_KERNEL)
+    write_spec(kernels, SANDBOX_KERNEL)
+    write_notebook(root / "live.ipynb", SANDBOX_KERNEL, [("code", "shared = 'from the person'")])
     tokens_file = tokens.default_tokens_file(str(work / "runtime"))
     with jupyter_server(
         root, kernels, work, collaboration=True, extra_args=command.SERVER_FLAGS
@@ -117,7 +124,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         room = server.api(
             "collaboration/session/b.ipynb", "PUT", {"format": "json", "type": "notebook"}
         )
-        yield Setup(server, tokens_file, agent, b["id"], b["kernel"]["id"], room["fileId"])
+        yield Setup(server, tokens_file, work, agent, b["id"], b["kernel"]["id"], room["fileId"])
     assert kernels_left(server.runtime_dir) == [], "a kernel outlived the server"
 
 
@@ -359,6 +366,24 @@ def test_agent_token_command_mints_lists_and_revokes(
     assert call(server, token, "GET", f"api/kernels/{a_kernel}").status == 403
     with pytest.raises(SystemExit):
         cli(["agent-token", "../a.ipynb", "--tokens-file", path])
+
+
+def test_rewyn_kernel_mcp_attaches_with_an_agent_token(setup: Setup) -> None:
+    """The MCP server's live mode (its own REST and websocket clients) needs no more than the
+    token allows: it starts the notebook's kernel, runs a cell, lists the cells."""
+    token, _ = tokens.mint(
+        setup.tokens_file, "live.ipynb", name="mcp", ttl=3600, kernels=(SANDBOX_KERNEL,)
+    )
+    with Agent("mcp", setup.server.url, token, "live.ipynb", setup.work) as agent:
+        result = agent.run("run_python", {"code": "print(21 * 2)"})
+        assert not result.is_error, f"{text_of(result)}\n{agent.stderr()}"
+        assert "42" in text_of(result)
+        listed = agent.run("list_cells", {})
+        assert not listed.is_error, text_of(listed)
+        assert listed.structured_content is not None
+        assert listed.structured_content["total"] == 2
+    log = setup.server.log.read_text()
+    assert "Agent 'mcp' (live.ipynb) refused" not in log, setup.server.log_tail()
 
 
 def test_the_agent_cannot_stop_the_server(setup: Setup) -> None:
