@@ -6,6 +6,7 @@ own token still opens everything."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import sys
@@ -18,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from websockets.exceptions import InvalidStatus
-from websockets.sync.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import ClientConnection, connect
 
 from rewyn_kernel.cli import main as cli
 from rewyn_kernel.server import command, tokens
@@ -344,6 +345,42 @@ def test_a_revoked_an_expired_an_unknown_token_open_nothing(setup: Setup, a_kern
         assert call(server, token, "GET", f"api/kernels/{a_kernel}").status == 403, token
         assert websocket_status(server, token, f"api/kernels/{a_kernel}/channels") == 403
     assert call(server, setup.agent, "GET", "api/sessions").status == 200
+
+
+def test_revoking_a_token_closes_its_open_websockets(setup: Setup, a_kernel: str) -> None:
+    server = setup.server
+    token, grant = tokens.mint(setup.tokens_file, "a.ipynb", name="open", ttl=3600, kernels=None)
+    room = call(server, token, "PUT", "api/collaboration/session/a.ipynb", ROOM_BODY).body
+    base = server.url.replace("http", "ws", 1)
+    header = {"Authorization": f"token {token}"}
+    paths = [
+        f"api/kernels/{a_kernel}/channels",
+        f"api/collaboration/room/json:notebook:{room['fileId']}?sessionId={room['sessionId']}",
+    ]
+    with contextlib.ExitStack() as stack:
+        sockets = [
+            stack.enter_context(connect(f"{base}/{path}", additional_headers=header))
+            for path in paths
+        ]
+        tokens.revoke(setup.tokens_file, grant.id)
+        assert [closed_by_server(socket) for socket in sockets] == [True, True]
+
+
+def closed_by_server(socket: ClientConnection, timeout: float = 30.0) -> bool:
+    """Read (and drop) what ``socket`` receives until the server closes it: True; or False
+    when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            socket.recv(timeout=deadline - time.monotonic())
+    except ConnectionClosed:
+        return True
+    except TimeoutError:
+        return False
+    return False
+
+
+ROOM_BODY = {"format": "json", "type": "notebook"}
 
 
 def test_agent_token_command_mints_lists_and_revokes(

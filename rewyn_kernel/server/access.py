@@ -16,13 +16,15 @@ opens a room in ``prepare``, before its ``@authorized`` check). The authorizer c
 table again at ``@authorized``, and filters the session list down to the notebook's sessions.
 
 An agent never gets a login cookie: each request carries the token, so revoking it or letting it
-expire shuts the agent out from its next request. A websocket opened before that stays open.
+expire shuts the agent out from its next request; its open websockets (kernel channels,
+collaboration room) are closed within ``revocation_check_interval`` seconds.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,9 @@ from jupyter_server.auth.authorizer import Authorizer
 from jupyter_server.auth.identity import PasswordIdentityProvider, User
 from jupyter_server.base.handlers import JupyterHandler
 from tornado import web
-from traitlets import Unicode
+from tornado.ioloop import PeriodicCallback
+from tornado.websocket import WebSocketHandler
+from traitlets import Float, Unicode
 
 from rewyn_kernel.server import policy
 from rewyn_kernel.server.tokens import Grant, GrantFile, default_tokens_file
@@ -54,8 +58,17 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         "<the server's runtime dir>/rewyn-kernel/agent-tokens.json.",
     )
 
+    revocation_check_interval = Float(
+        2.0,
+        config=True,
+        help="Seconds between checks that close an agent's open websockets once its token is "
+        "revoked or expired (requests are checked each time).",
+    )
+
     _grants: GrantFile | None = None
     _problem: str | None = None
+    _watch: PeriodicCallback | None = None
+    _open: weakref.WeakKeyDictionary[WebSocketHandler, Grant]
 
     def grant_file(self) -> GrantFile:
         if self._grants is None:
@@ -88,12 +101,37 @@ class AgentIdentityProvider(PasswordIdentityProvider):
             self.log.warning("Agent %r (%s) refused: %s: %s", grant.name, grant.path, where, reason)
             raise web.HTTPError(403, f"agent token {grant.name!r} ({grant.path}): {reason}")
         self.log.debug("Agent %r (%s): %s", grant.name, grant.path, where)
+        if isinstance(handler, WebSocketHandler):
+            self._watch_socket(handler, grant)
         return AgentUser(
             username=f"agent:{grant.name}",
             display_name=f"Agent {grant.name}",
             initials="AI",
             grant=grant,
         )
+
+    def _watch_socket(self, handler: WebSocketHandler, grant: Grant) -> None:
+        """Keep ``handler`` (weakly: a closed socket drops out) to close it with its grant."""
+        if self._watch is None:
+            self._open = weakref.WeakKeyDictionary()
+            self._watch = PeriodicCallback(
+                self._close_revoked, self.revocation_check_interval * 1000
+            )
+            self._watch.start()
+        self._open[handler] = grant
+
+    def _close_revoked(self) -> None:
+        grants = self.grant_file()
+        for handler, grant in list(self._open.items()):
+            if not grants.live(grant):
+                self.log.warning(
+                    "Agent %r (%s): token revoked or expired, closing %s",
+                    grant.name,
+                    grant.path,
+                    handler.request.path,
+                )
+                del self._open[handler]
+                handler.close(1008, "the agent token was revoked or has expired")
 
     def set_login_cookie(self, handler: web.RequestHandler, user: User) -> None:
         """Persist the person's login; never an agent's (its token is checked on each request)."""

@@ -202,6 +202,12 @@ class GrantFile:
             return None
         return grant
 
+    def live(self, grant: Grant) -> bool:
+        """Whether ``grant`` is still in the file and unexpired (not revoked meanwhile)."""
+        self._refresh()
+        current = self._by_hash.get(grant.sha256)
+        return current is not None and not current.expired()
+
     def _refresh(self) -> None:
         try:
             info = self.path.stat()
