@@ -427,3 +427,20 @@ def test_the_agent_cannot_stop_the_server(setup: Setup) -> None:
     """Last: were it let through, the server would be gone for the tests after it."""
     assert call(setup.server, setup.agent, "POST", "api/shutdown").status == 403
     assert call(setup.server, setup.server.token, "GET", "api/status").status == 200
+
+
+def test_the_identity_provider_refuses_to_start_without_the_authorizer(
+    tmp_path: Path,
+) -> None:
+    """Alone, the provider would let an agent list every session: the server does not start."""
+    (tmp_path / "notebooks").mkdir()
+    with (
+        pytest.raises(RuntimeError, match="AgentIdentityProvider needs"),
+        jupyter_server(
+            tmp_path / "notebooks",
+            tmp_path / "kernels",
+            tmp_path,
+            extra_args=command.SERVER_FLAGS[:1],
+        ),
+    ):
+        pass
