@@ -266,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rewyn_kernel import files_command
 
     files_parser = files_command.add_parser(commands)
+    from rewyn_kernel.server import command as agent_token  # (needs no Jupyter server to load)
+
+    agent_token_parser = agent_token.add_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
@@ -279,6 +282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return mcp_command.main(args, mcp_parser)
     if args.command == "files":
         return files_command.main(args, files_parser)
+    if args.command == "agent-token":
+        return agent_token.main(args, agent_token_parser)
     return doctor.main(args)
 
 

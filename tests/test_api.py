@@ -195,6 +195,7 @@ PUBLIC: dict[str, list[str]] = {
         "to_anthropic",
         "to_openai",
     ],
+    "rewyn_kernel.server": ["AgentAuthorizer", "AgentIdentityProvider"],
     "rewyn_kernel.settings": [
         "CONTAINER_CLIS",
         "CONTAINER_ONLY",
