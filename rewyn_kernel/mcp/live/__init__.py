@@ -12,8 +12,9 @@ agent's; where the policy asks for approval, the cell waits, not run, until the 
   transport), executions matched to their messages;
 - ``document.py``: the notebook's shared document (jupyter_nbmodel_client over
   jupyter-collaboration's room), the agent's cells and what the person does to them;
-- ``cells.py``: what an agent's cell keeps in its metadata, and reading it back (hostile: the
-  person's notebook, and anything that edits it, may hold any JSON);
+- ``rewyn_kernel/notebooks/agent_cells.py``: what an agent's cell keeps in its metadata, read as
+  hostile (the person's notebook, and anything that edits it, may hold any JSON), shared with
+  ``rewyn-kernel review``;
 - ``outcome.py``: a cell's outputs as the agent's result;
 - ``tools.py`` and ``server.py``: the MCP tools and the server.
 """

@@ -17,12 +17,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rewyn_kernel.kernel.record import METADATA_KEY
-from rewyn_kernel.mcp.live.cells import AgentMark, agent_mark, count_of, record_of
 from rewyn_kernel.mcp.live.document import CellOutputs, LiveNotebook
 from rewyn_kernel.mcp.live.jupyter import JupyterError, JupyterServer
 from rewyn_kernel.mcp.live.kernel import KernelLost, LiveKernel, Running
 from rewyn_kernel.mcp.live.outcome import CellRef, LiveOutput, read_outputs
 from rewyn_kernel.mcp.results import ErrorOut
+from rewyn_kernel.notebooks.agent_cells import AgentMark, agent_mark, count_of, record_of
 from rewyn_kernel.tools import RiskLevel
 
 SANDBOX_IMPLEMENTATION = "rewyn-kernel"

@@ -27,8 +27,8 @@ from jupyter_nbmodel_client import NbModelClient, get_jupyter_notebook_websocket
 from nbformat.v4 import output_from_msg
 
 from rewyn_kernel.kernel.record import METADATA_KEY
-from rewyn_kernel.mcp.live.cells import AGENT_KEY, AgentMark, agent_mark
 from rewyn_kernel.mcp.live.jupyter import JupyterError, JupyterServer
+from rewyn_kernel.notebooks.agent_cells import AGENT_KEY, AgentMark, agent_mark
 
 logger = logging.getLogger(__name__)
 

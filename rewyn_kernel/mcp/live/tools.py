@@ -14,11 +14,11 @@ from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent, T
 from pydantic import BaseModel, Field
 
 from rewyn_kernel.mcp.live.attachment import Attachment
-from rewyn_kernel.mcp.live.cells import agent_mark, author, clip, count_of, record_of
 from rewyn_kernel.mcp.live.jupyter import JupyterError
 from rewyn_kernel.mcp.live.outcome import LiveOutput, as_text, read_outputs, shorten
 from rewyn_kernel.mcp.record import BadArguments, Denied, notes
 from rewyn_kernel.mcp.run_tool import MAX_CODE_CHARS, PROGRESS_EVERY
+from rewyn_kernel.notebooks.agent_cells import agent_mark, author, clip, count_of, record_of
 from rewyn_kernel.tools import MaxRiskLevel, Tool
 
 MAX_LISTED_CELLS = 200
