@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.util
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,8 +158,9 @@ def output_text(cell: dict[str, Any]) -> str:
 
 def structured(result: types.CallToolResult) -> dict[str, Any]:
     assert not result.is_error, text_of(result)
-    assert result.structured_content is not None
-    return result.structured_content
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None
+    return content
 
 
 def cell_node(page: Page, cell_id: str) -> Any:
@@ -259,7 +261,7 @@ def test_agent_cells_appear_live_share_state_and_the_person_interrupts(
 
 def _last_call(one: Agent) -> dict[str, Any]:
     calls = [json.loads(line) for line in one.run_log.read_text().splitlines()]
-    runs = [call for call in calls if call.get("tool") == "run_python"]
+    runs: list[dict[str, Any]] = [call for call in calls if call.get("tool") == "run_python"]
     return runs[-1]
 
 
@@ -329,6 +331,49 @@ def test_approve_edit_and_reject_from_the_browser(
         assert [c["agent"]["call"] for c in agent_cells(page, "careful")] == [
             c["id"] for c in calls if c["tool"] == "run_python"
         ]
+        # The run log names the execution whose record each cell that ran keeps.
+        ran = [c for c in agent_cells(page, "careful") if c["record"] is not None]
+        assert [c["record"]["id"] for c in ran] == [
+            c["execution_id"] for c in calls if c["tool"] == "run_python" and c["outcome"] == "ok"
+        ]
+
+    # The server saved the shared notebook; its review says what the person did.
+    saved = server.root / "approve.ipynb"
+
+    def saved_states() -> list[str]:
+        notebook = json.loads(saved.read_text())
+        return [
+            cell["metadata"]["rewyn_kernel"]["agent"]["state"]
+            for cell in notebook["cells"]
+            if "agent" in cell["metadata"].get("rewyn_kernel", {})
+        ]
+
+    wait_until(lambda: saved_states() == ["approved", "edited", "rejected"], 30, saved.read_text)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rewyn_kernel.cli",
+            "review",
+            str(saved),
+            "-o",
+            str(work / "r.ipynb"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "agent careful: 3 cells" in done.stdout
+    review = json.loads((work / "r.ipynb").read_text())
+    notes = [
+        "".join(cell["source"])
+        for cell in review["cells"]
+        if cell["metadata"].get("rewyn_kernel", {}).get("live_review")
+    ]
+    assert "approved by the person, run as proposed" in notes[1]
+    assert "+print('edited by the person')" in notes[2]
+    assert "not this one" in notes[3]
 
 
 def test_a_pending_cell_expires_into_a_refusal(server: JupyterServer, work: Path) -> None:

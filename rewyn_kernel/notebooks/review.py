@@ -8,6 +8,10 @@ says which kernel applies the run's limits and how to install it, and names a ke
 here so that JupyterLab opens it without asking. Bad lines of the log are reported as
 ``file:line: what is wrong``; everything valid is still converted.
 
+``review NOTEBOOK.ipynb``, for a notebook an agent worked in beside a person (``rewyn-kernel mcp
+--notebook``), writes its review instead: who wrote each cell, and what the person did with each
+call they were asked to approve (``_review_live``).
+
 ``review --check REVIEW.ipynb`` replays the notebook on that kernel, each session on a kernel of
 its own with the agent's inputs and timeouts (``_review_check``), appends each cell's new event
 to its ``events`` and says in the event output whether the outcome differs.
@@ -28,6 +32,7 @@ from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.kernel._settings import settings_from_argv
 from rewyn_kernel.kernel.record import METADATA_KEY
 from rewyn_kernel.notebooks._review_check import Kernels, Tally, compare, replay, scratch_root
+from rewyn_kernel.notebooks._review_live import NotALiveNotebook, review_live
 from rewyn_kernel.notebooks._review_log import read_log, read_records, steps_of
 from rewyn_kernel.notebooks._review_notebook import (
     DEFAULT_LIMITS,
@@ -104,6 +109,20 @@ def convert(
     if name not in installed:
         print(f"Create its kernel with: {review['install_command']}")
     return 1 if problems or failed else 0
+
+
+def live(source: Path, output: Path | None) -> int:
+    """Review a notebook an agent and a person shared: who wrote each cell, what was approved,
+    edited or rejected (``_review_live``)."""
+    output = output or source.with_name(f"{source.stem}.review.ipynb")
+    try:
+        nb, lines = review_live(source, output)
+    except NotALiveNotebook as exc:
+        print(f"rewyn-kernel review: {exc}", file=sys.stderr)
+        return 2
+    write_notebook(nb, output)
+    print(f"Wrote {output}: " + "; ".join(lines))
+    return 0
 
 
 # -- re-running and comparing -------------------------------------------------------------------
@@ -234,14 +253,17 @@ def add_parser(
     """Add the ``review`` subcommand to ``commands``; return its parser."""
     parser = commands.add_parser(
         "review",
-        help="turn an agent's run log into a notebook to review, or re-run one (--check)",
+        help="turn an agent's run log into a notebook to review, or re-run one (--check), or "
+        "review a notebook an agent and a person shared",
         description="Turn RUNLOG.jsonl (SANDBOX_EXECUTED events) into a notebook: a summary, "
         "then one cell per execution with the code and the outputs the agent saw. Exit code 1 "
         "if a line of the log could not be read (the notebook is still written). With --check, "
         "re-run a review notebook on its kernel and mark each cell whose outcome differs "
-        "from the recorded run (exit code 1 if any does).",
+        "from the recorded run (exit code 1 if any does). Given a notebook an agent worked in "
+        "(rewyn-kernel mcp --notebook), write its review: who wrote each cell, and which "
+        "calls the person approved, edited or rejected.",
     )
-    parser.add_argument("source", type=Path, metavar="RUNLOG.jsonl|REVIEW.ipynb")
+    parser.add_argument("source", type=Path, metavar="RUNLOG.jsonl|NOTEBOOK.ipynb")
     parser.add_argument(
         "-o",
         "--output",
@@ -276,6 +298,8 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             parser.error(f"--kernel-name: {exc}")
     if not args.source.is_file():
         parser.error(f"{args.source}: no such file")
+    if args.source.suffix == ".ipynb" and not args.check:
+        return live(args.source, args.output)
     if args.check:
         if args.install_kernel:
             parser.error("--install-kernel: only when converting a run log, not with --check")
