@@ -15,18 +15,43 @@ import nbformat
 from rewyn_kernel.kernel.record import METADATA_KEY
 
 
+def code_cell(source: str, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "cell_type": "code",
+        "id": f"cell-{abs(hash(source)) % 10**8}",
+        "metadata": metadata or {},
+        "source": source,
+        "outputs": [],
+        "execution_count": None,
+    }
+
+
 def agent_cell(source: str, **agent: Any) -> dict[str, Any]:
     record = agent.pop("record", None)
     entry: dict[str, Any] = {"agent": {"name": "claude", "call": "c" * 32, **agent}}
     if record is not None:
         entry["record"] = record
-    return nbformat.v4.new_code_cell(source, metadata={METADATA_KEY: entry})
+    return code_cell(source, {METADATA_KEY: entry})
+
+
+def read(path: Path) -> dict[str, Any]:
+    nb: dict[str, Any] = json.loads(path.read_text())
+    nbformat.validate(nb)
+    return nb
+
+
+def sources(nb: dict[str, Any], *, notes: bool) -> list[str]:
+    """The sources of the review's own cells (``notes``), or of the notebook's."""
+    return [
+        "".join(cell["source"])
+        for cell in nb["cells"]
+        if bool(cell["metadata"].get(METADATA_KEY, {}).get("live_review")) == notes
+    ]
 
 
 def shared_notebook(path: Path) -> None:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [
-        nbformat.v4.new_code_cell("data = load()"),
+    cells = [
+        code_cell("data = load()"),
         agent_cell("print(data)", state="done", record={"id": "r1", "ending": "completed"}),
         agent_cell(
             "print(data.head(20))",
@@ -44,9 +69,11 @@ def shared_notebook(path: Path) -> None:
             state="rejected",
             note="![pic](http://198.51.100.1/p.png) <script>alert(2)</script>\n# heading",
         ),
-        nbformat.v4.new_code_cell("x = 2", metadata={METADATA_KEY: {"agent": "not a mark"}}),
+        code_cell("x = 2", {METADATA_KEY: {"agent": "not a mark"}}),
     ]
-    nbformat.write(nb, path)
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}
+    nbformat.validate(nb)
+    path.write_text(json.dumps(nb))
 
 
 def review(path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -67,13 +94,12 @@ def test_the_review_says_who_wrote_each_cell_and_what_the_person_decided(tmp_pat
     assert f"Wrote {out}" in done.stdout
     assert "person: 2 cells" in done.stdout
     assert "agent cells rejected: 2" in done.stdout
-    nb = nbformat.read(out, as_version=4)
-    nbformat.validate(nb)
-    header = nb.cells[0].source
+    nb = read(out)
+    header = "".join(nb["cells"][0]["source"])
     assert "Cells by author:" in header
     assert "| 0 | code | person |" in header
     assert "| 2 | code | agent claude | edited by the person, then run | completed |" in header
-    notes = [c.source for c in nb.cells if c.metadata.get(METADATA_KEY, {}).get("live_review")]
+    notes = sources(nb, notes=True)
     assert len(notes) == 1 + 5  # (the header, and one above each agent cell)
     notes = notes[1:]  # (past the header's table)
     edited = next(note for note in notes if "edited by the person" in note and "diff" in note)
@@ -84,9 +110,8 @@ def test_the_review_says_who_wrote_each_cell_and_what_the_person_decided(tmp_pat
     expired = next(note for note in notes if "not approved in time" in note)
     assert "Asked because: asked" in expired
     # Every original cell is kept, in order, with its metadata.
-    kept = [c for c in nb.cells if not c.metadata.get(METADATA_KEY, {}).get("live_review")]
-    assert [c.source for c in kept] == [c.source for c in nbformat.read(source, 4).cells]
-    assert nb.metadata[METADATA_KEY]["live_review"]["agent_cells"] == {
+    assert sources(nb, notes=False) == sources(read(source), notes=False)
+    assert nb["metadata"][METADATA_KEY]["live_review"]["agent_cells"] == {
         "done": 1,
         "edited": 1,
         "rejected": 2,
@@ -98,12 +123,9 @@ def test_hostile_names_and_notes_render_as_text(tmp_path: Path) -> None:
     source = tmp_path / "shared.ipynb"
     shared_notebook(source)
     assert review(source, "-o", str(tmp_path / "out.ipynb")).returncode == 0
-    text = json.dumps(nbformat.read(tmp_path / "out.ipynb", 4).cells[0].source)
-    hostile = next(
-        c.source
-        for c in nbformat.read(tmp_path / "out.ipynb", 4).cells
-        if "198" in c.source and "note" in c.source
-    )
+    notes = sources(read(tmp_path / "out.ipynb"), notes=True)
+    text = notes[0]
+    hostile = next(note for note in notes[1:] if "198" in note and "note" in note)
     for markup in ("<img", "<script", "](http", "![", "**bold**", "\n# heading", "http://"):
         assert markup not in hostile, hostile
         assert markup not in text
@@ -112,9 +134,13 @@ def test_hostile_names_and_notes_render_as_text(tmp_path: Path) -> None:
 
 def test_a_review_notebook_or_a_non_notebook_is_refused_clearly(tmp_path: Path) -> None:
     made = tmp_path / "made.ipynb"
-    nb = nbformat.v4.new_notebook()
-    nb.metadata[METADATA_KEY] = {"review": {"kernel": "rewyn-sandbox"}}
-    nbformat.write(nb, made)
+    nb = {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {METADATA_KEY: {"review": {"kernel": "rewyn-sandbox"}}},
+        "cells": [],
+    }
+    made.write_text(json.dumps(nb))
     refused = review(made)
     assert refused.returncode == 2
     assert "is a review notebook already (re-run it with --check)" in refused.stderr
