@@ -75,6 +75,9 @@ class Attachment:
             return await self._open(agent)
 
     async def _open(self, agent: str) -> LiveNotebook:
+        if self.notebook is not None and not self.notebook.connected:
+            old, self.notebook = self.notebook, None  # (the room closed: open it again)
+            await old.close()
         if self.notebook is None:
             notebook = LiveNotebook(self.server, self.path, agent)
             await notebook.open()

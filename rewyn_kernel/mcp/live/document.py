@@ -88,8 +88,10 @@ class LiveNotebook:
                 await client.stop()
 
     @property
-    def is_open(self) -> bool:
-        return self._client is not None
+    def connected(self) -> bool:
+        """Open and in sync with the room (a client whose websocket closed resets its
+        document: nothing written to it would reach anyone)."""
+        return self._client is not None and bool(self._client.synced)
 
     # -- the document ---------------------------------------------------------------------------
 

@@ -105,7 +105,8 @@ class LiveKernel:
         for thread in self._threads:
             thread.join(POLL * 4)
         self._client.stop_channels()
-        self._loop.call_soon_threadsafe(self._lose_all, "the attachment closed")
+        with contextlib.suppress(RuntimeError):  # (the loop closed first: nobody waits)
+            self._loop.call_soon_threadsafe(self._lose_all, "the attachment closed")
 
     # -- executions -------------------------------------------------------------------------
 
