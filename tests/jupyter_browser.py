@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from playwright.sync_api import Browser, Locator, Page, sync_playwright
 from playwright.sync_api import Error as PlaywrightError
-from playwright.sync_api import Locator, Page
 
 CHROMIUM = os.environ.get("REWYN_CHROMIUM", "/usr/bin/chromium")
 # What this machine's Chromium needs to start without reaching for the (closed) internet.
@@ -343,3 +343,30 @@ def wait_for_records(
     )
     if endings is not None:
         assert [ending for _, ending in records] == endings, records
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    """Headless Chromium for a module's tests (missing: the test fails under CI, else skips)."""
+    from tests.conftest import unavailable
+
+    if not Path(CHROMIUM).exists():
+        unavailable(f"{CHROMIUM} is missing: run scripts/browser-tests.sh (or set REWYN_CHROMIUM)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextmanager
+def fresh_page(browser: Browser, server: JupyterServer) -> Iterator[Page]:
+    """A page in a context of its own; after it, no kernel is left running on ``server``."""
+    context = browser.new_context()
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+        for session in server.api("sessions"):
+            server.api(f"sessions/{session['id']}", method="DELETE")

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from rewyn_kernel.kernel.record import METADATA_KEY
 from tests.conftest import unavailable
 from tests.jupyter_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     FRONTENDS,
     JupyterServer,
+    chromium,
     current_notebook,
+    fresh_page,
     jupyter_server,
     kernels_left,
     loaded_extensions,
@@ -100,21 +100,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        unavailable(f"{CHROMIUM} is missing: run scripts/browser-tests.sh (or set REWYN_CHROMIUM)")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as running:
+        yield running
 
 
 @pytest.fixture
 def page(browser: Browser, server: JupyterServer) -> Iterator[Page]:
-    context = browser.new_context()
-    yield context.new_page()
-    context.close()
-    for session in server.api("sessions"):  # leave no kernel running between tests
-        server.api(f"sessions/{session['id']}", method="DELETE")
+    with fresh_page(browser, server) as opened:
+        yield opened
 
 
 def entry(page: Page, index: int) -> Any:

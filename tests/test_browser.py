@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, Request, sync_playwright
+from playwright.sync_api import Browser, Page, Request
 
 from rewyn_kernel.kernel.record import EVENT_MIME, METADATA_KEY
 from rewyn_kernel.runtime import JsonlRunLog, create, local_provider
@@ -24,10 +24,9 @@ from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import SandboxSpec
 from tests.conftest import unavailable
 from tests.jupyter_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     FRONTENDS,
     JupyterServer,
+    chromium,
     current_notebook,
     jupyter_server,
     kernels_left,
@@ -143,12 +142,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        unavailable(f"{CHROMIUM} is missing: run scripts/browser-tests.sh (or set REWYN_CHROMIUM)")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as running:
+        yield running
 
 
 def hover_outputs(page: Page) -> None:

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 from mcp import types
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
 from rewyn_kernel.mcp.live.document import MAX_CELL_OUTPUT_CHARS
 from tests.conftest import unavailable
 from tests.jupyter_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     JupyterServer,
+    chromium,
     current_notebook,
+    fresh_page,
     jupyter_server,
     open_notebook,
     run_cells,
@@ -112,21 +112,14 @@ def server(work: Path) -> Iterator[JupyterServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        unavailable(f"{CHROMIUM} is missing: run scripts/browser-tests.sh (or set REWYN_CHROMIUM)")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with chromium() as running:
+        yield running
 
 
 @pytest.fixture
 def page(browser: Browser, server: JupyterServer) -> Iterator[Page]:
-    context = browser.new_context()
-    yield context.new_page()
-    context.close()
-    for session in server.api("sessions"):
-        server.api(f"sessions/{session['id']}", method="DELETE")
+    with fresh_page(browser, server) as opened:
+        yield opened
 
 
 def agent(server: JupyterServer, work: Path, name: str, notebook: str, *extra: str) -> Agent:

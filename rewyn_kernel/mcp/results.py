@@ -104,22 +104,27 @@ def images_of(result: SandboxResult) -> tuple[list[tuple[str, str]], int]:
         kind = next((kind for kind in IMAGE_TYPES if kind in output.data), None)
         if kind is None:
             continue
-        data = output.data[kind]
-        if isinstance(data, list):
-            data = "".join(str(part) for part in data)
-        try:
-            if not isinstance(data, str) or len(data) > MAX_IMAGE_BYTES * 4 // 3 + 4:
-                raise ValueError
-            clean = "".join(data.split())
-            raw = base64.b64decode(clean, validate=True)
-        except (ValueError, binascii.Error):
-            left_out += 1
-            continue
-        if len(found) >= MAX_IMAGES or not raw:
+        clean = checked_image(output.data[kind])
+        if clean is None or len(found) >= MAX_IMAGES:
             left_out += 1
             continue
         found.append((kind, clean))
     return found, left_out
+
+
+def checked_image(data: Any) -> str | None:
+    """An image's base64 (a string, or a list of strings as nbformat splits it), whitespace
+    taken out, if it is real base64 of at most MAX_IMAGE_BYTES that is not empty; else None."""
+    if isinstance(data, list):
+        data = "".join(part for part in data if isinstance(part, str))
+    if not isinstance(data, str) or len(data) > MAX_IMAGE_BYTES * 4 // 3 + 4:
+        return None
+    clean = "".join(data.split())
+    try:
+        raw = base64.b64decode(clean, validate=True)
+    except (ValueError, binascii.Error):
+        return None
+    return clean if raw else None
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -184,19 +189,28 @@ def as_text(out: RunOutput) -> str:
             "state lost: the code did not stop when interrupted and was killed; the next call "
             "starts a fresh interpreter (files stay)"
         )
-    for name in ("stdout", "stderr"):
-        text = getattr(out, name)
-        if text:
-            parts.append(f"--- {name} ---\n{text.rstrip(chr(10))}")
-    if out.error is not None:
-        parts.append(f"--- error: {out.error.ename} ---\n{out.error.traceback.rstrip()}")
-    for index, text in enumerate(out.outputs):
-        parts.append(f"--- output {index} ---\n{text.rstrip()}")
-    if out.images:
-        parts.append(f"({out.images} image{'s' if out.images > 1 else ''} below)")
+    parts += output_parts(out.stdout, out.stderr, out.error, out.outputs, out.images)
     if out.whole_output:
         where = ", ".join(f"{name}: {path}" for name, path in out.whole_output.items())
         parts.append(f"whole output saved (read it with read_file): {where}")
     if out.files_written:
         parts.append("files written: " + ", ".join(out.files_written))
     return "\n".join(parts)
+
+
+def output_parts(
+    stdout: str, stderr: str, error: ErrorOut | None, outputs: list[str], images: int
+) -> list[str]:
+    """What the code printed, raised and displayed, each non-empty part under its heading, as
+    the model reads it (the notebook server's results too)."""
+    parts = []
+    for name, text in (("stdout", stdout), ("stderr", stderr)):
+        if text:
+            parts.append(f"--- {name} ---\n{text.rstrip(chr(10))}")
+    if error is not None:
+        parts.append(f"--- error: {error.ename} ---\n{error.traceback.rstrip()}")
+    for index, text in enumerate(outputs):
+        parts.append(f"--- output {index} ---\n{text.rstrip()}")
+    if images:
+        parts.append(f"({images} image{'s' if images > 1 else ''} below)")
+    return parts

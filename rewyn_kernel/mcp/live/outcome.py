@@ -8,14 +8,18 @@ checks and bounded like the plain server's results (``mcp/results.py``).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rewyn_kernel.mcp.results import IMAGE_TYPES, MAX_IMAGE_BYTES, MAX_IMAGES, ErrorOut
+from rewyn_kernel.mcp.results import (
+    IMAGE_TYPES,
+    MAX_IMAGES,
+    ErrorOut,
+    checked_image,
+    output_parts,
+)
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 Approval = Literal["not asked", "approved", "edited", "rejected", "expired"]
@@ -104,7 +108,7 @@ def read_outputs(outputs: Any, budget: int) -> tuple[dict[str, Any], list[tuple[
                 continue
             image = next((kind for kind in IMAGE_TYPES if kind in data), None)
             if image is not None:
-                checked = _image(data[image])
+                checked = checked_image(data[image])
                 if checked is None or len(images) >= MAX_IMAGES:
                     left_out += 1
                 else:
@@ -135,18 +139,6 @@ def read_outputs(outputs: Any, budget: int) -> tuple[dict[str, Any], list[tuple[
     return parts, images, left_out
 
 
-def _image(data: Any) -> str | None:
-    text = _text(data)
-    if not text or len(text) > MAX_IMAGE_BYTES * 4 // 3 + 4:
-        return None
-    clean = "".join(text.split())
-    try:
-        raw = base64.b64decode(clean, validate=True)
-    except (ValueError, binascii.Error):
-        return None
-    return clean if raw else None
-
-
 def as_text(out: LiveOutput) -> str:
     """The result as the model reads it: a status line, then each non-empty part."""
     status = "ok" if out.ok else out.ending
@@ -165,14 +157,5 @@ def as_text(out: LiveOutput) -> str:
         parts.append(f"note: {out.note}")
     if out.code is not None:
         parts.append(f"--- the code as the person ran it ---\n{out.code}")
-    for name in ("stdout", "stderr"):
-        text = getattr(out, name)
-        if text:
-            parts.append(f"--- {name} ---\n{text.rstrip(chr(10))}")
-    if out.error is not None:
-        parts.append(f"--- error: {out.error.ename} ---\n{out.error.traceback.rstrip()}")
-    for index, text in enumerate(out.outputs):
-        parts.append(f"--- output {index} ---\n{text.rstrip()}")
-    if out.images:
-        parts.append(f"({out.images} image{'s' if out.images > 1 else ''} below)")
+    parts += output_parts(out.stdout, out.stderr, out.error, out.outputs, out.images)
     return "\n".join(parts)
