@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-from mcp import types
+from mcp import Client, types
 from playwright.sync_api import Browser, Page
 
 from rewyn_kernel.mcp.live.document import MAX_CELL_OUTPUT_CHARS
@@ -506,6 +507,35 @@ def test_a_kernel_restart_mid_call_ends_the_call(server: JupyterServer, work: Pa
         assert listed["cells"][-1]["state"] in ("done", "interrupted")
         again = structured(restarted.run("run_python", {"code": "print('after')"}))
         assert again["stdout"] == "after\n"
+
+
+def test_a_call_the_agent_cancels_interrupts_its_cell_and_keeps_the_state(
+    server: JupyterServer, work: Path
+) -> None:
+    write_notebook(server.root / "cancel.ipynb", KERNEL, [("markdown", "# Agent at work")])
+    code = "import time\nticks = 0\nwhile True:\n    ticks += 1\n    time.sleep(0.05)"
+
+    async def cancelled(client: Client) -> None:
+        running = anyio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            running.set()
+
+        async with anyio.create_task_group() as group:
+
+            async def call() -> None:
+                await client.call_tool("run_python", {"code": code}, progress_callback=on_progress)
+
+            group.start_soon(call)
+            await running.wait()  # (a progress notification: the code runs)
+            group.cancel_scope.cancel()
+
+    with agent(server, work, "canceller", "cancel.ipynb") as canceller:
+        canceller.submit(cancelled).result(60)
+        after = structured(canceller.run("run_python", {"code": "print(ticks > 0)"}))
+        assert after["stdout"] == "True\n"  # (interrupted, its state kept)
+        listed = structured(canceller.run("list_cells", {}))
+        assert [c["state"] for c in listed["cells"][1:]] == ["interrupted", "done"]
 
 
 def test_a_flood_of_output_is_bounded_in_the_notebook(server: JupyterServer, work: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -24,6 +25,8 @@ from rewyn_kernel.mcp.live.outcome import CellRef, LiveOutput, read_outputs
 from rewyn_kernel.mcp.results import ErrorOut
 from rewyn_kernel.notebooks.agent_cells import AgentMark, agent_mark, count_of, record_of
 from rewyn_kernel.tools import RiskLevel
+
+logger = logging.getLogger(__name__)
 
 SANDBOX_IMPLEMENTATION = "rewyn-kernel"
 """``implementation`` in the sandbox kernel's kernel_info_reply."""
@@ -60,6 +63,7 @@ class Attachment:
         self.kernel: LiveKernel | None = None
         self.risk: KernelRisk | None = None
         self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
         kernel, self.kernel = self.kernel, None
@@ -144,11 +148,12 @@ class Attachment:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(running.done.wait(), AFTER_INTERRUPT)
         except asyncio.CancelledError:  # (the client cancelled the call: stop the code)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(asyncio.to_thread(self.server.interrupt, kernel.kernel_id))
+            # (No await here: under the SDK's cancel scope every await would be cancelled
+            # again. The cell says so at once; the interrupt goes out on a task of its own.)
             notebook.finished(cell_id, None)
             notebook.mark(cell_id, replace(mark, state="interrupted"))
             kernel.forget(msg_id)
+            self._background(asyncio.to_thread(self.server.interrupt, kernel.kernel_id))
             raise
         finally:
             kernel.forget(msg_id)
@@ -181,6 +186,19 @@ class Attachment:
             elapsed=time.monotonic() - started,
             record=record,
         ), images
+
+    def _background(self, work: Awaitable[Any]) -> None:
+        """Run ``work`` on a task this attachment holds until it ends (its errors logged)."""
+
+        async def run() -> None:
+            try:
+                await work
+            except Exception:
+                logger.exception("the notebook's kernel could not be interrupted")
+
+        task = asyncio.ensure_future(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _watch(self, kernel: LiveKernel, running: Running) -> None:
         """Until ``running`` ends; or, where the kernel says it is idle twice in a row while no
