@@ -536,6 +536,13 @@ def test_a_call_the_agent_cancels_interrupts_its_cell_and_keeps_the_state(
         assert after["stdout"] == "True\n"  # (interrupted, its state kept)
         listed = structured(canceller.run("list_cells", {}))
         assert [c["state"] for c in listed["cells"][1:]] == ["interrupted", "done"]
+        cell = structured(canceller.run("read_cell", {"index": 1}))
+    calls = [json.loads(line) for line in canceller.run_log.read_text().splitlines()]
+    (call,) = [c for c in calls if c["outcome"] == "cancelled"]
+    assert call["tool"] == "run_python"
+    saved = json.loads((server.root / "cancel.ipynb").read_text())
+    assert saved["cells"][1]["id"] == cell["id"]
+    assert saved["cells"][1]["metadata"]["rewyn_kernel"]["agent"]["call"] == call["id"]
 
 
 def test_a_flood_of_output_is_bounded_in_the_notebook(server: JupyterServer, work: Path) -> None:

@@ -26,7 +26,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from rewyn_kernel.runtime.events import JsonlRunLog
+from rewyn_kernel.notebooks._review_log import read_records, steps_of
+from rewyn_kernel.runtime.events import JsonlRunLog, ToolCall
 
 from .conftest import TEST_IMAGE, engine_problem, processes_with, unavailable, wait_until_gone
 
@@ -477,16 +478,24 @@ def test_cancelling_a_call_interrupts_the_code_and_keeps_the_session(tmp_path: P
                 "while True:\n    ticks += 1\n    open('ticks.txt', 'w').write(str(ticks))\n"
                 "    time.sleep(0.05)"
             )
-            seen: list[float] = []
+            seen = anyio.Event()
 
             async def on_progress(
                 progress: float, total: float | None, message: str | None
             ) -> None:
-                seen.append(progress)
+                seen.set()  # (one a second while it runs)
 
-            with anyio.move_on_after(2.5):
-                await client.call_tool("run_python", {"code": code}, progress_callback=on_progress)
-            assert seen  # (one a second while it ran)
+            async with anyio.create_task_group() as group:
+
+                async def call() -> None:
+                    await client.call_tool(
+                        "run_python", {"code": code}, progress_callback=on_progress
+                    )
+
+                group.start_soon(call)
+                with anyio.fail_after(60):
+                    await seen.wait()
+                group.cancel_scope.cancel()
             await anyio.sleep(0.5)
             first = text_of(await client.call_tool("read_file", {"path": "ticks.txt"}))
             await anyio.sleep(0.5)
@@ -499,6 +508,18 @@ def test_cancelling_a_call_interrupts_the_code_and_keeps_the_session(tmp_path: P
     run(body)
     (*_, cancelled, _) = JsonlRunLog.read(tmp_path / "run.jsonl")
     assert cancelled.ending == "interrupted"
+    # The call has its record, and a review pairs it with the execution it interrupted.
+    records, problems = read_records(tmp_path / "run.jsonl")
+    assert problems == []
+    (call,) = [r for _, r in records if isinstance(r, ToolCall) and r.outcome == "cancelled"]
+    assert call.tool == "run_python"
+    (step,) = [step for step in steps_of(records) if step.call is call]
+    assert step.event is not None
+    assert step.event.id == cancelled.id
+    assert not any(
+        step.call is None and step.event is not None and step.event.id == cancelled.id
+        for step in steps_of(records)
+    )
 
 
 def test_idle_sessions_are_closed_and_the_next_call_says_so(tmp_path: Path) -> None:

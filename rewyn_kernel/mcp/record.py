@@ -12,12 +12,13 @@ files it wrote or read.
 A tool raises ``Refused`` for a path it will not touch, ``Denied`` for a policy's no and
 ``BadArguments`` for arguments it found wrong itself (all ``ToolError``: the model reads the
 same); any other error is recorded as an error. A failure to record never fails the call. A
-call the client cancels leaves no record of its own: the execution it interrupted has its event,
-which a review shows as a step of its own.
+call the client cancels is recorded as cancelled (a review pairs it with the execution it
+interrupted).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import logging
@@ -135,6 +136,11 @@ class RecordingServer(CheckedServer[LifespanT]):
             result = await super().call_tool(name, arguments, context)
         except Exception as exc:
             self._record(name, arguments, started, noted, outcome=_outcome(exc), error=str(exc))
+            raise
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):  # (the client cancelled the call)
+                error = "the client cancelled the call before its result"
+                self._record(name, arguments, started, noted, outcome="cancelled", error=error)
             raise
         finally:
             _current.reset(token)

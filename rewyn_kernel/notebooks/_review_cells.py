@@ -38,6 +38,7 @@ OUTCOME_ERRORS = {
     "refused": "PermissionError",
     "denied": "PolicyError",
     "error": "ToolError",
+    "cancelled": "CancelledError",
 }
 """The error a cell shows for a call that did not do its work."""
 OUTCOME_WORDS = {
@@ -45,6 +46,7 @@ OUTCOME_WORDS = {
     "refused": "refused",
     "denied": "denied",
     "error": "error",
+    "cancelled": "cancelled",
 }
 _DATA_LINE = 76
 """Characters of base64 per line of a written file's source."""

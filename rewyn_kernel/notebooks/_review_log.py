@@ -11,6 +11,7 @@ the time each call started, so calls to sessions that ran at once read in the or
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -135,6 +136,8 @@ def steps_of(records: list[tuple[int, Record]]) -> list[Step]:
         if isinstance(record, ToolCall):
             wanted = record.execution_id
             event = events.get(wanted) if wanted and wanted not in claimed else None
+            if event is None and not wanted and record.outcome == "cancelled":
+                event = _interrupted_by(record, events.values(), claimed)
             if event is not None:
                 claimed.add(event.id)
             missing = bool(wanted) and event is None
@@ -143,6 +146,23 @@ def steps_of(records: list[tuple[int, Record]]) -> list[Step]:
         if isinstance(record, SandboxEvent) and record.id not in claimed:
             steps.append(Step(number, event=record, given=given.get(record.id)))
     return sorted(steps, key=lambda step: (step.started, step.line))
+
+
+def _interrupted_by(
+    call: ToolCall, events: Iterable[SandboxEvent], claimed: set[str]
+) -> SandboxEvent | None:
+    """The execution a cancelled call started (its result, with the execution's id, never
+    came): the first unclaimed one of the call's session that started while the call ran."""
+    begun, ended = _aware(call.started_at), _aware(call.finished_at)
+    for event in sorted(events, key=lambda event: _aware(event.started_at)):
+        if (
+            event.id not in claimed
+            and call.session_id is not None
+            and event.session_id == call.session_id
+            and begun <= _aware(event.started_at) <= ended
+        ):
+            return event
+    return None
 
 
 _MODELS: dict[str, type[SandboxEvent] | type[ToolCall] | type[ToolResult]] = {

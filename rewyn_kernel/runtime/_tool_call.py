@@ -52,12 +52,13 @@ _MARKER_CHARS = 64
 _DEPTH = 8
 _ITEMS = 100
 
-Outcome = Literal["ok", "error", "refused", "denied", "invalid_arguments"]
+Outcome = Literal["ok", "error", "refused", "denied", "invalid_arguments", "cancelled"]
 """How a call ended. ok: the tool did its work (code that raised still ran: its event says how
 it ended). error: the tool could not (no such file, no such session). refused: the tool would
 not touch that path (outside the folder, a link, a protected path). denied: the permission
 policy, or the person asked, said no. invalid_arguments: the arguments did not validate, so
-nothing ran."""
+nothing ran. cancelled: the client cancelled the call before its result (the code it had
+started was interrupted: its event says how it ended)."""
 
 
 def _b64(data: str, what: str) -> bytes:
