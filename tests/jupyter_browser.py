@@ -81,6 +81,24 @@ def free_port() -> int:
         return port
 
 
+COLLABORATION_EXTENSIONS = ("@jupyter/collaboration-extension", "@jupyter/docprovider-extension")
+"""jupyter-collaboration's frontend extensions (installed with the tests for the live notebook)."""
+
+
+def without_collaboration(config_dir: Path) -> None:
+    """Turn jupyter-collaboration's frontend extensions off in the pages of a server whose
+    config is in ``config_dir`` (other disabled extensions kept): with real-time collaboration
+    off the pages are a plain JupyterLab's and Notebook 7's (in Notebook 7 one of its plugins
+    fails to start: it asks for a status bar that Notebook 7 does not have)."""
+    path = config_dir / "labconfig" / "page_config.json"
+    config: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    disabled = config.setdefault("disabledExtensions", {})
+    for name in COLLABORATION_EXTENSIONS:
+        disabled.setdefault(name, True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config))
+
+
 @contextmanager
 def jupyter_server(
     root: Path,
@@ -101,6 +119,8 @@ def jupyter_server(
     token = secrets.token_hex(16)
     port = free_port()
     runtime_dir = work / "runtime"
+    if not collaboration:
+        without_collaboration(work / "config")
     env = {
         **os.environ,
         "JUPYTER_PATH": str(jupyter_path),

@@ -540,9 +540,41 @@ def test_a_call_the_agent_cancels_interrupts_its_cell_and_keeps_the_state(
     calls = [json.loads(line) for line in canceller.run_log.read_text().splitlines()]
     (call,) = [c for c in calls if c["outcome"] == "cancelled"]
     assert call["tool"] == "run_python"
-    saved = json.loads((server.root / "cancel.ipynb").read_text())
+    path = server.root / "cancel.ipynb"
+    wait_until(lambda: len(json.loads(path.read_text())["cells"]) == 3, 30, path.read_text)
+    saved = json.loads(path.read_text())
     assert saved["cells"][1]["id"] == cell["id"]
     assert saved["cells"][1]["metadata"]["rewyn_kernel"]["agent"]["call"] == call["id"]
+
+
+def test_a_call_queues_behind_a_busy_kernel_and_runs_after_it(
+    server: JupyterServer, work: Path
+) -> None:
+    write_notebook(server.root / "busy.ipynb", KERNEL, [("markdown", "# Agent at work")])
+    with (
+        agent(server, work, "first", "busy.ipynb") as first,
+        agent(server, work, "second", "busy.ipynb") as second,
+    ):
+        busy = first.call("run_python", {"code": "import time\nwhile True:\n    time.sleep(0.05)"})
+        wait_until(
+            lambda: len(structured(first.run("list_cells", {}))["cells"]) == 2,
+            60,
+            first.stderr,
+        )
+        # The second call checks the kernel (on its control channel) while the first runs, and
+        # queues its cell behind it.
+        queued = second.call("run_python", {"code": "print('second')"})
+        wait_until(
+            lambda: len(structured(first.run("list_cells", {}))["cells"]) == 3,
+            60,
+            second.stderr,
+        )
+        assert not busy.done()
+        assert not queued.done()
+        (session,) = [s for s in server.api("sessions") if s["path"] == "busy.ipynb"]
+        server.api(f"kernels/{session['kernel']['id']}/interrupt", method="POST")
+        assert structured(busy.result(60))["interrupted_by"] == "person"
+        assert structured(queued.result(60))["stdout"] == "second\n"
 
 
 def test_a_flood_of_output_is_bounded_in_the_notebook(server: JupyterServer, work: Path) -> None:

@@ -97,6 +97,13 @@ class Attachment:
                 name = notebook.kernel_name() or DEFAULT_KERNEL
                 session = await asyncio.to_thread(self.server.start_session, self.path, name)
             kernel_id = session["kernel"]["id"]
+            known = self.kernel
+            if known is not None and known.kernel_id == kernel_id and known.connected:
+                try:  # (both channels carry the kernel's words: it may have restarted)
+                    self.risk = _sandbox_risk(await asyncio.to_thread(known.probe))
+                except JupyterError:
+                    await asyncio.to_thread(known.close)
+                    self.kernel = None
             if (
                 self.kernel is None
                 or self.kernel.kernel_id != kernel_id
@@ -108,7 +115,7 @@ class Attachment:
                 kernel = LiveKernel(self.server, kernel_id, agent, asyncio.get_running_loop())
                 await asyncio.to_thread(kernel.connect)
                 try:
-                    self.risk = await asyncio.to_thread(_sandbox_risk, kernel)
+                    self.risk = _sandbox_risk(await asyncio.to_thread(kernel.probe))
                 except Exception:
                     await asyncio.to_thread(kernel.close)
                     raise
@@ -328,9 +335,9 @@ class Attachment:
         return None
 
 
-def _sandbox_risk(kernel: LiveKernel) -> KernelRisk:
-    """The kernel's risk as it reports it; JupyterError for a kernel that is not sandboxed."""
-    info = kernel.kernel_info()
+def _sandbox_risk(info: dict[str, Any]) -> KernelRisk:
+    """The kernel's risk as its kernel_info says; JupyterError for a kernel that is not
+    sandboxed."""
     if info.get("implementation") != SANDBOX_IMPLEMENTATION:
         raise JupyterError(
             f"the notebook's kernel is {info.get('implementation')!r}, not the sandbox kernel: "

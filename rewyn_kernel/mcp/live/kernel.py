@@ -1,10 +1,10 @@
 """The notebook's kernel, reached through the Jupyter server's websocket.
 
 ``LiveKernel`` owns one ``KernelWebSocketClient`` (jupyter_kernel_client: the server's kernel
-websocket protocol, maintained there) and two reader threads, one per channel it listens on
-(iopub, shell); each thread is the only reader of its channel's queue and hands every message to
-the event loop, where the execution it belongs to (by its parent's msg_id) takes it. Other
-clients' messages (the person's cells) arrive on the same iopub and are ignored, but for the
+websocket protocol, maintained there) and three reader threads, one per channel it listens on
+(iopub, shell, control); each thread is the only reader of its channel's queue and hands every
+message to the event loop, where the execution it belongs to (by its parent's msg_id) takes it.
+Other clients' messages (the person's cells) arrive on the same iopub and are ignored, but for the
 kernel's own states: a restart or death ends every execution waiting here.
 
 An execution ends when both its reply and its iopub ``idle`` have come (as nbclient waits), the
@@ -18,6 +18,7 @@ import contextlib
 import logging
 import queue
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 POLL = 0.25
 """Seconds a reader thread waits on its channel before it looks whether it should stop."""
 CONNECT_TIMEOUT = 15.0
+PROBE_EVERY = 0.5
+"""Seconds to wait for a probe's word on iopub before sending another."""
 
 
 class KernelLost(Exception):
@@ -53,6 +56,23 @@ class Running:
             self.done.set()
 
 
+class _Probe:
+    """A kernel_info request in flight: its reply (control), and any word of it on iopub."""
+
+    def __init__(self) -> None:
+        self.reply = threading.Event()
+        self.heard = threading.Event()
+        self.content: dict[str, Any] = {}
+
+    def hear(self, channel: str, msg: dict[str, Any]) -> None:
+        if channel == "control":
+            content = msg.get("content")
+            self.content = content if isinstance(content, dict) else {}
+            self.reply.set()
+        else:
+            self.heard.set()
+
+
 class LiveKernel:
     """One kernel of the Jupyter server, its executions matched to their messages."""
 
@@ -63,7 +83,7 @@ class LiveKernel:
         self.kernel_id = kernel_id
         self._loop = loop
         self._running: dict[str, Running] = {}
-        self._info_waiters: dict[str, Callable[[dict[str, Any]], None]] = {}
+        self._probes: dict[str, _Probe] = {}
         self._stop = threading.Event()
         endpoint = server.websocket_url(f"api/kernels/{urllib.parse.quote(kernel_id)}/channels")
         self._client = KernelWebSocketClient(
@@ -78,7 +98,7 @@ class LiveKernel:
 
     def connect(self) -> None:
         """Open the websocket and start the readers (blocking: call it off the loop)."""
-        self._client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+        self._client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=True)
         if not self._client.connection_ready.is_set():
             self._client.stop_channels()
             raise JupyterError(
@@ -87,6 +107,7 @@ class LiveKernel:
         for name, get in (
             ("iopub", self._client.get_iopub_msg),
             ("shell", self._client.get_shell_msg),
+            ("control", self._client.get_control_msg),
         ):
             thread = threading.Thread(
                 target=self._read, args=(name, get), name=f"rewyn-live-{name}", daemon=True
@@ -139,25 +160,32 @@ class LiveKernel:
     def forget(self, msg_id: str) -> None:
         self._running.pop(msg_id, None)
 
-    def kernel_info(self, timeout: float = CONNECT_TIMEOUT) -> dict[str, Any]:
-        """The kernel's kernel_info_reply content (blocking; before any execution)."""
-        done = threading.Event()
-        holder: dict[str, Any] = {}
-
-        def arrived(msg: dict[str, Any]) -> None:
-            holder.update(msg.get("content") or {})
-            done.set()
-
-        msg = self._client.session.msg("kernel_info_request", {})
-        msg_id: str = msg["header"]["msg_id"]
-        self._info_waiters[msg_id] = arrived
-        try:
-            self._client.shell_channel.send(msg)
-            if not done.wait(timeout):
-                raise JupyterError(f"the kernel did not answer kernel_info in {timeout:g} s")
-        finally:
-            self._info_waiters.pop(msg_id, None)
-        return holder
+    def probe(self, timeout: float = CONNECT_TIMEOUT) -> dict[str, Any]:
+        """The kernel's kernel_info_reply content, once its output channel is seen to carry
+        the kernel's words too (blocking). As the Jupyter server nudges a new websocket: a
+        kernel's output channel drops what it publishes before the server's subscription
+        takes (a kernel just restarted, say), so the request is sent again until its status
+        comes on iopub, and only then does an execution go. On the control channel: a kernel
+        busy with a cell (the person's) answers it at once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self._client.session.msg("kernel_info_request", {})
+            msg_id: str = msg["header"]["msg_id"]
+            probe = _Probe()
+            self._probes[msg_id] = probe
+            try:
+                self._client.control_channel.send(msg)
+                wait = min(PROBE_EVERY, max(deadline - time.monotonic(), 0.0))
+                if probe.heard.wait(wait) and probe.reply.wait(max(deadline - time.monotonic(), 0)):
+                    return probe.content
+            except Exception as exc:
+                raise JupyterError(f"the kernel could not be asked: {exc}") from None
+            finally:
+                self._probes.pop(msg_id, None)
+            if time.monotonic() >= deadline or not self.connected:
+                raise JupyterError(
+                    f"the notebook's kernel did not answer on both of its channels in {timeout:g} s"
+                )
 
     # -- the readers (threads) ----------------------------------------------------------------
 
@@ -177,8 +205,9 @@ class LiveKernel:
             if not isinstance(msg, dict):
                 continue
             parent = (msg.get("parent_header") or {}).get("msg_id")
-            if channel == "shell" and parent in self._info_waiters:
-                self._info_waiters[parent](msg)
+            probe = self._probes.get(parent) if isinstance(parent, str) else None
+            if probe is not None:
+                probe.hear(channel, msg)
                 continue
             with contextlib.suppress(RuntimeError):  # (the loop closed: nobody waits)
                 self._loop.call_soon_threadsafe(self._dispatch, channel, msg)
