@@ -97,13 +97,6 @@ class Attachment:
                 name = notebook.kernel_name() or DEFAULT_KERNEL
                 session = await asyncio.to_thread(self.server.start_session, self.path, name)
             kernel_id = session["kernel"]["id"]
-            known = self.kernel
-            if known is not None and known.kernel_id == kernel_id and known.connected:
-                try:  # (both channels carry the kernel's words: it may have restarted)
-                    self.risk = _sandbox_risk(await asyncio.to_thread(known.probe))
-                except JupyterError:
-                    await asyncio.to_thread(known.close)
-                    self.kernel = None
             if (
                 self.kernel is None
                 or self.kernel.kernel_id != kernel_id
@@ -173,12 +166,22 @@ class Attachment:
         by: Any = None
         if ending == "interrupted":
             by = "agent" if interrupted else "person"
+        if running.lost is not None or ending not in ("completed", "exception"):
+            # (Interrupted, crashed, timed out: the kernel may be restarting under it, and a
+            # new process's first words can miss this websocket. The next call reconnects.)
+            kernel.stale = True
         notebook.finished(cell_id, count)
         state: Any = "interrupted" if ending in ("interrupted", "lost") else "done"
         notebook.mark(cell_id, replace(mark, state=state), record)
         parts, images, left_out = read_outputs(outputs.kept, budget)
         message = _message(ending, by, running.lost, parts["error"])
         duration = record.get("duration_ms") if record else None
+        note = None
+        if running.new_process and not running.busy:
+            note = (
+                "the notebook's kernel restarted just before this call: the start of its "
+                "output may be missing from the result and the cell"
+            )
         return _output(
             ending=ending,
             message=message,
@@ -192,6 +195,7 @@ class Attachment:
             left_out=left_out,
             elapsed=time.monotonic() - started,
             record=record,
+            note=note,
         ), images
 
     def _background(self, work: Awaitable[Any]) -> None:
@@ -403,11 +407,14 @@ def _output(
     elapsed: float | None,
     record: dict[str, Any] | None,
     code: str | None = None,
+    note: str | None = None,
 ) -> LiveOutput:
     if duration is None and elapsed is not None:
         duration = round(elapsed * 1000, 1)
     ok = ending == "completed" and parts["error"] is None
-    note = f"{left_out} image(s) left out (too many, too big, or broken)" if left_out else None
+    if left_out:
+        images_note = f"{left_out} image(s) left out (too many, too big, or broken)"
+        note = f"{note}; {images_note}" if note else images_note
     return LiveOutput(
         ran=ending != "lost",
         ok=ok,

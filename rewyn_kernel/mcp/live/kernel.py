@@ -48,8 +48,13 @@ class Running:
     on_message: Callable[[dict[str, Any]], None]
     done: asyncio.Event = field(default_factory=asyncio.Event)
     reply: dict[str, Any] | None = None
+    busy: bool = False
+    """Its busy status came on iopub (the output channel carried its words from the start)."""
     idle: bool = False
     lost: str | None = None
+    new_process: bool = False
+    """Its reply came from a kernel process other than the one this client knew: the kernel
+    restarted before it ran."""
 
     def settle(self) -> None:
         if self.lost is not None or (self.reply is not None and self.idle):
@@ -63,9 +68,12 @@ class _Probe:
         self.reply = threading.Event()
         self.heard = threading.Event()
         self.content: dict[str, Any] = {}
+        self.process: Any = None
+        """The session id the kernel's messages carry: one per kernel process."""
 
     def hear(self, channel: str, msg: dict[str, Any]) -> None:
         if channel == "control":
+            self.process = (msg.get("header") or {}).get("session")
             content = msg.get("content")
             self.content = content if isinstance(content, dict) else {}
             self.reply.set()
@@ -84,6 +92,9 @@ class LiveKernel:
         self._loop = loop
         self._running: dict[str, Running] = {}
         self._probes: dict[str, _Probe] = {}
+        self.process: str | None = None
+        """The kernel process's session id (its messages carry it): a new one, a restart."""
+        self.stale = False
         self._stop = threading.Event()
         endpoint = server.websocket_url(f"api/kernels/{urllib.parse.quote(kernel_id)}/channels")
         self._client = KernelWebSocketClient(
@@ -117,7 +128,11 @@ class LiveKernel:
 
     @property
     def connected(self) -> bool:
-        return self._client.connection_ready.is_set() and not self._stop.is_set()
+        """Open, and with no sign that the kernel restarted under it (after a restart the
+        server's subscription to the new process's output may have missed its first words,
+        so the next call opens a new websocket, whose output channel the server checks, as
+        JupyterLab reconnects after a restart)."""
+        return self._client.connection_ready.is_set() and not self._stop.is_set() and not self.stale
 
     def close(self) -> None:
         """Stop the readers, then the websocket (blocking). Executions still waiting end as
@@ -160,13 +175,15 @@ class LiveKernel:
     def forget(self, msg_id: str) -> None:
         self._running.pop(msg_id, None)
 
-    def probe(self, timeout: float = CONNECT_TIMEOUT) -> dict[str, Any]:
+    def probe(self, timeout: float = CONNECT_TIMEOUT, *, reply: bool = True) -> dict[str, Any]:
         """The kernel's kernel_info_reply content, once its output channel is seen to carry
         the kernel's words too (blocking). As the Jupyter server nudges a new websocket: a
         kernel's output channel drops what it publishes before the server's subscription
         takes (a kernel just restarted, say), so the request is sent again until its status
         comes on iopub, and only then does an execution go. On the control channel: a kernel
-        busy with a cell (the person's) answers it at once."""
+        busy with a cell (the person's) answers it at once. Without ``reply``, the word on
+        iopub (the kernel's busy status, a few ms) is enough, and the content is empty (the
+        sandbox kernel's reply itself takes some 40 ms)."""
         deadline = time.monotonic() + timeout
         while True:
             msg = self._client.session.msg("kernel_info_request", {})
@@ -176,7 +193,11 @@ class LiveKernel:
             try:
                 self._client.control_channel.send(msg)
                 wait = min(PROBE_EVERY, max(deadline - time.monotonic(), 0.0))
-                if probe.heard.wait(wait) and probe.reply.wait(max(deadline - time.monotonic(), 0)):
+                if probe.heard.wait(wait) and (
+                    not reply or probe.reply.wait(max(deadline - time.monotonic(), 0))
+                ):
+                    if isinstance(probe.process, str):
+                        self.process = probe.process
                     return probe.content
             except Exception as exc:
                 raise JupyterError(f"the kernel could not be asked: {exc}") from None
@@ -224,6 +245,7 @@ class LiveKernel:
             # (restarting, dead: the server's word on a kernel it lost; starting: the first
             # word of a new kernel process, as after a restart the person asked for)
             if state in ("restarting", "dead", "starting"):
+                self.stale = True
                 self._lose_all(f"the kernel {'died' if state == 'dead' else 'restarted'}")
                 return
         running = self._running.get(parent) if isinstance(parent, str) else None
@@ -231,10 +253,17 @@ class LiveKernel:
             return
         if channel == "shell":
             if kind == "execute_reply":
+                process = header.get("session")
+                if isinstance(process, str) and self.process not in (None, process):
+                    running.new_process = True
+                    self.stale = True  # (the websocket heard a kernel that is gone: reopen)
+                self.process = process if isinstance(process, str) else self.process
                 running.reply = msg
                 running.settle()
             return
         if kind == "status":
+            if content.get("execution_state") == "busy":
+                running.busy = True
             if content.get("execution_state") == "idle":
                 running.idle = True
                 running.settle()
