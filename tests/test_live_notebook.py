@@ -210,6 +210,10 @@ def test_agent_cells_appear_live_share_state_and_the_person_interrupts(
         assert not call.done(), "the call ended before the person interrupted it"
         (cell,) = agent_cells(page, "agent-one")
         assert cell["source"].startswith("# marker-one")
+        shown = banner(page, cell["id"])  # (the extension marks the agent's cell in the page)
+        shown.wait_for(timeout=30_000)
+        assert shown.get_attribute("data-agent") == "agent-one"
+        assert "agent-one" in shown.inner_text()
         assert output_text(cell) == "from the person\nstarted\n"
         assert cell["agent"]["state"] == "running"
         shown = page.evaluate("() => window.rewynSeen['marker-one']")
