@@ -127,6 +127,16 @@ def agent(server: JupyterServer, work: Path, name: str, notebook: str, *extra: s
     return Agent(name, server.url, server.token, notebook, work, *extra)
 
 
+def on_disk(path: Path) -> dict[str, Any]:
+    """The notebook as the server last saved it (no cells while a save is half written: the
+    server writes the file in place)."""
+    try:
+        notebook: dict[str, Any] = json.loads(path.read_text())
+    except ValueError:
+        return {"cells": []}
+    return notebook
+
+
 def cells(page: Page) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = page.evaluate(_CELLS)
     return found
@@ -338,13 +348,17 @@ def test_approve_edit_and_reject_from_the_browser(
     # The server saved the shared notebook; its review says what the person did.
     saved = server.root / "approve.ipynb"
 
+    copy = work / "approve-saved.ipynb"  # (as read whole: the server may save again meanwhile)
+
     def saved_states() -> list[str]:
-        notebook = json.loads(saved.read_text())
-        return [
+        notebook = on_disk(saved)
+        states = [
             cell["metadata"]["rewyn_kernel"]["agent"]["state"]
             for cell in notebook["cells"]
             if "agent" in cell["metadata"].get("rewyn_kernel", {})
         ]
+        copy.write_text(json.dumps(notebook))
+        return states
 
     wait_until(lambda: saved_states() == ["approved", "edited", "rejected"], 30, saved.read_text)
     done = subprocess.run(
@@ -353,7 +367,7 @@ def test_approve_edit_and_reject_from_the_browser(
             "-m",
             "rewyn_kernel.cli",
             "review",
-            str(saved),
+            str(copy),
             "-o",
             str(work / "r.ipynb"),
         ],
@@ -556,8 +570,8 @@ def test_a_call_the_agent_cancels_interrupts_its_cell_and_keeps_the_state(
     (call,) = [c for c in calls if c["outcome"] == "cancelled"]
     assert call["tool"] == "run_python"
     path = server.root / "cancel.ipynb"
-    wait_until(lambda: len(json.loads(path.read_text())["cells"]) == 3, 30, path.read_text)
-    saved = json.loads(path.read_text())
+    wait_until(lambda: len(on_disk(path)["cells"]) == 3, 30, path.read_text)
+    saved = on_disk(path)
     assert saved["cells"][1]["id"] == cell["id"]
     assert saved["cells"][1]["metadata"]["rewyn_kernel"]["agent"]["call"] == call["id"]
 

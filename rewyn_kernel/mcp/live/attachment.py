@@ -64,11 +64,15 @@ class Attachment:
         self.risk: KernelRisk | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._retired: list[LiveKernel] = []
+        """Kernel connections a newer one replaced (each closes itself when its calls end)."""
 
     async def close(self) -> None:
         kernel, self.kernel = self.kernel, None
-        if kernel is not None:
-            await asyncio.to_thread(kernel.close)
+        kernels = [*self._retired, *([kernel] if kernel is not None else [])]
+        self._retired.clear()
+        for each in kernels:
+            await asyncio.to_thread(each.close)
         notebook, self.notebook = self.notebook, None
         if notebook is not None:
             await notebook.close()
@@ -103,8 +107,10 @@ class Attachment:
                 or not self.kernel.connected
             ):
                 old, self.kernel = self.kernel, None
-                if old is not None:
-                    await asyncio.to_thread(old.close)
+                self._retired = [each for each in self._retired if not each.closed]
+                if old is not None:  # (it closes once the calls it carries have ended)
+                    old.retire()
+                    self._retired.append(old)
                 kernel = LiveKernel(self.server, kernel_id, agent, asyncio.get_running_loop())
                 await asyncio.to_thread(kernel.connect)
                 try:

@@ -95,6 +95,8 @@ class LiveKernel:
         self.process: str | None = None
         """The kernel process's session id (its messages carry it): a new one, a restart."""
         self.stale = False
+        self.closed = False
+        self._retiring = False
         self._stop = threading.Event()
         endpoint = server.websocket_url(f"api/kernels/{urllib.parse.quote(kernel_id)}/channels")
         self._client = KernelWebSocketClient(
@@ -141,6 +143,7 @@ class LiveKernel:
         for thread in self._threads:
             thread.join(POLL * 4)
         self._client.stop_channels()
+        self.closed = True
         with contextlib.suppress(RuntimeError):  # (the loop closed first: nobody waits)
             self._loop.call_soon_threadsafe(self._lose_all, "the attachment closed")
 
@@ -173,7 +176,22 @@ class LiveKernel:
         return msg_id, running
 
     def forget(self, msg_id: str) -> None:
+        """The execution ``msg_id`` is over for its caller (on the loop)."""
         self._running.pop(msg_id, None)
+        if self._retiring and not self._running:
+            self._close_later()
+
+    def retire(self) -> None:
+        """No new execution goes here (a newer websocket took over); this one closes once the
+        executions it carries have ended (on the loop)."""
+        self._retiring = True
+        if not self._running:
+            self._close_later()
+
+    def _close_later(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()  # (closing: not connected from now on)
+            threading.Thread(target=self.close, name="rewyn-live-close", daemon=True).start()
 
     def probe(self, timeout: float = CONNECT_TIMEOUT, *, reply: bool = True) -> dict[str, Any]:
         """The kernel's kernel_info_reply content, once its output channel is seen to carry
@@ -242,11 +260,16 @@ class LiveKernel:
         parent = (msg.get("parent_header") or {}).get("msg_id")
         if channel == "iopub" and kind == "status":
             state = content.get("execution_state")
-            # (restarting, dead: the server's word on a kernel it lost; starting: the first
-            # word of a new kernel process, as after a restart the person asked for)
-            if state in ("restarting", "dead", "starting"):
+            # (restarting, dead: the server's word on a kernel it lost: what it ran is gone.
+            # starting: the first word of a new kernel process, as after a restart the person
+            # asked for; a request sent to it will be answered, one the old process took was
+            # lost with it, which the attachment's watch finds: the kernel idle, no reply.)
+            if state in ("restarting", "dead"):
                 self.stale = True
                 self._lose_all(f"the kernel {'died' if state == 'dead' else 'restarted'}")
+                return
+            if state == "starting":
+                self.stale = True
                 return
         running = self._running.get(parent) if isinstance(parent, str) else None
         if running is None:
