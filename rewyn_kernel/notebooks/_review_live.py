@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rewyn_kernel.kernel.record import METADATA_KEY
-from rewyn_kernel.notebooks.agent_cells import AgentMark, agent_mark, record_of
+from rewyn_kernel.notebooks.agent_cells import AgentMark, agent_mark, record_of, source_of
 
 MAX_NOTEBOOK_BYTES = 256 * 1024 * 1024
 MAX_SHOWN = 300
@@ -59,13 +59,6 @@ def fenced(code: str, language: str = "") -> str:
     longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{language}\n{code}\n{fence}"
-
-
-def _source(cell: dict[str, Any]) -> str:
-    source = cell.get("source")
-    if isinstance(source, list):
-        return "".join(part for part in source if isinstance(part, str))
-    return source if isinstance(source, str) else ""
 
 
 def read_notebook(path: Path) -> dict[str, Any]:
@@ -144,7 +137,7 @@ def review_live(source: Path, output: Path) -> tuple[dict[str, Any], list[str]]:
             authors[f"agent {mark.name}"] += 1
             states[mark.state] += 1
             who, what = f"agent {plain(mark.name, 100)}", plain(WHAT.get(mark.state, mark.state))
-            cells.append(_note_cell(_about(mark, _source(cell), ending), index + 1))
+            cells.append(_note_cell(_about(mark, source_of(cell), ending), index + 1))
         kind = plain(str(cell.get("cell_type", "?")), 16)
         rows.append(f"| {index} | {kind} | {who} | {what} | {plain(ending or '')} |")
         cells.append(copy.deepcopy(cell))

@@ -105,6 +105,14 @@ def record_of(metadata: Any) -> dict[str, Any] | None:
     return None
 
 
+def source_of(cell: dict[str, Any]) -> str:
+    """A cell's source as one string (nbformat may keep it as a list of lines)."""
+    source = cell.get("source")
+    if isinstance(source, list):
+        return "".join(part for part in source if isinstance(part, str))
+    return source if isinstance(source, str) else ""
+
+
 def author(metadata: Any) -> str:
     """Who wrote a cell, in words: "agent NAME", or "person"."""
     mark = agent_mark(metadata)

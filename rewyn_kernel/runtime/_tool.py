@@ -424,6 +424,13 @@ def _shorten(text: str, limit: int, written_bytes: int | None) -> tuple[str, dic
     return _clean(head + marker + tail), cut
 
 
+def shorten(text: str, limit: int) -> tuple[str, int]:
+    """``text`` within ``limit`` characters, head and tail around a marker that says how many
+    were left out (the model's results' rule), and that number (0: whole)."""
+    shown, cut = _shorten(text, limit, None)
+    return shown, cut.get("omitted_chars", 0)
+
+
 def _clean(text: str) -> str:
     # Lone surrogates (possible in rich output) cannot be encoded as UTF-8 JSON.
     return text.encode("utf-8", "replace").decode("utf-8")

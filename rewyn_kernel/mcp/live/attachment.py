@@ -23,7 +23,13 @@ from rewyn_kernel.mcp.live.jupyter import JupyterError, JupyterServer
 from rewyn_kernel.mcp.live.kernel import KernelLost, LiveKernel, Running
 from rewyn_kernel.mcp.live.outcome import CellRef, LiveOutput, read_outputs
 from rewyn_kernel.mcp.results import ErrorOut
-from rewyn_kernel.notebooks.agent_cells import AgentMark, agent_mark, count_of, record_of
+from rewyn_kernel.notebooks.agent_cells import (
+    AgentMark,
+    agent_mark,
+    count_of,
+    record_of,
+    source_of,
+)
 from rewyn_kernel.tools import RiskLevel
 
 logger = logging.getLogger(__name__)
@@ -158,14 +164,13 @@ class Attachment:
             # again. The cell says so at once; the interrupt goes out on a task of its own.)
             notebook.finished(cell_id, None)
             notebook.mark(cell_id, replace(mark, state="interrupted"))
-            kernel.forget(msg_id)
             self._background(asyncio.to_thread(self.server.interrupt, kernel.kernel_id))
             raise
         finally:
             kernel.forget(msg_id)
         reply = running.reply or {}
         content = reply.get("content") or {}
-        record = _record(reply)
+        record = record_of(reply.get("metadata"))
         count = content.get("execution_count")
         count = count if isinstance(count, int) else None
         ending = _ending(content, record, running.lost)
@@ -181,7 +186,6 @@ class Attachment:
         notebook.mark(cell_id, replace(mark, state=state), record)
         parts, images, left_out = read_outputs(outputs.kept, budget)
         message = _message(ending, by, running.lost, parts["error"])
-        duration = record.get("duration_ms") if record else None
         note = None
         if running.new_process and not running.busy:
             note = (
@@ -195,12 +199,11 @@ class Attachment:
             approval="not asked",
             cell=self._ref(notebook, cell_id),
             count=count,
-            duration=duration if isinstance(duration, int | float) else None,
+            record=record,
             parts=parts,
             images=len(images),
             left_out=left_out,
             elapsed=time.monotonic() - started,
-            record=record,
             note=note,
         ), images
 
@@ -251,7 +254,6 @@ class Attachment:
         cell_id = notebook.add_cell(code, mark)
         deadline = time.monotonic() + self.approval_timeout
         while True:
-            notebook.changed.clear()
             cell = notebook.cell(cell_id)
             if cell is None:
                 return self._refused("rejected", "the person deleted the cell", None), []
@@ -286,14 +288,11 @@ class Attachment:
         while cell.get("execution_state") == "running" and time.monotonic() < settle:
             await notebook.wait_for_change(settle - time.monotonic())
             cell = notebook.cell(cell_id) or cell
-        source = cell.get("source")
-        source = source if isinstance(source, str) else "".join(source or [])
+        source = source_of(cell)
         edited = source != code
         notebook.mark(cell_id, replace(mark, state="edited" if edited else "approved"), record)
         parts, images, left_out = read_outputs(cell.get("outputs"), budget)
         ending = str(record.get("ending") or "completed")
-        count = count_of(cell)
-        duration = record.get("duration_ms")
         return _output(
             ending=ending,
             message=_message(
@@ -302,13 +301,12 @@ class Attachment:
             by="person" if ending == "interrupted" else None,
             approval="edited" if edited else "approved",
             cell=self._ref(notebook, cell_id),
-            count=count,
-            duration=duration if isinstance(duration, int | float) else None,
+            count=count_of(cell),
+            record=record,
             parts=parts,
             images=len(images),
             left_out=left_out,
             elapsed=None,
-            record=record,
             code=source if edited else None,
         ), images
 
@@ -367,11 +365,6 @@ def _sandbox_risk(info: dict[str, Any]) -> KernelRisk:
     return KernelRisk(level, words[:20])
 
 
-def _record(reply: dict[str, Any]) -> dict[str, Any] | None:
-    holder = (reply.get("metadata") or {}).get(METADATA_KEY)
-    return record_of({METADATA_KEY: holder}) if isinstance(holder, dict) else None
-
-
 def _ending(content: dict[str, Any], record: dict[str, Any] | None, lost: str | None) -> str:
     if record is not None and isinstance(record.get("ending"), str):
         return str(record["ending"])[:40]
@@ -406,17 +399,18 @@ def _output(
     approval: Any,
     cell: CellRef | None,
     count: int | None,
-    duration: float | None,
+    record: dict[str, Any] | None,
     parts: dict[str, Any],
     images: int,
     left_out: int,
     elapsed: float | None,
-    record: dict[str, Any] | None,
     code: str | None = None,
     note: str | None = None,
 ) -> LiveOutput:
-    if duration is None and elapsed is not None:
-        duration = round(elapsed * 1000, 1)
+    """The result; its duration the record's, else the call's (``elapsed`` seconds)."""
+    duration = record.get("duration_ms") if record else None
+    if not isinstance(duration, int | float) or isinstance(duration, bool):
+        duration = round(elapsed * 1000, 1) if elapsed is not None else None
     ok = ending == "completed" and parts["error"] is None
     if left_out:
         images_note = f"{left_out} image(s) left out (too many, too big, or broken)"

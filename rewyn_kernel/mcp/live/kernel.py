@@ -193,15 +193,13 @@ class LiveKernel:
             self._stop.set()  # (closing: not connected from now on)
             threading.Thread(target=self.close, name="rewyn-live-close", daemon=True).start()
 
-    def probe(self, timeout: float = CONNECT_TIMEOUT, *, reply: bool = True) -> dict[str, Any]:
+    def probe(self, timeout: float = CONNECT_TIMEOUT) -> dict[str, Any]:
         """The kernel's kernel_info_reply content, once its output channel is seen to carry
         the kernel's words too (blocking). As the Jupyter server nudges a new websocket: a
         kernel's output channel drops what it publishes before the server's subscription
         takes (a kernel just restarted, say), so the request is sent again until its status
         comes on iopub, and only then does an execution go. On the control channel: a kernel
-        busy with a cell (the person's) answers it at once. Without ``reply``, the word on
-        iopub (the kernel's busy status, a few ms) is enough, and the content is empty (the
-        sandbox kernel's reply itself takes some 40 ms)."""
+        busy with a cell (the person's) answers it at once."""
         deadline = time.monotonic() + timeout
         while True:
             msg = self._client.session.msg("kernel_info_request", {})
@@ -211,9 +209,7 @@ class LiveKernel:
             try:
                 self._client.control_channel.send(msg)
                 wait = min(PROBE_EVERY, max(deadline - time.monotonic(), 0.0))
-                if probe.heard.wait(wait) and (
-                    not reply or probe.reply.wait(max(deadline - time.monotonic(), 0))
-                ):
+                if probe.heard.wait(wait) and probe.reply.wait(max(deadline - time.monotonic(), 0)):
                     if isinstance(probe.process, str):
                         self.process = probe.process
                     return probe.content

@@ -20,6 +20,7 @@ from rewyn_kernel.mcp.results import (
     checked_image,
     output_parts,
 )
+from rewyn_kernel.runtime.tool import shorten
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 Approval = Literal["not asked", "approved", "edited", "rejected", "expired"]
@@ -67,16 +68,6 @@ def _text(value: Any) -> str:
     if isinstance(value, list):
         return "".join(part for part in value if isinstance(part, str))
     return value if isinstance(value, str) else ""
-
-
-def shorten(text: str, limit: int) -> tuple[str, int]:
-    """``text`` within ``limit`` characters (head and tail kept), and how many were left out."""
-    if len(text) <= limit:
-        return text, 0
-    head = limit * 2 // 3
-    tail = limit - head
-    left = len(text) - head - tail
-    return f"{text[:head]}\n[... {left:,} characters left out ...]\n{text[-tail:]}", left
 
 
 def read_outputs(outputs: Any, budget: int) -> tuple[dict[str, Any], list[tuple[str, str]], int]:

@@ -15,10 +15,18 @@ from pydantic import BaseModel, Field
 
 from rewyn_kernel.mcp.live.attachment import Attachment
 from rewyn_kernel.mcp.live.jupyter import JupyterError
-from rewyn_kernel.mcp.live.outcome import LiveOutput, as_text, read_outputs, shorten
+from rewyn_kernel.mcp.live.outcome import LiveOutput, as_text, read_outputs
 from rewyn_kernel.mcp.record import BadArguments, Denied, notes
 from rewyn_kernel.mcp.run_tool import MAX_CODE_CHARS, PROGRESS_EVERY
-from rewyn_kernel.notebooks.agent_cells import agent_mark, author, clip, count_of, record_of
+from rewyn_kernel.notebooks.agent_cells import (
+    agent_mark,
+    author,
+    clip,
+    count_of,
+    record_of,
+    source_of,
+)
+from rewyn_kernel.runtime.tool import shorten
 from rewyn_kernel.tools import MaxRiskLevel, Tool
 
 MAX_LISTED_CELLS = 200
@@ -176,7 +184,7 @@ def add_live_tools(
             metadata = cell.get("metadata")
             mark = agent_mark(metadata)
             record = record_of(metadata)
-            source = _source(cell)
+            source = source_of(cell)
             listed.append(
                 CellSummary(
                     index=index,
@@ -210,7 +218,7 @@ def add_live_tools(
         metadata = cell.get("metadata")
         mark = agent_mark(metadata)
         parts, _, _ = read_outputs(cell.get("outputs"), budget)
-        source, cut = shorten(_source(cell), MAX_SOURCE_CHARS)
+        source, cut = shorten(source_of(cell), MAX_SOURCE_CHARS)
         truncated = dict(parts["truncated"])
         if cut:
             truncated["source"] = cut
@@ -237,13 +245,6 @@ async def _notebook(attachment: Attachment, ctx: Context) -> Any:
     except JupyterError as exc:
         raise BadArguments(str(exc)) from None
     return notebook
-
-
-def _source(cell: dict[str, Any]) -> str:
-    source = cell.get("source")
-    if isinstance(source, list):
-        return "".join(part for part in source if isinstance(part, str))
-    return source if isinstance(source, str) else ""
 
 
 def _record_id(attachment: Attachment, out: LiveOutput) -> str | None:
