@@ -18,6 +18,7 @@ from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.providers import registry
 from rewyn_kernel.runtime.providers.bubblewrap import probe_bubblewrap
+from rewyn_kernel.runtime.providers.landlock import LandlockProvider, probe_landlock
 from rewyn_kernel.runtime.sandbox import (
     BubblewrapProvider,
     Sandbox,
@@ -25,7 +26,7 @@ from rewyn_kernel.runtime.sandbox import (
     SubprocessProvider,
 )
 
-PROVIDERS = ("subprocess", "bubblewrap", "docker", "docker+runsc", "podman")
+PROVIDERS = ("subprocess", "bubblewrap", "landlock", "docker", "docker+runsc", "podman")
 """The built-in providers (containers use TEST_IMAGE)."""
 SHARED = (*PROVIDERS, "relay")
 """What the shared behaviour tests (those that name no providers) run against: the built-in
@@ -45,7 +46,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def build_provider(kind: str) -> SandboxProvider:
-    """The provider a test kind names: 'subprocess', 'bubblewrap', 'docker', 'docker+runsc',
+    """The provider a test kind names: 'subprocess', 'bubblewrap', 'landlock', 'docker', 'docker+runsc',
     'podman', 'docker+volume' (its scratch a volume of the engine), or 'relay' (registered by
     entry point)."""
     if kind == "relay":
@@ -59,6 +60,8 @@ def build_provider(kind: str) -> SandboxProvider:
         return SubprocessProvider()
     if kind == "bubblewrap":
         return BubblewrapProvider()
+    if kind == "landlock":
+        return LandlockProvider()
     cli, *options = kind.split("+")
     scratch: Literal["host", "volume"] = "volume" if "volume" in options else "host"
     oci = next((option for option in options if option != "volume"), "")
@@ -91,7 +94,9 @@ def provider(request: pytest.FixtureRequest) -> SandboxProvider:
     kind: str = request.param
     if kind == "bubblewrap" and not (found := probe_bubblewrap()).works:
         unavailable(f"bubblewrap is not usable here ({found.detail}); apt-get install bubblewrap")
-    local = ("subprocess", "bubblewrap", "relay")
+    if kind == "landlock" and not (support := probe_landlock()).works:
+        unavailable(f"landlock is not usable here ({support.detail})")
+    local = ("subprocess", "bubblewrap", "landlock", "relay")
     if kind not in local and (problem := engine_problem(kind)) is not None:
         unavailable(f"{kind} is not usable here ({problem}); run scripts/container-engines.sh")
     return build_provider(kind)

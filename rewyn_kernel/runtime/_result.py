@@ -92,11 +92,13 @@ class Isolation(_Model):
         default=None,
         description="How the scratch quota is enforced, or why it is not; None: none asked.",
     )
-    workspace: Literal["versioned", "direct"] | None = Field(
+    workspace: Literal["versioned", "direct", "read_only"] | None = Field(
         default=None,
         description="versioned: the code works in a view of the workspace whose writes are "
         "published after each execution, the versions they replace kept; direct: it changes "
-        "the workspace's files itself, and nothing it replaces is kept; None: no workspace.",
+        "the workspace's files itself, and nothing it replaces is kept; read_only: it reads the "
+        "workspace's files but cannot change them (no view can be had: the landlock provider); "
+        "None: no workspace.",
     )
     pids: str | None = Field(
         default=None, description="How the number of processes is bounded; None: not at all."

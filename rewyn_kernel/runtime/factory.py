@@ -15,6 +15,7 @@ from rewyn_kernel.runtime.host.base import Sandbox, open_sandbox
 from rewyn_kernel.runtime.host.session import UNSET
 from rewyn_kernel.runtime.providers.base import SandboxProvider
 from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider, probe_bubblewrap
+from rewyn_kernel.runtime.providers.landlock import LandlockProvider
 from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider
 
 _default: SandboxProvider | None = None
@@ -23,12 +24,18 @@ _default_lock = threading.Lock()
 
 def local_provider() -> SandboxProvider:
     """The best provider this machine has without an engine: bubblewrap where it starts a
-    sandbox here (the host's files out of reach), else the subprocess provider, whose
-    isolation notes, ``rewyn-kernel doctor`` and the kernel's banner then say why."""
+    sandbox here (every namespace); else the landlock one where the kernel has Landlock (no
+    namespace needed: stock Ubuntu 24.04, a container's default seccomp profile); else the
+    subprocess provider, whose isolation notes, ``rewyn-kernel doctor`` and the kernel's
+    banner then say why (and which refuses ``network="none"`` where it cannot keep it)."""
     found = probe_bubblewrap()
     if found.works:
         return BubblewrapProvider()
-    return SubprocessProvider(instead_of_bubblewrap=found.detail)
+    fallback = LandlockProvider()
+    if fallback.available:
+        return fallback
+    why = f"{found.detail}; nor the landlock one ({fallback.probe().detail})"
+    return SubprocessProvider(instead_of_bubblewrap=why)
 
 
 def set_default_provider(provider: SandboxProvider | None) -> None:
@@ -43,7 +50,7 @@ def set_default_provider(provider: SandboxProvider | None) -> None:
 
 def get_default_provider() -> SandboxProvider:
     """Return the default provider: the one set with ``set_default_provider``, else
-    ``local_provider()`` (bubblewrap where it works, else subprocess)."""
+    ``local_provider()`` (bubblewrap where it works, else landlock, else subprocess)."""
     global _default
     with _default_lock:
         if _default is None:

@@ -287,6 +287,7 @@ WORKER_MODULES = (
     "__init__",
     "wire",
     "system",
+    "landlock",
     "namespaces",
     "mounts",
     "residue",

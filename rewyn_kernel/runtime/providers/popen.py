@@ -14,7 +14,7 @@ from typing import TypedDict
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.providers.base import ExitInfo
 from rewyn_kernel.runtime.providers.local.cgroup import WorkerCgroup, move_tree
-from rewyn_kernel.runtime.worker.config import Egress, WorkspaceSetting
+from rewyn_kernel.runtime.worker.config import Clean, Egress, WorkspaceSetting
 
 
 class LaunchSettings(TypedDict, total=False):
@@ -24,6 +24,7 @@ class LaunchSettings(TypedDict, total=False):
     workspace: WorkspaceSetting
     binds: tuple[tuple[str, str], ...]
     cgroup_gate: int
+    clean: Clean
 
 
 class PopenWorker:

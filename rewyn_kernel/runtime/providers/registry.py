@@ -7,7 +7,7 @@ jupyter_client's kernel provisioners are::
     [project.entry-points."rewyn_kernel.providers"]
     mine = "my_package.provider:MyProvider"
 
-The built-in ones (``bubblewrap``, ``subprocess``, ``container``) are registered the same way in
+The built-in ones (``bubblewrap``, ``landlock``, ``subprocess``, ``container``) are registered the same way in
 rewyn-kernel's own ``pyproject.toml``. The kernel's ``provider`` setting, ``rewyn-kernel
 doctor`` and ``review`` learn the names from here. A package cannot take a built-in's name (its
 entry is refused, with a note in ``problems()``), and ``auto`` is no provider's name: it means
@@ -32,6 +32,7 @@ AUTO = "auto"
 """Not a provider: the best one this machine has without an engine."""
 BUILTIN: Mapping[str, str] = {
     "bubblewrap": "rewyn_kernel.runtime.providers.bubblewrap:BubblewrapProvider",
+    "landlock": "rewyn_kernel.runtime.providers.landlock:LandlockProvider",
     "subprocess": "rewyn_kernel.runtime.providers.subprocess:SubprocessProvider",
     "container": "rewyn_kernel.runtime.providers.container:ContainerProvider",
 }

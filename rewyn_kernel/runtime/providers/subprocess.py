@@ -5,6 +5,11 @@ network namespaces, so the network cut is enforced, ``/proc`` shows only the san
 processes, and killing the namespace's first process takes every descendant with it, including
 one that called ``setsid()``. Where namespaces are unavailable it falls back to a plain process
 group and says so in ``Isolation.notes``; it never claims a protection it did not apply.
+
+``network="none"`` holds on either path: without a network namespace the seccomp filter refuses
+every new socket (``seccomp.build(sockets=False)``), and where no filter can be loaded either,
+the sandbox does not start unless ``allow_unenforced_network=True`` says that may be given up.
+An allow-list needs the network namespace its proxy's relay lives in: without one it is refused.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ _FILESYSTEM = (
 )
 
 
+NO_ALLOW_LIST = (
+    "network=[...] is refused: with no network namespace, nothing keeps the code to the proxy"
+)
 DAEMON_DIRS = ("/run", "/var/run", "/sys/fs/cgroup")
 """Where daemons keep their sockets (docker, containerd, podman, D-Bus, systemd, a user's
 ``/run/user/UID``), and the cgroup files (the code could lift its own memory cap there): covered
@@ -211,15 +219,20 @@ class SubprocessProvider:
         *,
         namespaces: bool = True,
         instead_of_bubblewrap: str | None = None,
+        allow_unenforced_network: bool = False,
     ) -> None:
         """``python``: interpreter for the worker (default ``sys.executable``; resolved by
         ``local_python``, as is a spec's ``python``).
         ``namespaces=False`` turns off Linux namespaces (the isolation report says so).
         ``instead_of_bubblewrap``: why this provider stands in for the bubblewrap one (the
-        local default), said in every sandbox's isolation notes."""
+        local default), said in every sandbox's isolation notes.
+        ``allow_unenforced_network=True``: where neither a network namespace nor the seccomp
+        filter can be had, run ``network="none"`` code anyway, with the host's network (the
+        isolation says ``not_isolated``); by default such a sandbox does not start."""
         self.python = local_python(python)
         self.use_namespaces = namespaces
         self.instead_of_bubblewrap = instead_of_bubblewrap
+        self.allow_unenforced_network = allow_unenforced_network
 
     @property
     def available(self) -> bool:
@@ -276,6 +289,8 @@ class SubprocessProvider:
         # Without namespaces of its own, the network may still be cut where this process runs
         # (inside another sandbox: code in a bubblewrap kernel using the runtime itself).
         cut_already = not ns.prefix and spec.network == "none" and network_cut_here()
+        no_sockets = not ns.prefix and spec.network == "none" and not cut_already
+        filtered = no_sockets and seccomp.build(sockets=False).program is not None
         if not ns.prefix:
             notes.append(f"no namespaces: {ns.detail}")
             if cut_already:
@@ -283,8 +298,16 @@ class SubprocessProvider:
                     "network='none' holds: this runs where the network is already cut (a "
                     "network namespace with nothing but a loopback: another sandbox's)"
                 )
+            elif filtered:
+                notes.append(
+                    "network='none' holds: with no network namespace, the seccomp filter "
+                    "refuses every new socket (Unix ones included: only socketpair() works)"
+                )
             elif spec.network == "none":
-                notes.append("network='none' is NOT enforced: the code can reach the network")
+                notes.append(
+                    "network='none' is NOT enforced (allow_unenforced_network=True): the code "
+                    "can reach the network"
+                )
             notes.append(
                 "the code runs as the host's user in the host's process tree: it can signal the "
                 "sandbox's supervisor and the host process, and if it kills the supervisor, what "
@@ -309,15 +332,11 @@ class SubprocessProvider:
                 )
         network: Literal["isolated", "filtered", "allowed", "not_isolated"] = "allowed"
         if spec.network == "none":
-            network = "isolated" if ns.prefix or cut_already else "not_isolated"
+            network = "isolated" if ns.prefix or cut_already or filtered else "not_isolated"
         elif spec.allow_list is not None:
+            # (without a namespace, launch refuses it: see network_refusal)
             network = "filtered" if ns.prefix else "not_isolated"
-            notes.append(
-                EGRESS_NOTE
-                if ns.prefix
-                else "network=[...] is NOT enforced: without a network namespace the code can "
-                "connect anywhere; only programs that use the proxy variables go through it"
-            )
+            notes.append(EGRESS_NOTE if ns.prefix else NO_ALLOW_LIST)
         return Isolation(
             provider=self.name,
             files="open",
@@ -329,7 +348,11 @@ class SubprocessProvider:
             filesystem=_FILESYSTEM,
             workspace=None if spec.workspace is None else "versioned" if ns.prefix else "direct",
             user=user_text() if ns.prefix else f"uid {os.getuid()}, the host's user",
-            seccomp=seccomp.build().detail if seccomp.build().program else None,
+            seccomp=(
+                seccomp.build(not no_sockets).detail
+                if seccomp.build(not no_sockets).program
+                else None
+            ),
             notes=tuple(notes),
         )
 
@@ -337,18 +360,19 @@ class SubprocessProvider:
         workdir = host_folder(files)
         limit = spec.memory_limit_mb
         namespaced = bool(self._namespaces(spec).prefix)
-        tmp = str(workdir / ".tmp")
-        clean = ("/tmp", "/dev/shm", self._mqueue(), tmp) if namespaced else (tmp,)
         capped = cgroup.capped(limit)
         return WorkerConfig(
             memory_limit_bytes=limit * 1024 * 1024 if limit else None,
             cwd=str(spec.workspace) if spec.workspace and not namespaced else str(workdir),
             own_ipc=namespaced,
             own_userns=namespaced,
-            **(local_config(spec, caps=True) if namespaced else seccomp_config()),
+            **(
+                local_config(spec, caps=True)
+                if namespaced
+                else seccomp_config(sockets=spec.network != "none" or network_cut_here())
+            ),
             cover=self._covers(spec, workdir) if namespaced else (),
             mqueue=self._mqueue() if namespaced else None,
-            clean=Clean(dirs=clean, ipc=namespaced),
             # (the supervisor's cgroup path is the host's: it finds its counter itself)
             oom_counter="self" if capped else False,
             memory_cgroup=capped,
@@ -372,16 +396,16 @@ class SubprocessProvider:
         the sandbox sees the host's paths, so it is reached where it is."""
         workdir = host_folder(files)
         ns = self._namespaces(spec)
-        if identity().dedicated and not ns.prefix:
+        refused = None if ns.prefix else self.network_refusal(spec)
+        if refused is not None:
             from rewyn_kernel.errors import ProviderUnavailableError
 
-            raise ProviderUnavailableError(
-                "as root, the subprocess provider runs code only as a uid of its own, in a user "
-                f"namespace: none can be had here ({ns.detail}); the code would be the "
-                "host's root"
-            )
-        tmp = ensure_dir(workdir, ".tmp")  # a real directory, whatever the code put there
-        if spec.workdir is None:  # (one given is shown to the code through an idmapped view)
+            raise ProviderUnavailableError(refused)
+        self.refuse_root(ns)
+        tmp = self.worker_tmp(workdir, name)  # real directories, whatever the code put there
+        if spec.workdir is None and self.code_owner(spec) is not None:
+            # (one given is shown to the code through an idmapped view)
+            give(tmp.parent, identity())
             give(tmp, identity())
         env = spec.build_env()
         env.update(HOME=str(workdir), TMPDIR=str(tmp), REWYN_SANDBOX=name)
@@ -392,11 +416,15 @@ class SubprocessProvider:
         # kills the namespace's first process (the supervisor, which runs no code and so cannot
         # be talked out of that), and its death the rest of the PID namespace. Without, the
         # supervisor is asked to end what it started first (it can find it: it is a subreaper).
-        group = cgroup.for_worker(name, spec.memory_limit_mb, spec.pids_limit)
+        group = self.worker_cgroup(name, spec)
         farewell = 0.0 if prefix else FAREWELL_SECONDS
         fds = (setup_namespace(),) if identity().dedicated else ()
         mounts: list[HostMount] = []
         settings: LaunchSettings = {"egress": Egress(folder=str(egress))} if egress else {}
+        # What each one-shot execution's process empties first: the worker's TMPDIR, and with
+        # namespaces its own /tmp, /dev/shm, message queues and SysV IPC.
+        shared = ("/tmp", "/dev/shm", self._mqueue()) if prefix else ()
+        settings["clean"] = Clean(dirs=(*shared, str(tmp)), ipc=bool(prefix))
         cells = None
         try:
             if prefix:
@@ -408,7 +436,7 @@ class SubprocessProvider:
                 )
             if cells is not None:
                 settings["workspace"] = cells.first()
-            given = root_workdir(spec)
+            given = self.workdir_view(spec)
             if given is not None:
                 mounts.append(given)
                 settings["binds"] = ((str(given.path), str(workdir)),)
@@ -432,6 +460,58 @@ class SubprocessProvider:
             settings=settings,
             workspace=cells,
             on_close=[mount.remove for mount in mounts],
+        )
+
+    def refuse_root(self, ns: Namespaces) -> None:
+        """As root, code runs only as a uid of its own, in a user namespace (``ns``): refuse
+        where none can be had."""
+        if identity().dedicated and not ns.prefix:
+            from rewyn_kernel.errors import ProviderUnavailableError
+
+            raise ProviderUnavailableError(
+                "as root, the subprocess provider runs code only as a uid of its own, in a user "
+                f"namespace: none can be had here ({ns.detail}); the code would be the "
+                "host's root"
+            )
+
+    def workdir_view(self, spec: SandboxSpec) -> HostMount | None:
+        """A root host's idmapped view of the ``workdir`` it was given (``root_workdir``),
+        bound where the code sees it in the sandbox's mount namespace."""
+        return root_workdir(spec)
+
+    @staticmethod
+    def worker_tmp(workdir: Path, name: str) -> Path:
+        """The worker ``name``'s TMPDIR, ``.tmp/NAME`` in the scratch folder: a worker does
+        not start with what another left there (a session's, what a one-shot's did after its
+        spare was forked), nor shares its temporary files; each is emptied before every one-shot
+        execution (``Clean``), and all go with the scratch folder."""
+        return ensure_dir(ensure_dir(workdir, ".tmp"), name)
+
+    def worker_cgroup(self, name: str, spec: SandboxSpec) -> cgroup.WorkerCgroup | None:
+        """The worker's cgroups, where they can be had (``cgroup.for_worker``)."""
+        return cgroup.for_worker(name, spec.memory_limit_mb, spec.pids_limit)
+
+    def network_refusal(self, spec: SandboxSpec) -> str | None:
+        """Why a sandbox of ``spec`` may not start without a network namespace (None: it may):
+        an allow-list has no relay to go through; ``network="none"`` needs the seccomp filter
+        that refuses sockets, unless the network is cut here already or the person gave that
+        up (``allow_unenforced_network``)."""
+        if spec.allow_list is not None:
+            return (
+                f"{self.name}: network=[...] cannot be enforced here (no network namespace for "
+                "its proxy's relay): use network='none', or a host where bubblewrap or user "
+                "namespaces work, or ContainerProvider"
+            )
+        if spec.network != "none" or network_cut_here() or self.allow_unenforced_network:
+            return None
+        found = seccomp.build(sockets=False)
+        if found.program is not None:
+            return None
+        return (
+            f"{self.name}: network='none' cannot be enforced here: no network namespace "
+            f"({probe_namespaces().detail}) and no seccomp filter ({found.detail}); the sandbox "
+            "does not start. SubprocessProvider(allow_unenforced_network=True) runs the code "
+            "anyway, with the host's network"
         )
 
     def check(self) -> Sequence[CheckItem]:

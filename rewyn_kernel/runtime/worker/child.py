@@ -34,7 +34,7 @@ import threading
 import time
 import types
 
-from . import residue, system
+from . import landlock, residue, system
 from .comms import Comms
 from .comms import available as comms_available
 from .executor import LIMITS, Gate, Runner, describe_error
@@ -121,6 +121,11 @@ class CodeProcess:
             uid, gid = users.code
             if not system.become(uid, gid):
                 raise RuntimeError("the code's process could not become %s:%s" % (uid, gid))
+        # A Landlock domain of its own, nested in the supervisor's: no signal, trace or abstract
+        # socket reaches the supervisor or an earlier code process from here (landlock.py).
+        why = landlock.nest()
+        if why:
+            raise RuntimeError("the code's process could not restrict itself: %s" % why)
         if self.once:
             self.clean_up()
         os.chdir(self.config.cwd or os.getcwd())

@@ -57,6 +57,20 @@ class Users(Record):
     code: Tuple[int, int]
 
 
+class Landlock(Record):
+    """What the code may open where there are no namespaces (``landlock.py``): every other
+    path of the host is refused, whatever its rights say."""
+
+    read: Tuple[str, ...] = ()
+    """Folders and files read (and run) beneath: the system's, the interpreter's, ``read_dirs``."""
+    write: Tuple[str, ...] = ()
+    """Folders with every right beneath: the scratch folder."""
+    devices: Tuple[str, ...] = ()
+    """Device files read and written: ``/dev/null``, ``/dev/urandom``..."""
+    tcp: bool = True
+    """Refuse every TCP bind and connect (the seccomp filter refuses the sockets already)."""
+
+
 class Egress(Record):
     """The way out of a sandbox given an allow-list: the host proxy's folder, as seen inside."""
 
@@ -153,6 +167,9 @@ class WorkerConfig(Record):
     """A descriptor the host answers on once the sandbox's processes are in their cgroups."""
     workspace: Optional[WorkspaceSetting] = None
     egress: Optional[Egress] = None
+    landlock: Optional[Landlock] = None
+    """Restrict the supervisor, then each code process once more, with Landlock (no-namespace
+    sandboxes); the sandbox does not start where that fails."""
 
     # -- the processes
     users: Optional[Users] = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import signal
 
-from . import mounter, mounts, namespaces, residue, system
+from . import landlock, mounter, mounts, namespaces, residue, system
 from .memory import oom_kills, open_own_counter
 from .relay import start_relay
 from .state import State
@@ -118,6 +118,13 @@ class SandboxSetUp(State):
         if not system.set_dumpable(False):
             self.notes.append("the supervisor could not be made non-dumpable (no ctypes here)")
         system.set_no_new_privs()
+        if config.landlock:
+            # (after the set-up, which reads what the rules refuse; before the filter, which
+            # would refuse nothing Landlock needs, but keeps the order of what narrows last)
+            rules = config.landlock
+            why = landlock.restrict(rules.read, rules.write, rules.devices, rules.tcp)
+            if why:
+                self.fail("the sandbox's Landlock rules could not be applied (%s)" % why)
         if config.seccomp:
             # Last: the set-up above needed mount and unshare, which the filter refuses. Every
             # process forked from here on, the code's included, runs under it.

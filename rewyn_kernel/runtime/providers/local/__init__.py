@@ -43,10 +43,10 @@ class LocalConfig(TypedDict, total=False):
     nested_userns: str
 
 
-def seccomp_config() -> LocalConfig:
+def seccomp_config(sockets: bool = True, sysv_ipc: bool = True) -> LocalConfig:
     """The worker's ``seccomp`` setting: the filter's program, hex-encoded (JSON carries
-    text), where there is one."""
-    program = seccomp.build().program
+    text), where there is one; the flags as ``seccomp.build``'s."""
+    program = seccomp.build(sockets, sysv_ipc).program
     return {"seccomp": program.hex()} if program else {}
 
 

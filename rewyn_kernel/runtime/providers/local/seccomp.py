@@ -99,8 +99,25 @@ DENIED: dict[str, tuple[str, ...]] = {
         "migrate_pages",
         "move_pages",
     ),
+    "secret memory and the mount tables' newer calls (no use to the code, new surface)": (
+        "memfd_secret",
+        "statmount",
+        "listmount",
+    ),
 }
 """What the filter refuses outright, by reason (Docker's default profile refuses each)."""
+SOCKET_FAMILIES = {"AF_UNIX": 1, "AF_INET": 2, "AF_INET6": 10, "AF_NETLINK": 16}
+"""The only socket families the code may open where it may open sockets at all: every other
+(vsock, which no network namespace confines and which reaches a VM's host and its agents;
+packet, Bluetooth, CAN, RDS, TIPC, XDP...) fails with EAFNOSUPPORT, as if not built in."""
+MAX_FAMILY = 64
+"""Above every family Linux has (AF_MAX is 46 in 6.18): all refused."""
+PERSONALITY_REFUSED = {"ADDR_NO_RANDOMIZE": 0x0040000, "READ_IMPLIES_EXEC": 0x0400000}
+"""Personality flags the code may not set: they turn off address randomisation or make every
+readable mapping executable (Docker allows only the plain personalities)."""
+PERSONALITY_QUERY_BIT = 0x80000000
+"""Set in ``personality(0xffffffff)``, the query (allowed), and in no personality a process
+can take: a rule that also checks it is clear refuses the flags above but not the query."""
 NAMESPACE_FLAGS = {
     "CLONE_NEWNS": 0x00020000,
     "CLONE_NEWCGROUP": 0x02000000,
@@ -127,19 +144,52 @@ class Filter:
     detail: str
 
 
-def describe() -> str:
-    """What the filter refuses, in words (for ``Isolation.seccomp``)."""
+def describe(sockets: bool = True, sysv_ipc: bool = True) -> str:
+    """What the filter refuses, in words (for ``Isolation.seccomp``); the flags as ``build``'s."""
+    families = (
+        "every socket family but Unix, IPv4, IPv6 and netlink (vsock and packet sockets "
+        "among them)"
+        if sockets
+        else "every new socket (only a connected pair, socketpair(), can be had)"
+    )
     return (
         "a seccomp filter (libseccomp, after Docker's default profile) refuses keyrings, "
         "io_uring, userfaultfd, perf_event_open, bpf, kernel modules and kexec, mount and "
         "namespace calls (clone with CLONE_NEW*, unshare, setns), ptrace of other processes, "
-        "process_vm_readv/writev, open_by_handle_at and the host's clock"
+        "process_vm_readv/writev, open_by_handle_at, the host's clock, personality flags "
+        "that turn off address randomisation, "
+        + ("" if sysv_ipc else "System V IPC (no IPC namespace of its own), ")
+        + f"and {families}"
     )
 
 
+SYSV_IPC = (
+    "shmget",
+    "shmat",
+    "shmdt",
+    "shmctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "ipc",
+)
+"""System V IPC: refused where the sandbox has no IPC namespace of its own (its objects would be
+the host's, outliving the sandbox, and the host's other programs' would be the code's)."""
+
+
 @functools.cache
-def build() -> Filter:
-    """Compile the filter for this machine (once per process), or say why it cannot be."""
+def build(sockets: bool = True, sysv_ipc: bool = True) -> Filter:
+    """Compile the filter for this machine (once per process and kind), or say why it cannot
+    be. ``sockets=False`` refuses ``socket()`` for every family: for a sandbox with no network
+    namespace of its own and ``network="none"``, where a socket of any family would reach the
+    host's network, its daemons' Unix sockets or another process's abstract ones.
+    ``sysv_ipc=False`` refuses System V IPC (``SYSV_IPC``): for a sandbox with no IPC
+    namespace of its own."""
     if os.uname().sysname != "Linux":
         return Filter(None, "seccomp is Linux-only")
     try:
@@ -162,6 +212,21 @@ def build() -> Filter:
             _add(seccomp, rules, eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
         _add(seccomp, rules, seccomp.ERRNO(errno.ENOSYS), "clone3")
         _add(seccomp, rules, eperm, "ptrace", seccomp.Arg(0, seccomp.NE, PTRACE_TRACEME))
+        for flag in PERSONALITY_REFUSED.values():
+            mask = flag | PERSONALITY_QUERY_BIT
+            _add(seccomp, rules, eperm, "personality", seccomp.Arg(0, seccomp.MASKED_EQ, mask, flag))
+        unsupported = seccomp.ERRNO(errno.EAFNOSUPPORT)
+        if sockets:
+            allowed = sorted(SOCKET_FAMILIES.values())
+            for low, high in zip([-1, *allowed], [*allowed, MAX_FAMILY]):
+                for family in range(low + 1, high):
+                    _add(seccomp, rules, unsupported, "socket", seccomp.Arg(0, seccomp.EQ, family))
+            _add(seccomp, rules, unsupported, "socket", seccomp.Arg(0, seccomp.GE, MAX_FAMILY))
+        else:
+            _add(seccomp, rules, eperm, "socket")
+        if not sysv_ipc:
+            for name in SYSV_IPC:
+                _add(seccomp, rules, eperm, name)
         with tempfile.TemporaryFile() as handle:
             rules.export_bpf(handle)
             handle.seek(0)
@@ -170,7 +235,7 @@ def build() -> Filter:
         return Filter(None, f"libseccomp could not build the filter ({exc})")
     if not program or len(program) % 8:
         return Filter(None, "libseccomp exported no filter")
-    return Filter(program, describe())
+    return Filter(program, describe(sockets, sysv_ipc))
 
 
 def _add(seccomp: object, rules: object, action: int, name: str, *args: object) -> None:
@@ -188,4 +253,4 @@ def _unknown_syscall(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) or "invalid argument" in text or "not found" in text
 
 
-__all__ = ["DENIED", "Filter", "build", "describe"]
+__all__ = ["DENIED", "SOCKET_FAMILIES", "Filter", "build", "describe"]
