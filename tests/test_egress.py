@@ -492,3 +492,46 @@ hand.close()
     assert answer == [200, f"hello from files.test:{http} /after"]
     assert result.network is not None
     assert [(a.host, a.verdict) for a in result.network.attempts] == [("files.test", "allowed")]
+
+
+def test_names_are_compared_as_idna_2008_both_ways() -> None:
+    """IDNA 2008 with UTS 46 (what browsers, curl and requests send), not Python's IDNA 2003
+    codec, which maps 'faß.de' to 'fass.de', another domain."""
+    from rewyn_kernel.runtime.egress.policy import Gate, NetworkPolicy, entry_for
+
+    unicode_rule = Gate(NetworkPolicy.model_validate(["faß.de", "*.bücher.example"]))
+    assert unicode_rule.decide("xn--fa-hia.de", 443).verdict == "allowed"
+    assert unicode_rule.decide("XN--FA-HIA.DE.", 443).verdict == "allowed"
+    assert unicode_rule.decide("fass.de", 443).verdict == "refused"
+    assert unicode_rule.decide("www.xn--bcher-kva.example", 443).verdict == "allowed"
+    assert unicode_rule.decide("www.bucher.example", 443).verdict == "refused"
+    ascii_rule = Gate(NetworkPolicy.model_validate(["xn--fa-hia.de"]))
+    assert ascii_rule.decide("faß.de", 443).verdict == "allowed"
+    assert ascii_rule.decide("FAß.DE", 443).verdict == "allowed"
+    assert ascii_rule.decide("fass.de", 443).verdict == "refused"
+    assert Gate(NetworkPolicy.model_validate(["fass.de"])).decide("faß.de", 443).reason == (
+        "not in the allow-list"
+    )
+    assert entry_for("faß.de", 443) == "xn--fa-hia.de"
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("xn--zz.de", "'xn--zz' is not a valid IDNA label"),
+        ("xn--fass-2n.de", "'xn--fass-2n' is not a valid IDNA label"),
+        ("a.xn--.de", "'xn--' is not a valid IDNA label"),
+        ("\u202eed.faß", "not a valid IDNA label"),
+        ("💩.la", "not a valid IDNA label"),
+    ],
+)
+def test_invalid_idna_labels_are_clear_errors(entry: str, words: str) -> None:
+    from rewyn_kernel.runtime.egress.policy import Gate, NetworkPolicy
+
+    with pytest.raises(ValueError, match="network") as raised:
+        create(network=[entry])
+    assert words in str(raised.value)
+    # (a request naming such a host is refused, with the same reason)
+    decision = Gate(NetworkPolicy.model_validate(["example.org"])).decide(entry, 443)
+    assert decision.verdict == "refused"
+    assert words in decision.reason
