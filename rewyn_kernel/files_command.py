@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from rewyn_kernel.runtime.printable import printable
 from rewyn_kernel.runtime.workspace import STORE, Workspace
 
 
@@ -43,7 +44,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error(f"{args.workspace}: no such folder")
     workspace = Workspace(root)
     if not (workspace.store / "versions").is_dir():
-        print(f"rewyn-kernel files: {root} holds no kept versions", file=sys.stderr)
+        print(f"rewyn-kernel files: {printable(str(root))} holds no kept versions", file=sys.stderr)
         return 0 if not args.restore else 2
     if args.restore:
         if len(args.restore) > 2:
@@ -56,25 +57,28 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         ]
         if not known:
             what = f"{path} in " if path else ""
-            print(f"rewyn-kernel files: no kept version {what}{version}", file=sys.stderr)
+            print(
+                f"rewyn-kernel files: no kept version {printable(what + version)}", file=sys.stderr
+            )
             return 2
         try:
             restored = workspace.restore(version, path)
         except OSError as exc:
-            print(f"rewyn-kernel files: {exc}", file=sys.stderr)
+            print(f"rewyn-kernel files: {printable(str(exc))}", file=sys.stderr)
             return 1
         for name in restored:
-            print(f"restored {name}")
+            print(f"restored {printable(name)}")
         return 0
     items = [item for item in workspace.versions() if args.path in (None, item["path"])]
     if args.json:
         print(json.dumps(items, indent=1))
         return 0
     if not items:
-        print(f"no kept versions in {root}")
+        print(f"no kept versions in {printable(str(root))}")
         return 0
     for item in items:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(item["time"])))
-        print(f"{item['id']}  {when}  {int(item['size']):>12,}  {item['path']}  ({item['why']})")
-    print(f"restore one: rewyn-kernel files {root} --restore ID [PATH]")
+        path, why = printable(str(item["path"])), printable(str(item["why"]))
+        print(f"{printable(str(item['id']))}  {when}  {int(item['size']):>12,}  {path}  ({why})")
+    print(f"restore one: rewyn-kernel files {printable(str(root))} --restore ID [PATH]")
     return 0

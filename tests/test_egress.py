@@ -7,9 +7,12 @@ proxy must refuse before any connection is tried. Nothing leaves this machine.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -492,3 +495,125 @@ hand.close()
     assert answer == [200, f"hello from files.test:{http} /after"]
     assert result.network is not None
     assert [(a.host, a.verdict) for a in result.network.attempts] == [("files.test", "allowed")]
+
+
+def test_names_are_compared_as_idna_2008_both_ways() -> None:
+    """IDNA 2008 with UTS 46 (what browsers, curl and requests send), not Python's IDNA 2003
+    codec, which maps 'faß.de' to 'fass.de', another domain."""
+    from rewyn_kernel.runtime.egress.policy import Gate, NetworkPolicy, entry_for
+
+    unicode_rule = Gate(NetworkPolicy.model_validate(["faß.de", "*.bücher.example"]))
+    assert unicode_rule.decide("xn--fa-hia.de", 443).verdict == "allowed"
+    assert unicode_rule.decide("XN--FA-HIA.DE.", 443).verdict == "allowed"
+    assert unicode_rule.decide("fass.de", 443).verdict == "refused"
+    assert unicode_rule.decide("www.xn--bcher-kva.example", 443).verdict == "allowed"
+    assert unicode_rule.decide("www.bucher.example", 443).verdict == "refused"
+    ascii_rule = Gate(NetworkPolicy.model_validate(["xn--fa-hia.de"]))
+    assert ascii_rule.decide("faß.de", 443).verdict == "allowed"
+    assert ascii_rule.decide("FAß.DE", 443).verdict == "allowed"
+    assert ascii_rule.decide("fass.de", 443).verdict == "refused"
+    assert Gate(NetworkPolicy.model_validate(["fass.de"])).decide("faß.de", 443).reason == (
+        "not in the allow-list"
+    )
+    assert entry_for("faß.de", 443) == "xn--fa-hia.de"
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ("xn--zz.de", "'xn--zz' is not a valid IDNA label"),
+        ("xn--fass-2n.de", "'xn--fass-2n' is not a valid IDNA label"),
+        ("a.xn--.de", "'xn--' is not a valid IDNA label"),
+        ("\u202eed.faß", "not a valid IDNA label"),
+        ("💩.la", "not a valid IDNA label"),
+    ],
+)
+def test_invalid_idna_labels_are_clear_errors(entry: str, words: str) -> None:
+    from rewyn_kernel.runtime.egress.policy import Gate, NetworkPolicy
+
+    with pytest.raises(ValueError, match="network") as raised:
+        create(network=[entry])
+    assert words in str(raised.value)
+    # (a request naming such a host is refused, with the same reason)
+    decision = Gate(NetworkPolicy.model_validate(["example.org"])).decide(entry, 443)
+    assert decision.verdict == "refused"
+    assert words in decision.reason
+
+
+FLOOD = """
+import json, os, resource, socket, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+port = int(os.environ["HTTP_PROXY"].rsplit(":", 1)[1])
+held = {"hand": [], "proxy": [], "relay": []}
+def unix(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.setblocking(False)  # (a full backlog: refused at once)
+    s.connect(path)
+    return s
+for _ in range(300):
+    for kind, connect in (
+        ("hand", lambda: unix("/run/rewyn-egress/hand.sock")),
+        ("proxy", lambda: unix("/run/rewyn-egress/proxy.sock")),
+        ("relay", lambda: socket.create_connection(("127.0.0.1", port), timeout=10)),
+    ):
+        try:
+            held[kind].append(connect())
+        except OSError:
+            pass
+open("holding", "w").close()
+for _ in range(1200):  # (the host looks at its descriptors, then says go)
+    if os.path.exists("go"):
+        break
+    time.sleep(0.05)
+first = held["hand"][0]
+first.setblocking(True)
+first.settimeout(20)
+try:
+    cut = first.recv(1) == b""
+except OSError as exc:
+    cut = not isinstance(exc, socket.timeout)
+print(json.dumps({"made": {kind: len(socks) for kind, socks in held.items()}, "cut": cut}))
+"""
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.providers("bubblewrap")
+def test_a_flood_of_connections_holds_few_of_the_hosts_descriptors(
+    make_box: Callable[..., Sandbox], servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The code opens hundreds of connections to each way into its proxy (hand.sock,
+    proxy.sock, the relay's port) and holds them, sending nothing. The host process keeps a
+    bounded number of descriptors for them, another sandbox's request is carried meanwhile,
+    a hand-over connection that sends nothing is cut, and the sandbox's own requests work
+    again once the code lets go."""
+    monkeypatch.setattr(proxy, "HAND_IDLE", 1.0, raising=False)
+    http = servers.http_port
+    allow = [f"files.test:{http}", f"127.0.0.1:{http}"]
+    box = make_box(network={"allow": allow, "max_connections": 16}, timeout=120.0)
+    other = make_box(network=allow)
+    get = FETCH + f'print(json.dumps(fetch("http://files.test:{http}/again")))'
+    for each in (box, other):  # (each worker's door open)
+        assert run_json(each, get)[0] == [200, f"hello from files.test:{http} /again"]
+    folder = box.files.host_path
+    assert folder is not None
+    baseline = open_descriptors()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        flood = pool.submit(box.execute, FLOOD)
+        while not (folder / "holding").exists():
+            assert not flood.done(), flood.result().stderr
+            time.sleep(0.05)
+        during = open_descriptors()
+        answer, _ = run_json(other, get)
+        (folder / "go").touch()
+        result = flood.result()
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["made"]["relay"] == 300  # (the code's end accepts them all)
+    assert during - baseline < 100, (during, baseline, report)
+    assert answer == [200, f"hello from files.test:{http} /again"]
+    assert report["cut"]
+    assert run_json(box, get)[0] == [200, f"hello from files.test:{http} /again"]

@@ -42,6 +42,7 @@ from rewyn_kernel.kernel.undo import UNDO_KEY, Undo, is_undo
 from rewyn_kernel.kernel.widgets import WidgetPolicy
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.network import entry_for
+from rewyn_kernel.runtime.printable import printable
 from rewyn_kernel.runtime.result import NetworkLog
 from rewyn_kernel.runtime.sandbox import (
     CommFrame,
@@ -692,7 +693,8 @@ def refused_note(log: NetworkLog) -> str:
     refused: dict[str, str] = {}
     for attempt in log.refused:
         if attempt.host and attempt.port:
-            refused.setdefault(entry_for(attempt.host, attempt.port), attempt.reason)
+            entry = printable(entry_for(attempt.host, attempt.port))
+            refused.setdefault(entry, printable(attempt.reason))
     lines = []
     for entry, reason in list(refused.items())[:5]:
         lines.append(

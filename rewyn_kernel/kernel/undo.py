@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rewyn_kernel.errors import ForkError, SandboxError
+from rewyn_kernel.runtime.printable import printable
 from rewyn_kernel.runtime.result import WorkspaceFiles
 from rewyn_kernel.runtime.sandbox import Session
 from rewyn_kernel.runtime.session import Checkpoint
@@ -242,7 +243,8 @@ class Undo:
         ):
             if paths:
                 more = files.counts.get(kind, len(paths)) - min(len(paths), MAX_LISTED)
-                shown = ", ".join(paths[:MAX_LISTED]) + (f" and {more} more" if more > 0 else "")
+                listed = ", ".join(map(printable, paths[:MAX_LISTED]))
+                shown = listed + (f" and {more} more" if more > 0 else "")
                 lines.append(f"  {kind}: {shown}")
         if files.versions and self.workspace is not None:
             where = shlex.quote(str(self.workspace))

@@ -29,6 +29,7 @@ from typing import Any
 from rewyn_kernel.kernel.record import ERROR_NAMES, METADATA_KEY, event_json, event_output
 from rewyn_kernel.notebooks._review_log import Step
 from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.printable import printable
 from rewyn_kernel.runtime.result import without_traceback
 from rewyn_kernel.runtime.tool_call import LoggedFile, ToolCall
 
@@ -179,9 +180,10 @@ def files_output(event: SandboxEvent) -> Output | None:
         count = files.counts.get(kind, len(listed))
         if count:
             more = f" (and {count - len(listed)} more)" if count > len(listed) else ""
-            lines.append(f"  {kind} ({count}): {', '.join(listed)}{more}")
+            lines.append(f"  {kind} ({count}): {', '.join(map(printable, listed))}{more}")
     if files.versions:
-        lines.append(f"  earlier versions kept: {', '.join(files.versions)} (rewyn-kernel files)")
+        kept = ", ".join(map(printable, files.versions))
+        lines.append(f"  earlier versions kept: {kept} (rewyn-kernel files)")
     return _text_output("\n".join(lines), files=True)
 
 

@@ -45,6 +45,7 @@ from rewyn_kernel.notebooks._review_notebook import (
     resolved,
     settings_for,
 )
+from rewyn_kernel.runtime.printable import printable
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -80,7 +81,7 @@ def convert(
     """Write the review notebook of ``runlog``; return 1 if any line was bad, else 0."""
     records, problems = read_records(runlog)
     for problem in problems:
-        print(f"rewyn-kernel review: {problem}", file=sys.stderr)
+        print(f"rewyn-kernel review: {printable(problem)}", file=sys.stderr)
     steps = steps_of(records)
     nb = build_notebook(steps, problems, str(runlog), kernel_name, notebook=output.name)
     review = nb["metadata"][METADATA_KEY]["review"]
@@ -202,7 +203,7 @@ def check(path: Path, output: Path | None = None, *, kernel_name: str | None = N
         # The sandbox enforces each call's timeout; nbclient's own is only a backstop.
         kernels = Kernels(nb, name, None if timeout is None else timeout + 60, root)
         try:
-            await replay(nb, kernels, tally, lambda line: print(line, flush=True))
+            await replay(nb, kernels, tally, lambda line: print(printable(line), flush=True))
         finally:
             await kernels.aclose()
 
@@ -230,11 +231,12 @@ def check(path: Path, output: Path | None = None, *, kernel_name: str | None = N
         }
         write_notebook(nb, output or path)
     if error:
-        print(f"rewyn-kernel review: {error}", file=sys.stderr)
+        print(f"rewyn-kernel review: {printable(error, lines=True)}", file=sys.stderr)
     if tally.unwritten:
         print(
             "warning: not written again, as the log does not hold them whole: "
-            f"{', '.join(tally.unwritten)} (the cells after them may differ for it)",
+            f"{', '.join(map(printable, tally.unwritten))} (the cells after them may differ "
+            "for it)",
             file=sys.stderr,
         )
     print(

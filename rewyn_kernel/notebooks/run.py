@@ -31,6 +31,7 @@ from nbclient.exceptions import CellExecutionError
 from rewyn_kernel import __version__
 from rewyn_kernel.kernel.kernelspec import KernelSettings, build_kernel_dict
 from rewyn_kernel.kernel.record import METADATA_KEY, cell_record, reply_record, set_cell_record
+from rewyn_kernel.runtime.printable import printable
 
 RUN_KERNEL = "rewyn-run"
 
@@ -121,7 +122,7 @@ def run_notebook(
         mark = "ok " if status == "ok" else "ERR"
         print(
             f"[{summary.executed}/{summary.cells}] cell {index}: {mark} {ending} "
-            f"exit={exit_code} {duration:,.0f} ms {message[:60]}".rstrip(),
+            f"exit={exit_code} {duration:,.0f} ms {printable(message[:60])}".rstrip(),
             file=out,
             flush=True,
         )
@@ -226,7 +227,8 @@ def print_summary(summary: RunSummary, out: TextIO = sys.stdout) -> None:
     print(f"{'cell':>4}  {'ending':<14} {'exit':>4} {'ms':>9}  message", file=out)
     for index, ending, exit_code, duration, message in summary.rows:
         print(
-            f"{index:>4}  {ending:<14} {exit_code:>4} {duration:>9,.0f}  {message[:50]}", file=out
+            f"{index:>4}  {ending:<14} {exit_code:>4} {duration:>9,.0f}  {printable(message[:50])}",
+            file=out,
         )
     state = "ok" if summary.ok else "FAILED"
     if summary.interrupted:
@@ -237,4 +239,4 @@ def print_summary(summary: RunSummary, out: TextIO = sys.stdout) -> None:
         file=out,
     )
     if summary.error:
-        print(f"error: {summary.error}", file=out)
+        print(f"error: {printable(summary.error, lines=True)}", file=out)

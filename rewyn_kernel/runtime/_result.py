@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from rewyn_kernel.runtime.printable import printable
+
 Ending = Literal[
     "completed",
     "exception",
@@ -165,18 +167,18 @@ class NetworkLog(_Model):
         found = []
         for attempt in self.attempts[:limit]:
             how = attempt.method or attempt.protocol
-            line = f"{attempt.host or '?'}:{attempt.port} ({how}) {attempt.verdict}"
+            line = f"{printable(attempt.host or '?')}:{attempt.port} ({how}) {attempt.verdict}"
             if attempt.verdict == "allowed":
                 line += f", {attempt.bytes_out:,} bytes out, {attempt.bytes_in:,} in"
                 line += " (still open)" if attempt.open else ""
             if attempt.reason:
-                line += f": {attempt.reason}"
+                line += f": {printable(attempt.reason)}"
             found.append(line)
         more = len(self.attempts) - len(found) + self.omitted
         if more:
             found.append(f"and {more} more")
         if self.limit_reached:
-            found.append(f"stopped: {self.limit_reached}")
+            found.append(f"stopped: {printable(self.limit_reached)}")
         return found
 
 

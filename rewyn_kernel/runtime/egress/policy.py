@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import idna
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -146,17 +147,39 @@ def _single(host: str) -> IPNetwork:
 
 
 def normal_name(name: str) -> str:
-    """``name`` as the rules compare it: lower case, IDNA (punycode), no trailing dot.
-    ValueError for what is not a host name."""
-    name = name.rstrip(".").lower()
-    try:
-        ascii_name = name.encode("idna").decode("ascii") if not name.isascii() else name
-    except UnicodeError:
-        raise ValueError(f"{name!r} is not a host name") from None
-    labels = ascii_name.split(".")
+    """``name`` as the rules compare it: lower case, no trailing dot, each label an A-label of
+    IDNA 2008 with UTS 46's mapping (non-transitional: 'faß.de' is 'xn--fa-hia.de', as
+    browsers and curl send it, never 'fass.de', another domain). An ASCII label is kept as it
+    is (underscores included); an 'xn--' one must decode. ValueError for what is not a host
+    name, naming the label at fault."""
+    name = name.rstrip(".")
+    if not name.isascii():
+        try:
+            name = idna.uts46_remap(name, std3_rules=False, transitional=False)
+        except idna.IDNAError as exc:
+            raise ValueError(
+                f"{name!r} is not a host name: not a valid IDNA label ({exc})"
+            ) from None
+    name = name.lower().rstrip(".")
+    labels = [_a_label(label, name) for label in name.split(".")]
+    ascii_name = ".".join(labels)
     if len(ascii_name) > 253 or not all(_LABEL.match(label) for label in labels if label != "*"):
         raise ValueError(f"{name!r} is not a host name")
     return ascii_name
+
+
+def _a_label(label: str, name: str) -> str:
+    """``label`` (of ``name``) as an ASCII label of a host name; ValueError if it is none."""
+    try:
+        if not label.isascii():
+            return idna.alabel(label).decode("ascii")
+        if label.startswith("xn--"):
+            idna.ulabel(label)  # (it raises for one that does not decode, or not to IDNA 2008)
+    except (idna.IDNAError, UnicodeError) as exc:
+        raise ValueError(
+            f"{name!r} is not a host name: {label!r} is not a valid IDNA label ({exc})"
+        ) from None
+    return label
 
 
 def unmapped(address: IPAddress) -> IPAddress:

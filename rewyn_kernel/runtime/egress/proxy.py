@@ -13,6 +13,13 @@ absolute URL) or SOCKS5 (socks.py). Each request's host and port are decided by 
 tunnel's bytes are spliced, never read (pump.py). Everything that comes through is hostile:
 the request head is bounded in size and time, connections in number and idleness, bytes per
 execution, and what is handed over must be a TCP socket.
+
+Every limit stops the code, never the host: what one door holds of this process's descriptors
+is bounded (``HAND_CONNECTIONS`` hand-over connections, ``max_connections`` connections each
+with its host and pipes, ``REFUSING`` being turned away), a hand-over connection that hands
+nothing over is cut, and past a limit the code's new connection is refused or waits unaccepted
+in the kernel's backlog, never another sandbox's or the host's own work. Nor is any of the
+code's taken once the process's descriptors run low (``RESERVE``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import functools
 import ipaddress
 import logging
 import os
+import resource
 import shutil
 import socket
 import stat
@@ -50,6 +58,21 @@ CONNECT_TIMEOUT = 10.0
 """Seconds to reach a host, all of its addresses together."""
 HANDED_AT_ONCE = 16
 """Descriptors read from one message of the relay (more are closed by the kernel)."""
+HAND_CONNECTIONS = 4
+"""Connections to a door's ``hand.sock`` served at once (the supervisor's relay needs one);
+more wait, unaccepted, in the listener's backlog (no descriptor of this process's)."""
+HAND_IDLE = 10.0
+"""Seconds a hand-over connection may hand no descriptor over before it is cut; the first of
+a door's, the supervisor's (made before any code runs), is not cut."""
+REFUSING = 8
+"""Connections past ``max_connections`` answered with a refusal they can read at once (each
+for at most ``REFUSE_WAIT``); past these, closed unanswered."""
+REFUSE_WAIT = 1.0
+"""Seconds a connection turned away has to send its first byte (its answer: HTTP or SOCKS)."""
+RESERVE = (64, 1024)
+"""The descriptors kept for the host's own work: an eighth of the process's limit, within
+these bounds. The code's new connection is refused when its descriptor is numbered within
+them of the limit (descriptors are numbered lowest free first: the table is nearly full)."""
 SETTLE = 0.05
 """Seconds ``take`` waits for connections still open to close."""
 MAX_RECORDS = 512
@@ -106,6 +129,8 @@ class Door:
     _limit: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _closed: bool = False
+    _refusing: int = 0
+    """Connections being turned away with an answer (on the loop only)."""
 
     @property
     def policy(self) -> NetworkPolicy:
@@ -161,13 +186,14 @@ class Door:
             listener.setblocking(False)
         proxy, hand = self._listeners
         self._start(self._accept(proxy, self._serve))
-        self._start(self._accept(hand, self._take_handed))
+        self._start(self._accept_hands(hand))
         self._start(self._watch())
 
-    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+    def _start(self, work: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _accept(
         self, listener: socket.socket, serve: Callable[[socket.socket], Coroutine[Any, Any, None]]
@@ -182,21 +208,55 @@ class Door:
             client.setblocking(False)
             self._start(serve(client))
 
-    async def _take_handed(self, hand: socket.socket) -> None:
+    async def _accept_hands(self, listener: socket.socket) -> None:
+        """Accept hand-over connections, ``HAND_CONNECTIONS`` at once (the others wait in the
+        backlog, and past it are refused by the kernel); only the first is never cut idle."""
+        loop = asyncio.get_running_loop()
+        slots = asyncio.Semaphore(HAND_CONNECTIONS)
+        idle: float | None = None  # (the first: the supervisor's)
+        while True:
+            await slots.acquire()
+            try:
+                hand, _ = await loop.sock_accept(listener)
+            except OSError:
+                slots.release()
+                await asyncio.sleep(0.1)
+                continue
+            if not room(hand):
+                hand.close()
+                slots.release()
+                continue
+            hand.setblocking(False)
+            task = self._start(self._take_handed(hand, idle))
+            task.add_done_callback(lambda _: slots.release())
+            idle = HAND_IDLE
+
+    async def _take_handed(self, hand: socket.socket, idle: float | None) -> None:
         """Serve the connections the sandbox's relay hands over ``hand``: each message carries
         one descriptor of a TCP connection the code opened to the relay's port (the code may
-        send anything here: what is not a connected TCP socket is closed unused)."""
+        send anything here: what is not a connected TCP socket is closed unused). ``idle``:
+        seconds without a descriptor after which ``hand`` is cut (None: never). Its reading
+        is shut first, so that what is sent from then on fails for the sender (EPIPE) instead
+        of being lost with the socket, and what came before is still served."""
+        deadline = None if idle is None else time.monotonic() + idle
         try:
             while True:
                 try:
                     data, fds, _, _ = socket.recv_fds(hand, 64, HANDED_AT_ONCE)
                 except BlockingIOError:
-                    await wait_ready(hand, write=False)
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        hand.shutdown(socket.SHUT_RD)  # (then recv reads what is queued, then b"")
+                        continue
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(wait_ready(hand, write=False), left)
                     continue
                 for fd in fds:
                     client = handed_socket(fd)
                     if client is not None:
                         self._start(self._serve(client))
+                if fds and idle is not None:
+                    deadline = time.monotonic() + idle
                 if not data:
                     return
         except OSError:
@@ -263,15 +323,17 @@ class Door:
     async def _serve(self, client: socket.socket) -> None:
         link = Link(Conn(client), time.monotonic())
         with self._lock:  # (the set is read from other threads: see take)
-            self._links.add(link)
-            crowded = len(self._links) > self.policy.max_connections
+            crowded = len(self._links) >= self.policy.max_connections
+            if not crowded:
+                self._links.add(link)
         try:
-            if crowded:
-                too_many = f"{self.policy.max_connections} connections are open already (the limit)"
-                attempt = link.attempt = Attempt("", 0, "unknown", reason=too_many)
-                with contextlib.suppress(Exception):
-                    first = await asyncio.wait_for(link.conn.some(1), 1.0)
-                    await self._refuse(first, link.conn, attempt, 503)
+            if crowded or not room(client):
+                why = (
+                    f"{self.policy.max_connections} connections are open already (the limit)"
+                    if crowded
+                    else "the host process is short of descriptors"
+                )
+                await self._turn_away(link, Attempt("", 0, "unknown", reason=why))
                 return
             await self._handle(link)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, h11.ProtocolError):
@@ -305,6 +367,20 @@ class Door:
         else:
             await serve_http(self, link, first, limit)
 
+    async def _turn_away(self, link: Link, attempt: Attempt) -> None:
+        """Refuse ``link`` before its request is read: with an answer it can read, while no
+        more than ``REFUSING`` are answered so; else at once, unanswered."""
+        link.attempt = attempt
+        if self._refusing >= REFUSING:
+            return
+        self._refusing += 1
+        try:
+            with contextlib.suppress(Exception):
+                first = await asyncio.wait_for(link.conn.some(1), REFUSE_WAIT)
+                await asyncio.wait_for(self._refuse(first, link.conn, attempt, 503), REFUSE_WAIT)
+        finally:
+            self._refusing -= 1
+
     async def _refuse(self, first: bytes, conn: Conn, attempt: Attempt, status: int) -> None:
         """Answer a refusal the client can read (a limit, before its request was read)."""
         await conn.send(b"\x05\xff" if first == b"\x05" else refusal(status, "", 0, attempt.reason))
@@ -331,6 +407,9 @@ class Door:
         for address in addresses:
             family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
+            if not room(sock):
+                sock.close()
+                raise Refused("the host process is short of descriptors", 503, "failure")
             sock.setblocking(False)
             try:
                 left = max(0.1, deadline - time.monotonic())
@@ -389,6 +468,16 @@ class Door:
         if early:
             await self.send_out(link, attempt, Conn(upstream), early)
         await tunnel(link.conn.sock, upstream, self.counter(link, attempt))
+
+
+def room(sock: socket.socket) -> bool:
+    """Whether this process may take ``sock`` (new) for the code: False when its number is
+    within ``RESERVE`` of the process's descriptor limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return True
+    low, high = RESERVE
+    return sock.fileno() < soft - min(high, max(low, soft // 8))
 
 
 def handed_socket(fd: int) -> socket.socket | None:

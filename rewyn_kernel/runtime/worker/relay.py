@@ -146,7 +146,8 @@ class Relay:
         # has hidden or covered the path (the subprocess provider hides the host's folders).
         self.folder = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self.socket_path = "/proc/self/fd/%d/proxy.sock" % self.folder
-        self.hand = self._hand("/proc/self/fd/%d/hand.sock" % self.folder)
+        self.hand_path = "/proc/self/fd/%d/hand.sock" % self.folder
+        self.hand = self._hand(self.hand_path)
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
@@ -168,9 +169,12 @@ class Relay:
         os.close(self.folder)
 
     @staticmethod
-    def _hand(path: str) -> Optional[socket.socket]:
-        """The connection that hands accepted sockets to the host, or None (bytes relayed)."""
+    def _hand(path: str, wait: bool = True) -> Optional[socket.socket]:
+        """The connection that hands accepted sockets to the host, or None (bytes relayed).
+        ``wait``: False once the code runs (its connections may fill the host's backlog: a
+        connection made then is refused at once rather than wait in this loop)."""
         hand = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        hand.setblocking(wait)
         try:
             hand.connect(path)
         except OSError:
@@ -180,20 +184,26 @@ class Relay:
         return hand
 
     def _handed(self, client: socket.socket) -> bool:
-        """Hand ``client`` to the host's proxy; False if it stays here (relayed). A hand that
-        cannot carry descriptors at all is dropped for good; a full one, for this client."""
-        if self.hand is None:
-            return False
-        rights = array("i", [client.fileno()])
-        try:
-            self.hand.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-        except OSError as exc:
-            if exc.errno not in _AGAIN:
+        """Hand ``client`` to the host's proxy; False if it stays here (relayed). A full hand
+        keeps it here; a hand the host closed (it cuts one that idles, though never the first
+        it took, this one's) is made again, once; one that cannot carry descriptors at all is
+        dropped for good."""
+        for attempt in range(2):
+            if self.hand is None:
+                return False
+            rights = array("i", [client.fileno()])
+            try:
+                self.hand.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+            except OSError as exc:
+                if exc.errno in _AGAIN:
+                    return False
                 self.hand.close()
-                self.hand = None
-            return False
-        client.close()  # (the host holds it now)
-        return True
+                gone = exc.errno in (errno.EPIPE, errno.ECONNRESET)
+                self.hand = self._hand(self.hand_path, False) if gone and not attempt else None
+                continue
+            client.close()  # (the host holds it now)
+            return True
+        return False
 
     def on_accept(self, fd: int) -> None:
         for _ in range(64):  # (a burst, without starving the supervisor's other work)
