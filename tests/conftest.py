@@ -46,9 +46,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def build_provider(kind: str) -> SandboxProvider:
-    """The provider a test kind names: 'subprocess', 'bubblewrap', 'landlock', 'docker', 'docker+runsc',
-    'podman', 'docker+volume' (its scratch a volume of the engine), or 'relay' (registered by
-    entry point)."""
+    """The provider a test kind names: 'subprocess', 'bubblewrap', 'landlock', 'docker',
+    'docker+runsc', 'podman', 'docker+volume' (its scratch a volume of the engine), or 'relay'
+    (registered by entry point)."""
     if kind == "relay":
         if "relay" not in registry.names():
             unavailable(

@@ -180,9 +180,9 @@ def test_a_sessions_code_sees_no_other_session(make_box: Callable[..., Sandbox])
         first.execute("import os; print(os.getpid())")
         other = first.execute("import os; print(os.getpid())").stdout.strip()
         probe = (
-            "import os\ntry:\n    os.kill(%s, 0); print('signalled')\nexcept OSError as e: "
-            "print(e.errno)\ntry:\n    open('/proc/%s/environ', 'rb').read(); print('read')\n"
-            "except OSError as e: print(e.errno)" % (other, other)
+            f"import os\ntry:\n    os.kill({other}, 0); print('signalled')\nexcept OSError as e: "
+            f"print(e.errno)\ntry:\n    open('/proc/{other}/environ', 'rb').read(); print('read')\n"
+            "except OSError as e: print(e.errno)"
         )
         assert second.execute(probe).stdout.split() == ["1", "13"]  # EPERM, EACCES
         return

@@ -7,11 +7,11 @@ jupyter_client's kernel provisioners are::
     [project.entry-points."rewyn_kernel.providers"]
     mine = "my_package.provider:MyProvider"
 
-The built-in ones (``bubblewrap``, ``landlock``, ``subprocess``, ``container``) are registered the same way in
-rewyn-kernel's own ``pyproject.toml``. The kernel's ``provider`` setting, ``rewyn-kernel
+The built-in ones (``bubblewrap``, ``landlock``, ``subprocess``, ``container``) are registered the
+same way in rewyn-kernel's own ``pyproject.toml``. The kernel's ``provider`` setting, ``rewyn-kernel
 doctor`` and ``review`` learn the names from here. A package cannot take a built-in's name (its
-entry is refused, with a note in ``problems()``), and ``auto`` is no provider's name: it means
-the best local one (``factory.local_provider``).
+entry is refused, with a note in ``problems()``), and ``auto`` is no provider's name: it means the
+best local one (``factory.local_provider``).
 """
 
 from __future__ import annotations

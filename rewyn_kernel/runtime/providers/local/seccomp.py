@@ -147,8 +147,7 @@ class Filter:
 def describe(sockets: bool = True, sysv_ipc: bool = True) -> str:
     """What the filter refuses, in words (for ``Isolation.seccomp``); the flags as ``build``'s."""
     families = (
-        "every socket family but Unix, IPv4, IPv6 and netlink (vsock and packet sockets "
-        "among them)"
+        "every socket family but Unix, IPv4, IPv6 and netlink (vsock and packet sockets among them)"
         if sockets
         else "every new socket (only a connected pair, socketpair(), can be had)"
     )
@@ -214,11 +213,13 @@ def build(sockets: bool = True, sysv_ipc: bool = True) -> Filter:
         _add(seccomp, rules, eperm, "ptrace", seccomp.Arg(0, seccomp.NE, PTRACE_TRACEME))
         for flag in PERSONALITY_REFUSED.values():
             mask = flag | PERSONALITY_QUERY_BIT
-            _add(seccomp, rules, eperm, "personality", seccomp.Arg(0, seccomp.MASKED_EQ, mask, flag))
+            _add(
+                seccomp, rules, eperm, "personality", seccomp.Arg(0, seccomp.MASKED_EQ, mask, flag)
+            )
         unsupported = seccomp.ERRNO(errno.EAFNOSUPPORT)
         if sockets:
             allowed = sorted(SOCKET_FAMILIES.values())
-            for low, high in zip([-1, *allowed], [*allowed, MAX_FAMILY]):
+            for low, high in zip([-1, *allowed], [*allowed, MAX_FAMILY], strict=True):
                 for family in range(low + 1, high):
                     _add(seccomp, rules, unsupported, "socket", seccomp.Arg(0, seccomp.EQ, family))
             _add(seccomp, rules, unsupported, "socket", seccomp.Arg(0, seccomp.GE, MAX_FAMILY))
