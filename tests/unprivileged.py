@@ -31,19 +31,25 @@ ROOT = Path(__file__).resolve().parents[1]
 SERVER = r"""
 import json, sys
 from rewyn_kernel.runtime import create
+from rewyn_kernel.runtime.providers.landlock import LandlockProvider
 from rewyn_kernel.runtime.sandbox import BubblewrapProvider, SubprocessProvider
 
 PROVIDERS = {
     "bubblewrap": BubblewrapProvider,
+    "landlock": LandlockProvider,
     "subprocess": SubprocessProvider,
     "subprocess-no-namespaces": lambda: SubprocessProvider(namespaces=False),
+    "default": lambda: None,
 }
 box = session = None
 for line in sys.stdin:
     request = json.loads(line)
     op = request["op"]
     try:
-        if op == "create":
+        if op == "pid":
+            import os
+            reply = {"pid": os.getpid()}
+        elif op == "create":
             box = create(provider=PROVIDERS[request["provider"]](), **request["kwargs"])
             reply = box.isolation.model_dump(mode="json")
         elif op == "execute":
@@ -60,6 +66,25 @@ for line in sys.stdin:
         reply = {"exception": repr(exc)}
     print(json.dumps(reply), flush=True)
 """
+
+
+NO_USERNS = r"""
+import errno, os, sys
+import pyseccomp as seccomp
+rules = seccomp.SyscallFilter(seccomp.ALLOW)
+eperm = seccomp.ERRNO(errno.EPERM)
+rules.add_rule(eperm, "unshare")
+rules.add_rule(eperm, "setns")
+for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000):  # NEWUSER, NEWPID, NEWNET, NEWNS
+    rules.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+rules.load()
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+"""Load a filter that refuses new namespaces (unshare, setns, clone with CLONE_NEW*, clone3 with
+ENOSYS so the C library falls back to clone), as docker's default profile does for a process
+without CAP_SYS_ADMIN, then run the program in argv. Filters are inherited and cannot be lifted:
+everything the host starts, bwrap and unshare included, runs under it."""
 
 
 def unprivileged_problem() -> str | None:
@@ -83,7 +108,11 @@ def unprivileged_problem() -> str | None:
 class UnprivilegedHost:
     """A sandbox made by a host process running as ``UID`` (see the module's docstring)."""
 
-    def __init__(self, provider: str, **kwargs: Any) -> None:
+    def __init__(self, provider: str, *, no_userns: bool = False, **kwargs: Any) -> None:
+        """``provider``: a name of SERVER's PROVIDERS ("default": the one ``create()`` picks);
+        ``no_userns``: the host process runs under a seccomp filter that refuses new user
+        namespaces as a container engine's default profile does (``NO_USERNS``), standing in
+        for a host that gives none (Ubuntu 24.04's AppArmor rule, a JupyterHub pod)."""
         problem = unprivileged_problem()
         if problem is not None:
             if os.environ.get("CI"):
@@ -101,8 +130,11 @@ class UnprivilegedHost:
             "PYTHONPATH": f"{ROOT}:{site}",
             "PYTHONDONTWRITEBYTECODE": "1",
         }
+        program = [python, "-c", SERVER]
+        if no_userns:
+            program = [python, "-c", NO_USERNS, *program]
         self.process = subprocess.Popen(
-            [*prefix, python, "-c", SERVER],
+            [*prefix, *program],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -121,6 +153,10 @@ class UnprivilegedHost:
         reply: dict[str, Any] = json.loads(line)
         assert "exception" not in reply, reply["exception"]
         return reply
+
+    def pid(self) -> int:
+        """The host process's pid."""
+        return int(self._ask({"op": "pid"})["pid"])
 
     def execute(self, code: str) -> dict[str, Any]:
         """``box.execute(code)``, as a result's JSON."""
