@@ -20,6 +20,7 @@ from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.mcp.provider_choice import choose
 from rewyn_kernel.runtime import BubblewrapProvider, create, local_provider, registry
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
+from rewyn_kernel.runtime.providers.landlock import LandlockProvider
 from rewyn_kernel.runtime.machine import cgroup_support
 from rewyn_kernel.runtime.sandbox import (
     CheckItem,
@@ -75,6 +76,7 @@ def doctor(image: str, oci_runtimes: Sequence[str], *, python: str | None = None
     pieces. 0 when some provider ran code, else 1."""
     providers: list[SandboxProvider] = [
         BubblewrapProvider(python=python),
+        LandlockProvider(python=python),
         SubprocessProvider(python=python),
     ]
     for cli in ("docker", "podman", "nerdctl"):

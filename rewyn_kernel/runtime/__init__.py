@@ -11,6 +11,7 @@ from rewyn_kernel.runtime.pool import BatchSummary, SandboxPool
 from rewyn_kernel.runtime.sandbox import (
     BubblewrapProvider,
     BubblewrapSandbox,
+    LandlockProvider,
     Sandbox,
     SandboxProvider,
     SandboxResult,
@@ -33,6 +34,7 @@ __all__ = [
     "ContainerProvider",
     "ContainerSandbox",
     "JsonlRunLog",
+    "LandlockProvider",
     "Sandbox",
     "SandboxEvent",
     "SandboxPool",

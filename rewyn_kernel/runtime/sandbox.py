@@ -39,6 +39,7 @@ from rewyn_kernel.runtime.providers.base import (
     WorkerProcess,
 )
 from rewyn_kernel.runtime.providers.bubblewrap import BubblewrapProvider, BubblewrapSandbox
+from rewyn_kernel.runtime.providers.landlock import LandlockProvider
 from rewyn_kernel.runtime.providers.subprocess import SubprocessProvider, SubprocessSandbox
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "ErrorInfo",
     "ExitInfo",
     "Isolation",
+    "LandlockProvider",
     "Payload",
     "RichOutput",
     "Sandbox",
