@@ -39,7 +39,13 @@ from rewyn_kernel.runtime.providers.container.engine import daemonless, labels
 from rewyn_kernel.runtime.providers.container.sweep import EngineSweep
 from rewyn_kernel.runtime.providers.container.volume import SCRATCH, Engine, VolumeFiles
 from rewyn_kernel.runtime.providers.container.worker import ContainerWorker
-from rewyn_kernel.runtime.providers.local import cgroup, workspace_cells, workspace_note
+from rewyn_kernel.runtime.providers.local import (
+    cgroup,
+    seccomp,
+    seccomp_config,
+    workspace_cells,
+    workspace_note,
+)
 from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.providers.local.identity import identity, idmap_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings
@@ -187,6 +193,11 @@ class ContainerProvider:
                 else "direct"
             ),
             filesystem=f"read-only image root, tmpfs /tmp and the scratch dir at {SCRATCH} only",
+            seccomp=(
+                f"the engine's default profile, and on top of it {seccomp.build().detail}"
+                if seccomp.build().program
+                else None
+            ),
             notes=tuple(notes),
         )
 
@@ -236,6 +247,9 @@ class ContainerProvider:
             # (gVisor: the host cannot read the sandbox's memory, but its /proc/meminfo is the
             # container's: what the cap allows and what is free. The supervisor reads it there.)
             memory_view="meminfo" if self._gvisor() and spec.memory_limit_mb else None,
+            # (the local providers' allow-list, on top of the engine's profile: it refuses what
+            # that profile lets through, vsock sockets among them; see local/seccomp.py)
+            **seccomp_config(),
         )
 
     def _workspace_view(self, spec: SandboxSpec) -> bool:
