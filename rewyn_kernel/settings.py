@@ -100,10 +100,12 @@ class KernelSettings(SandboxSpec):
     provider: str = Field(
         default="auto",
         max_length=40,
-        description='"auto": bubblewrap where it works here, else subprocess (and the banner '
-        'says so); "bubblewrap": the host\'s files and sockets out of reach; "subprocess": '
-        'against accidents, the host\'s files open; "container": for code you did not write; '
-        "or the name a package registers a provider under (rewyn-kernel doctor lists them).",
+        description='"auto": bubblewrap where it works here, else landlock, else subprocess '
+        '(and the banner says so); "bubblewrap": the host\'s files and sockets out of reach; '
+        '"landlock": the same without namespaces (Landlock and seccomp: the workspace '
+        'read-only, no allow-list); "subprocess": against accidents, the host\'s files open; '
+        '"container": for code you did not write; or the name a package registers a provider '
+        "under (rewyn-kernel doctor lists them).",
     )
     image: str = Field(
         default=DEFAULT_IMAGE,
