@@ -89,7 +89,12 @@ def test_the_code_works_in_the_workspace_as_on_ipykernel(
         versioned = box.isolation.workspace == "versioned"  # (gVisor: bound as it is)
         if versioned:
             assert wrote.files is not None
-            assert set(wrote.files.created) == {"summary_by_region.csv", "out/plots/a.txt"}
+            assert set(wrote.files.created) == {
+                "summary_by_region.csv",
+                "out/",  # (folders too: they are charged to the quota as well)
+                "out/plots/",
+                "out/plots/a.txt",
+            }
             assert wrote.files.changed == ("notes.txt",)
         (project / "notes.txt").write_text("host v2\n")  # the person edits between cells
         (project / "data" / "fresh.csv").write_text("new data\n")
@@ -228,7 +233,7 @@ def files_command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_the_store_keeps_its_bounds_and_never_drops_the_version_just_kept(
+def test_the_store_keeps_its_bounds_dropping_only_the_codes_own_versions(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(workspace_module, "VERSIONS_LIMIT_BYTES", 10_000)
@@ -242,9 +247,12 @@ def test_the_store_keeps_its_bounds_and_never_drops_the_version_just_kept(
     assert second.files is not None
     assert third.files is not None
     kept = Workspace(project).versions()
-    # The second replaced 9,000 bytes: 8,000 + 9,000 is over the bound, the oldest goes.
-    assert any("was dropped" in note for note in second.files.notes)
-    assert [item["id"] for item in kept] == [*second.files.versions, *third.files.versions]
+    # The first kept the person's 8,000 bytes: never dropped for room. The second kept the
+    # code's own 9,000 (over the bound, but just kept); the third drops it, the code's own.
+    assert not any("was dropped" in note for note in second.files.notes)
+    assert any("was dropped" in note for note in third.files.notes)
+    assert [item["id"] for item in kept] == [*first.files.versions, *third.files.versions]
+    assert [item["class"] for item in kept] == ["person", "code"]
 
 
 # -- links, the quota, two sandboxes -----------------------------------------------------------
@@ -263,7 +271,7 @@ def test_links_the_code_makes_never_lead_out(provider: SandboxProvider, project:
         )
         assert done.ok, done.stderr
         assert done.files is not None
-        assert done.files.created == ("births-link.csv",)
+        assert done.files.created == ("births-link.csv", "sub/")
         refused = {item.split(":")[0] for item in done.files.refused}
         assert refused == {"results.csv", "up.txt", "sub/escape"}
         assert any("leads out of the workspace" in note for note in done.files.notes)
@@ -585,3 +593,222 @@ def test_the_sweep_unmounts_and_removes_only_the_views_of_hosts_that_died(
     finally:
         views._remove_base(living)
     assert not living.exists()
+
+
+# -- fail closed: a limit the code reaches stops the code, never the person's protection ----------
+
+
+def kept_somewhere(root: Path, content: bytes) -> bool:
+    """Whether a file of ``root`` (its kept versions included) holds ``content``."""
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = Path(folder) / name
+            if (
+                not path.is_symlink()
+                and path.stat().st_size == len(content)
+                and path.read_bytes() == content
+            ):
+                return True
+    return False
+
+
+def links_lead_out(root: Path) -> list[str]:
+    """The links of ``root`` (its store aside) that resolve outside it."""
+    base = os.path.realpath(root)
+    out = []
+    for folder, folders, names in os.walk(root):
+        folders[:] = [name for name in folders if name != STORE]
+        for name in [*names, *folders]:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                real = os.path.realpath(path)
+                if real != base and not real.startswith(base + os.sep):
+                    out.append(os.path.relpath(path, root))
+    return out
+
+
+@pytest.mark.providers("bubblewrap", "subprocess")
+def test_the_codes_churn_never_pushes_the_persons_versions_out(
+    provider: SandboxProvider, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sparse file is its blocks, not its length; the code replacing its own files evicts
+    only its own versions; a change whose version the store cannot hold without evicting one of
+    the person's is refused."""
+    monkeypatch.setattr(workspace_module, "VERSIONS_LIMIT_BYTES", 1 << 20)
+    person = b"the person's notes\n" * 10
+    (project / "notes.txt").write_bytes(person)
+    large = os.urandom(1200 << 10)
+    (project / "large.bin").write_bytes(large)
+    spec = SandboxSpec(workspace=project, timeout=60)
+    with create(spec, provider=provider) as box, box.session() as session:
+        assert session.execute("open('notes.txt', 'w').write('the code')").ok
+        sparse = session.execute("open('sparse.bin', 'wb').truncate(1 << 40)")
+        assert sparse.ok, sparse.stderr
+        again = session.execute("open('sparse.bin', 'wb').write(b'x')")  # (1 TiB kept: 0 blocks)
+        assert again.files is not None
+        assert again.files.changed == ("sparse.bin",)
+        for turn in range(4):  # (the code's own churn: 4 x 600 KiB through a 1 MiB store)
+            churn = session.execute(f"open('out.bin', 'wb').write(bytes([{turn}]) * (600 << 10))")
+            assert churn.ok, churn.stderr
+        deleted = session.execute("import os\nos.remove('large.bin')")
+        assert deleted.files is not None
+        assert deleted.files.deleted == ()
+        assert any("large.bin" in item for item in deleted.files.refused), deleted.files
+    assert kept_somewhere(project, person)
+    assert (project / "large.bin").read_bytes() == large
+    kept = {item["path"] for item in Workspace(project).versions()}
+    assert "notes.txt" in kept
+
+
+@pytest.mark.providers("bubblewrap", "subprocess")
+def test_a_scan_that_reaches_its_limit_protects_more(
+    provider: SandboxProvider, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the scan's limit (the code makes the folders) a notebook is still never removed:
+    neither with its folder nor by replacing the folder."""
+    monkeypatch.setattr(workspace_module.Protection, "MAX_FOLDERS", 1)
+    (project / "zz" / "in").mkdir(parents=True)
+    (project / "zz" / "in" / "work.ipynb").write_text('{"cells": []}')
+    (project / "yy").mkdir()
+    (project / "yy" / "other.ipynb").write_text('{"other": 1}')
+    spec = SandboxSpec(workspace=project, timeout=60)
+    with create(spec, provider=provider) as box, box.session() as session:
+        session.execute("import os, shutil\nfor i in range(50): os.makedirs(f'a/{i}')")
+        gone = session.execute("shutil.rmtree('zz', ignore_errors=True)")
+        assert gone.files is not None
+        replaced = session.execute(
+            "shutil.rmtree('yy', ignore_errors=True)\n"
+            "os.makedirs('yy', exist_ok=True)\nopen('yy/x.txt', 'w').write('x')"
+        )
+        assert replaced.files is not None
+    assert (project / "zz" / "in" / "work.ipynb").read_text() == '{"cells": []}'
+    assert (project / "yy" / "other.ipynb").read_text() == '{"other": 1}'
+
+
+def test_removing_a_folder_that_holds_a_protected_path_is_never_published(tmp_path: Path) -> None:
+    """Whatever the view showed: the walk refuses the removal (a whiteout) and the replacement
+    (an opaque folder, a file) of a folder holding a protected path."""
+    root, upper, _ = stage(tmp_path)
+    for name in ("gone", "opaque", "filed"):
+        (root / name / "deep").mkdir(parents=True)
+        (root / name / "deep" / "nb.ipynb").write_text(name)
+    os.mknod(upper / "gone", 0o600 | 0o020000, os.makedev(0, 0))
+    (upper / "opaque").mkdir()
+    os.setxattr(upper / "opaque", "trusted.overlay.opaque", b"y")
+    (upper / "opaque" / "new.txt").write_text("new")
+    (upper / "filed").write_text("a file in its place")
+    changes = Workspace(root).publish(upper, label="t")
+    for name in ("gone", "opaque", "filed"):
+        assert (root / name / "deep" / "nb.ipynb").read_text() == name, changes
+    assert changes.deleted == []
+    assert (root / "opaque" / "new.txt").read_text() == "new"
+
+
+@pytest.mark.providers("bubblewrap", "subprocess")
+def test_a_chain_of_links_never_leads_out(provider: SandboxProvider, project: Path) -> None:
+    """Each link looks inside on its own (lexically, and against the folder mid-walk); together
+    they lead to the workspace's parent. In one execution or across two."""
+    spec = SandboxSpec(workspace=project, timeout=60)
+    with create(spec, provider=provider) as box, box.session() as session:
+        one = session.execute("import os\nos.symlink('c/..', 'a')\nos.symlink('.', 'c')")
+        assert one.ok, one.stderr
+        two = session.execute("os.mkdir('k')\nos.symlink('k/../..', 'b')\nos.symlink('k/..', 'm')")
+        assert two.ok, two.stderr
+        three = session.execute("import shutil\nshutil.rmtree('k')\nos.symlink('.', 'k')")
+        assert three.ok, three.stderr
+        (project / "sub").mkdir()  # (the person's folder; the code links through it)
+        four = session.execute("os.symlink('sub/../..', 'up')\nos.symlink('data/../..', 'up2')")
+        assert four.ok, four.stderr
+    assert links_lead_out(project) == []
+
+
+@pytest.mark.providers("bubblewrap", "subprocess")
+def test_a_deep_tree_never_raises_out_of_the_host(provider: SandboxProvider, project: Path) -> None:
+    """1,100 folders deep: execute() and close() return, later executions run, what lies past
+    the depth limit is refused, and the quota still stops the code that writes past it."""
+    spec = SandboxSpec(workspace=project, disk_limit_mb=16, timeout=120)
+    deep = (
+        "import os\nhere = os.getcwd()\n"
+        "for _ in range(1100):\n    os.mkdir('d')\n    os.chdir('d')\n"
+        "open('x.txt', 'w').write('deep')\nos.chdir(here)\n"
+    )
+    with create(spec, provider=provider) as box, box.session() as session:
+        made = session.execute(deep)
+        assert made.ok, made.stderr
+        assert made.files is not None
+        assert any("deep" in item for item in made.files.refused), made.files
+        assert session.execute("print(1)").stdout == "1\n"
+        flood = session.execute(
+            deep.replace("d'", "e'")
+            + "import time\nfor i in range(100):\n"
+            + "    open(f'f{i}', 'wb').write(b'z' * (1 << 20)); time.sleep(0.01)"
+        )
+        assert flood.ending == "crashed", (flood.ending, flood.stderr[-500:])
+        assert flood.message is not None
+        assert "disk quota" in flood.message
+    written = sum(path.stat().st_size for path in project.glob("f*"))
+    assert written <= 16 << 20
+
+
+@pytest.mark.providers("bubblewrap", "subprocess")
+def test_a_nested_store_is_out_of_the_codes_reach(provider: SandboxProvider, project: Path) -> None:
+    """A notebook in a subfolder has a store of its own there: the parent's code can neither
+    rewrite its versions nor remove them."""
+    nested = project / "sub"
+    nested.mkdir()
+    (nested / "kept.txt").write_text("the person's\n")
+    with create(SandboxSpec(workspace=nested, timeout=60), provider=provider) as box:
+        assert box.execute("open('kept.txt', 'w').write('changed')").ok
+    (version,) = Workspace(nested).versions()
+    store = nested / STORE
+    before = {
+        str(path.relative_to(store)): path.read_bytes()
+        for path in store.rglob("*")
+        if path.is_file() and "staging" not in path.parts and path.name != "lock"
+    }
+    spec = SandboxSpec(workspace=project, timeout=60)
+    with create(spec, provider=provider) as box, box.session() as session:
+        session.execute(
+            "import os, shutil\n"
+            "open('sub/.rewyn/versions/index.jsonl', 'w').write('')\n"
+            f"open('sub/.rewyn/versions/{version['id']}/kept.txt', 'w').write('planted')\n"
+        )
+        session.execute("shutil.rmtree('sub/.rewyn/versions', ignore_errors=True)")
+        session.execute("open('sub/.rewyn/new.txt', 'w').write('planted')")
+    after = {
+        str(path.relative_to(store)): path.read_bytes()
+        for path in store.rglob("*")
+        if path.is_file() and "staging" not in path.parts and path.name != "lock"
+    }
+    assert after == before
+
+
+@pytest.mark.providers("bubblewrap", "subprocess")
+def test_folders_are_charged_to_the_quota_and_listed(
+    provider: SandboxProvider, project: Path
+) -> None:
+    spec = SandboxSpec(workspace=project, disk_limit_mb=8, timeout=60)
+    with create(spec, provider=provider) as box, box.session() as session:
+        made = session.execute("import os\nfor i in range(20): os.mkdir(f'd{i}')")
+        assert made.files is not None
+        assert set(made.files.created) == {f"d{i}/" for i in range(20)}
+        session.execute("for i in range(3000): os.makedirs(f'e/{i}')")
+    folders = [path for path in project.rglob("*") if path.is_dir() and path.name[0] in "de"]
+    assert len(folders) <= (8 << 20) // 4096
+
+
+def test_tmp_and_the_folders_holding_the_scratch_folders_are_never_a_workspace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``cd /tmp; ipython; %%sandbox``: /tmp is every user's, and holds the sandboxes' own
+    scratch folders. Refused as a home is, saying why; a kernel started there works in its
+    scratch directory instead."""
+    import tempfile
+
+    for folder in {Path("/tmp"), Path("/var/tmp"), Path(tempfile.gettempdir()).resolve()}:
+        with pytest.raises(ValueError, match="is a shared folder of temporary files"):
+            SandboxSpec(workspace=folder)
+    with pytest.raises(ValueError, match="above the shared folder /var/tmp"):
+        SandboxSpec(workspace=Path("/var"))
+    monkeypatch.chdir("/tmp")
+    assert KernelSettings().spec().workspace is None

@@ -8,6 +8,7 @@ import functools
 import os
 import pwd
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -59,6 +60,14 @@ def not_a_workspace(folder: Path) -> str:
     the browser's profile, every document)."""
     if folder == Path("/") or folder.parts[1] in SYSTEM_TREES:
         return "is the system's, not a person's folder: give the project's folder"
+    for shared in _shared_temporary():
+        if shared == folder or folder in shared.parents:
+            where = "a shared folder" if shared == folder else f"above the shared folder {shared}"
+            return (
+                f"is {where} of temporary files (every user's and program's, the sandbox's "
+                "own scratch folders too): the code would read and change all of it; give the "
+                "project's folder (a notebook's own, say)"
+            )
     for home in _homes():
         if home == folder or folder in home.parents:
             return (
@@ -67,6 +76,15 @@ def not_a_workspace(folder: Path) -> str:
                 "document); give the project's folder (a notebook's own, say)"
             )
     return ""
+
+
+def _shared_temporary() -> frozenset[Path]:
+    """The folders of temporary files every user and program shares, where the sandboxes make
+    their scratch folders (``tempfile.gettempdir()``)."""
+    found = {Path("/tmp"), Path("/var/tmp"), Path("/dev/shm")}
+    with contextlib.suppress(OSError, FileNotFoundError):
+        found.add(Path(tempfile.gettempdir()))
+    return frozenset(path.resolve() for path in found)
 
 
 @functools.cache

@@ -25,9 +25,11 @@ from rewyn_kernel.runtime.host.scratch import remove_tree
 from rewyn_kernel.runtime.host.views import WorkspaceView
 from rewyn_kernel.runtime.host.workspace import (
     BLOCK,
+    MAX_DEPTH,
     Budget,
     FileChanges,
     Workspace,
+    allocated,
     hide_store,
     holds_writes,
 )
@@ -189,12 +191,18 @@ class WorkspaceCells:
         return ""
 
     def _publish(self, label: str) -> FileChanges:
+        """Publish the pending upper folders. Nothing the code made raises out of here: an
+        error leaves that folder pending (published, or refused, next time) and says so."""
         total = FileChanges()
         scratch = _used(self.scratch)
         for upper in list(self._pending):
-            changes = self.workspace.publish(
-                upper, label=label, budget=self.budget, scratch_used=scratch
-            )
+            try:
+                changes = self.workspace.publish(
+                    upper, label=label, budget=self.budget, scratch_used=scratch
+                )
+            except Exception as exc:  # (the host must reply, whatever the code made)
+                total.notes.append(f"the workspace could not be published: {exc!r}")
+                continue
             _merge(total, changes)
             if not holds_writes(upper):
                 self._pending.remove(upper)
@@ -219,7 +227,18 @@ class WorkspaceCells:
         self._watcher.start()
 
     def _watch(self, stop: Callable[[str], None]) -> None:
+        """The watcher's loop: it never dies of what the code made (a limit it reaches, or an
+        error, stops the code instead: the quota is never left unwatched)."""
+        try:
+            why = self._watching()
+        except Exception as exc:  # (whatever it is, the code stops)
+            why = f"the workspace's disk quota could not be watched ({exc!r}): the sandbox stopped"
+        if why:
+            stop(why)
+
+    def _watching(self) -> str:
         base = _fs_used(self.workspace.root)
+        limit = (self.budget.limit or 0) >> 20
         while not self._stop.wait(WATCH_INTERVAL):
             used = _fs_used(self.workspace.root)
             left = self.budget.remaining(_used(self.scratch))
@@ -227,16 +246,22 @@ class WorkspaceCells:
                 continue
             with self._lock:
                 uppers = [*self._pending, self._current()]
-            written = sum(_tree_blocks(upper) for upper in uppers)
+            measured = [_tree_blocks(upper) for upper in uppers]
+            if any(size is None for size in measured):
+                return (
+                    f"the sandbox's disk quota (disk_limit_mb={limit}) cannot be measured: the "
+                    f"code nested folders deeper than {MAX_DEPTH} in its workspace while it "
+                    "wrote past what was left; the sandbox was stopped"
+                )
+            written = sum(size or 0 for size in measured)
             base = used - written  # (what else grew on that filesystem is not the code's)
             if written > left:
-                limit = (self.budget.limit or 0) >> 20
-                stop(
+                return (
                     f"the sandbox's disk quota (disk_limit_mb={limit}) is used up: the code "
                     f"wrote {written >> 20} MiB in its workspace where {left >> 20} MiB were "
                     "left; the sandbox was stopped (what fits is still published)"
                 )
-                return
+        return ""
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -253,7 +278,10 @@ class WorkspaceCells:
             self._pending.append(self._current())
             changes = self._publish(label)
             self._final = changes
-            remove_tree(self.staging)
+            try:
+                remove_tree(self.staging)
+            except OSError as exc:
+                changes.notes.append(f"the workspace's staging folder was not all removed: {exc}")
         watcher = self._watcher
         if watcher is not None and watcher is not threading.current_thread():
             watcher.join()  # (when the watcher stopped the worker, it closes it itself)
@@ -290,18 +318,49 @@ def _fs_used(path: Path) -> int:
     return (info.f_blocks - info.f_bfree) * info.f_frsize + inodes * BLOCK
 
 
-def _tree_blocks(folder: Path) -> int:
+def _tree_blocks(folder: Path) -> int | None:
     """What ``folder`` holds, as the budget counts it: each entry's allocated bytes, at least
-    a block (an inode is disk too); links never followed."""
+    a block (an inode is disk too); links never followed. Iterative, by descriptors, at most
+    ``MAX_DEPTH`` folders deep: None where the tree is deeper (it cannot be measured whole)."""
     total = 0
-    for _, folders, names, fd in os.fwalk(folder):
-        total += len(folders) * BLOCK
-        for name in names:
-            with contextlib.suppress(OSError):
+    try:
+        top = os.open(folder, _DIRECTORY)
+    except OSError:
+        return 0
+    stack: list[tuple[int, list[str]]] = []
+    try:
+        stack.append((top, _names(top)))
+        while stack:
+            fd, names = stack[-1]
+            if not names:
+                os.close(stack.pop()[0])
+                continue
+            name = names.pop()
+            try:
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if not stat.S_ISCHR(info.st_mode):  # (a whiteout is the overlay's, not data)
-                    total += max(info.st_blocks * 512, BLOCK)
+                if stat.S_ISCHR(info.st_mode):  # (a whiteout is the overlay's, not data)
+                    continue
+                total += allocated(info)
+                if stat.S_ISDIR(info.st_mode):
+                    if len(stack) >= MAX_DEPTH:
+                        return None
+                    inner = os.open(name, _DIRECTORY, dir_fd=fd)
+                    stack.append((inner, []))  # (on the stack first: closed whatever happens)
+                    stack[-1] = (inner, _names(inner))
+            except OSError:
+                continue
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
     return total
+
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _names(fd: int) -> list[str]:
+    with os.scandir(fd) as entries:
+        return [entry.name for entry in entries]
 
 
 def _forget(cell: Path) -> None:

@@ -59,6 +59,8 @@ def remove_at(dir_fd: int, name: str) -> None:
 
 
 def _remove(dir_fd: int, name: str) -> None:
+    """Remove ``name`` of ``dir_fd`` and all under it. Iterative (a tree thousands of folders
+    deep is removed without recursion): a descriptor per level of the folder being emptied."""
     try:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
@@ -67,19 +69,42 @@ def _remove(dir_fd: int, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name, dir_fd=dir_fd)
         return
+    # (each level: the folder it is in, its name, its descriptor, the names still to remove)
+    stack: list[tuple[int, str, int, list[str]]] = []
+    try:
+        stack.append((dir_fd, name, *_emptying(dir_fd, name)))
+        while stack:
+            parent, own, fd, left = stack[-1]
+            if not left:
+                stack.pop()
+                os.close(fd)
+                # (what could not be emptied is said for the top folder only)
+                with contextlib.suppress(FileNotFoundError if not stack else OSError):
+                    os.rmdir(own, dir_fd=parent)
+                continue
+            child = left.pop()
+            with contextlib.suppress(OSError):  # best effort: the rest is still removed
+                info = os.stat(child, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISDIR(info.st_mode):
+                    os.unlink(child, dir_fd=fd)
+                    continue
+                stack.append((fd, child, *_emptying(fd, child)))
+    finally:
+        for _, _, fd, _ in stack:
+            os.close(fd)
+
+
+def _emptying(dir_fd: int, name: str) -> tuple[int, list[str]]:
+    """A descriptor of the folder ``name`` made writable, and its entries' names."""
     fd = _open_dir(dir_fd, name, repair=True)
     try:
         with contextlib.suppress(OSError):
             os.fchmod(fd, stat.S_IRWXU)  # so that what is inside can be unlinked
         with os.scandir(fd) as entries:
-            names = [entry.name for entry in entries]
-        for child in names:
-            with contextlib.suppress(OSError):  # best effort: the rest is still removed
-                _remove(fd, child)
-    finally:
+            return fd, [entry.name for entry in entries]
+    except BaseException:
         os.close(fd)
-    with contextlib.suppress(FileNotFoundError):
-        os.rmdir(name, dir_fd=dir_fd)
+        raise
 
 
 def _open_dir(dir_fd: int, name: str, *, repair: bool = False) -> int:

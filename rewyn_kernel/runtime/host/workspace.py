@@ -37,7 +37,7 @@ import stat
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -84,7 +84,16 @@ VERSIONS_LIMIT_BYTES = 1 << 30
 VERSIONS_MAX_AGE_SECONDS = 30 * 24 * 3600
 BLOCK = 4096
 """What the budget counts at least for each file or folder the code writes: an inode is disk
-too, and a flood of empty files must reach the quota."""
+too, and a flood of empty files must reach the quota. Past it, a file counts its allocated
+blocks (``st_blocks``), never its length: a sparse terabyte is a block, and 1 GiB written is
+1 GiB, whatever the code says the length is."""
+MAX_DEPTH = 128
+"""Folders one publication walks into, nested: what the code wrote deeper is refused (a limit
+the code reaches stops the code's change, never the person's protection), and the walk holds
+two descriptors per level."""
+MAX_SURVEY = 100_000
+"""Entries looked at in a folder of the workspace the code removes or replaces (does it hold a
+protected path, what does its version weigh): one larger is not removed (it might hold one)."""
 WHITEOUT = 0  # (an overlay whiteout is a character device 0:0)
 OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
 
@@ -177,7 +186,9 @@ class Protection:
     ``matches`` tells one path; ``existing`` finds those in the folder for the view to show
     read-only, rescanning only the folders whose modification time changed since the last
     look (a cell's end costs a stat per folder, not a walk), at most ``MAX_FOLDERS`` folders
-    deep in a large tree (what lies past them is still never published: ``matches``)."""
+    in a large tree. A scan cut short protects more, not less: each folder it did not look in
+    is read-only too (and what lies in them is never published: ``matches``; nor is the
+    removal of a folder that holds a protected path, whatever the view showed)."""
 
     MAX_FOLDERS = 4000
     MAX_FOUND = 256
@@ -196,7 +207,10 @@ class Protection:
         entry added, removed or renamed anywhere), having looked at all of them."""
 
     def matches(self, relative: str) -> bool:
-        """Whether the workspace path ``relative`` is one the code may not change."""
+        """Whether the workspace path ``relative`` is one the code may not change (a store,
+        ``.rewyn``, at any depth too: a nested notebook's versions)."""
+        if STORE in PurePosixPath(relative).parts:
+            return True
         if self._name is not None and any(
             self._name.match(part) for part in PurePosixPath(relative).parts
         ):
@@ -207,11 +221,13 @@ class Protection:
         )
 
     def existing(self) -> list[str]:
-        """The outermost protected paths in the folder now (relative, sorted)."""
+        """The outermost paths to show read-only, now (relative, sorted): the protected paths
+        in the folder and, where the scan stopped at ``MAX_FOLDERS``, the folders it did not
+        look in; more than ``MAX_FOUND`` are folded into their folders (``fold``)."""
         found: list[str] = []
         stack, seen = [""], 0
         self._changed = not self._scanned
-        while stack and seen < self.MAX_FOLDERS and len(found) < self.MAX_FOUND:
+        while stack and seen < self.MAX_FOLDERS:
             relative = stack.pop()
             seen += 1
             scanned = self._scan(relative)
@@ -220,7 +236,7 @@ class Protection:
             found += scanned[0]
             stack += scanned[1]
         self.unchanged = not self._changed and not stack
-        return sorted(found)[: self.MAX_FOUND]
+        return fold([*found, *stack], self.MAX_FOUND)
 
     def _scan(self, relative: str) -> tuple[list[str], list[str]] | None:
         folder = self.root / relative if relative else self.root
@@ -254,6 +270,31 @@ class Protection:
         return marked, folders
 
 
+def fold(paths: Sequence[str], limit: int) -> list[str]:
+    """``paths`` (relative), the outermost only, at most ``limit`` of them where it can be: the
+    deepest are replaced by their folders until they fit (a folder read-only covers more, never
+    less). Top-level paths are never folded into the workspace itself (the view's root stays
+    writable): more than ``limit`` of them are all returned."""
+    kept = _outermost(paths)
+    while len(kept) > limit:
+        deepest = max(len(PurePosixPath(path).parts) for path in kept)
+        if deepest <= 1:
+            break
+        kept = _outermost(
+            str(PurePosixPath(path).parent) if len(PurePosixPath(path).parts) == deepest else path
+            for path in kept
+        )
+    return kept
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    kept: list[str] = []
+    for path in sorted(set(paths)):
+        if not kept or not (path == kept[-1] or path.startswith(kept[-1] + "/")):
+            kept.append(path)
+    return kept
+
+
 def protected(relative: str, patterns: Sequence[str]) -> bool:
     """Whether the workspace path ``relative`` is one the code may not change."""
     return Protection(Path(), patterns).matches(relative)
@@ -267,8 +308,9 @@ def existing_protected(root: Path, patterns: Sequence[str]) -> list[str]:
 
 class Budget:
     """What the code may still write in the workspace: ``disk_limit_mb`` less what it has
-    published (the current size of each file it created or replaced, at least a ``BLOCK``, so
-    rewriting one file counts once) and what its scratch directory holds. None: no limit."""
+    published (the allocated blocks of each file it created or replaced, at least a ``BLOCK``,
+    so rewriting one file counts once; a ``BLOCK`` for each folder it made) and what its
+    scratch directory holds. None: no limit."""
 
     def __init__(self, limit_bytes: int | None) -> None:
         self.limit = limit_bytes
@@ -284,6 +326,18 @@ class Budget:
             self.own.pop(relative, None)
         else:
             self.own[relative] = size
+
+    def forget(self, relative: str) -> None:
+        """``relative`` is gone, and all that was in it."""
+        inside = relative + "/"
+        for path in [path for path in self.own if path == relative or path.startswith(inside)]:
+            del self.own[path]
+
+
+def allocated(info: os.stat_result) -> int:
+    """What an inode holds on disk as the budget and the version store count it: its allocated
+    blocks, at least a ``BLOCK``."""
+    return max(info.st_blocks * 512, BLOCK)
 
 
 class Workspace:
@@ -303,6 +357,10 @@ class Workspace:
         self.protection = Protection(root, self.patterns)
         self.owner = owner
         self.store = root / STORE
+        self.made: dict[str, tuple[int, ...]] = {}
+        """What this workspace's publications put in the folder (relative -> the inode's facts
+        then): a version of one of them, unchanged since, is the code's own (the store may
+        drop it for room); any other version is the person's, never dropped for room."""
 
     # -- the store ---------------------------------------------------------------------------
 
@@ -374,7 +432,8 @@ class Workspace:
                     version = _Version(self, label, changes)
                     left = budget.remaining(scratch_used) if budget is not None else None
                     state = _Publishing(self, version, changes, budget, left)
-                    state.directory(source, target, "")
+                    state.walk(source, target)
+                    state.check_links(target)
                 finally:
                     os.close(target)
                 if version.made:
@@ -437,7 +496,10 @@ class Workspace:
             raise OSError(errno.EXDEV, f"{folder} leads out of the workspace")
 
     def prune(self, *, keep: str, changes: FileChanges) -> None:
-        """Drop the oldest versions past the store's bounds (size, age), never ``keep``."""
+        """Drop the versions past the store's bounds, never ``keep``: any over 30 days old;
+        over the size bound, the code's own versions (of what it had published, unchanged
+        since), oldest first. The person's are never dropped for room: a publication refuses
+        the change whose version would need it (``_Version.admit``)."""
         items = self.versions()
         now = time.time()
         total = sum(int(item.get("size", 0)) for item in items)
@@ -446,7 +508,7 @@ class Workspace:
             if item["id"] == keep:
                 continue
             too_old = now - float(item.get("time", now)) > VERSIONS_MAX_AGE_SECONDS
-            if total <= VERSIONS_LIMIT_BYTES and not too_old:
+            if not too_old and (total <= VERSIONS_LIMIT_BYTES or item.get("class") != "code"):
                 continue
             where = self.store / "versions" / item["id"] / item["path"]
             _remove(where)
@@ -454,7 +516,11 @@ class Workspace:
             dropped.add((item["id"], item["path"]))
             changes.notes.append(
                 f"the kept version {item['id']} of {item['path']} was dropped "
-                f"({'over 30 days old' if too_old else 'the store is over 1 GiB'})"
+                + (
+                    "(over 30 days old)"
+                    if too_old
+                    else "(the store is over its bound: a version of the code's own output)"
+                )
             )
         if dropped:
             self._drop_index_entries(dropped)
@@ -479,6 +545,22 @@ class Workspace:
         os.replace(temporary, index)
 
 
+class _StoreFull(OSError):
+    """The store cannot keep a version of the person's without dropping another of theirs."""
+
+
+@dataclass
+class _Survey:
+    """What a path of the workspace holds, as looked at before the code removes or replaces
+    it: its allocated bytes, whether a protected path is in it, whether all of it is what the
+    code published (unchanged since), whether it was looked at whole (``MAX_SURVEY``)."""
+
+    size: int = 0
+    protected: bool = False
+    code: bool = True
+    whole: bool = True
+
+
 class _Version:
     """The versions one publication keeps (made on first use)."""
 
@@ -488,21 +570,118 @@ class _Version:
         self.id = f"{stamp}-{safe_name(label)}-{uuid.uuid4().hex[:6]}"
         self.changes = changes
         self.made = False
+        self._persons: int | None = None
 
-    def keep(self, folder: int, name: str, relative: str, why: str) -> None:
+    def survey(self, folder: int, name: str, relative: str) -> _Survey:
+        """Look at ``name`` of the workspace's ``folder`` (see ``_Survey``); iterative, by
+        descriptors, links never followed."""
+        made = self.workspace.made
+        found = _Survey()
+        try:
+            info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            return found
+        found.size = allocated(info)
+        found.code = made.get(relative) == _facts(info)
+        if not stat.S_ISDIR(info.st_mode):
+            return found
+        found.code = made.get(relative + "/") == _facts(info, folder=True)
+        stack: list[tuple[int, str, list[str]]] = []
+        seen = 0
+        try:
+            fd = os.open(name, _DIRECTORY, dir_fd=folder)
+            stack.append((fd, relative, _listing(fd)))
+            while stack:
+                fd, where, names = stack[-1]
+                if not names:
+                    os.close(stack.pop()[0])
+                    continue
+                child = names.pop()
+                path = f"{where}/{child}"
+                seen += 1
+                if seen > MAX_SURVEY or len(stack) > MAX_DEPTH:
+                    found.whole = False
+                    break
+                if self.workspace.protection.matches(path):
+                    found.protected = True
+                    break
+                try:
+                    inner = os.stat(child, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                found.size += allocated(inner)
+                if not stat.S_ISDIR(inner.st_mode):
+                    found.code = found.code and made.get(path) == _facts(inner)
+                    continue
+                found.code = found.code and made.get(path + "/") == _facts(inner, folder=True)
+                into = os.open(child, _DIRECTORY, dir_fd=fd)
+                stack.append((into, path, _listing(into)))
+        except OSError:
+            found.whole = False
+        finally:
+            for fd, _, _ in stack:
+                os.close(fd)
+        return found
+
+    def admit(self, found: _Survey, relative: str) -> None:
+        """Raise ``_StoreFull`` where keeping ``found``, a version of the person's, would take
+        the person's versions past the store's bound (the code's own versions make room)."""
+        if found.code:
+            return
+        if self._persons is None:
+            self._persons = sum(
+                int(item.get("size", 0))
+                for item in self.workspace.versions()
+                if item.get("class") != "code"
+            )
+        if self._persons + found.size > VERSIONS_LIMIT_BYTES:
+            raise _StoreFull(
+                errno.ENOSPC,
+                f"its earlier version ({found.size:,} bytes) does not fit in the store of kept "
+                f"versions beside the person's others (the store keeps "
+                f"{VERSIONS_LIMIT_BYTES >> 20} MiB; `rewyn-kernel files` lists them)",
+                relative,
+            )
+
+    def keep(
+        self, folder: int, name: str, relative: str, why: str, found: _Survey | None = None
+    ) -> None:
         """Move ``name`` of the workspace's ``folder`` (a descriptor; ``relative`` is its path)
         into this version: a rename, the store being on the workspace's filesystem."""
+        if found is None:
+            found = self.survey(folder, name, relative)
         target = self.workspace.store / "versions" / self.id / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         os.rename(name, target, src_dir_fd=folder)
-        info = os.lstat(target)
-        size = _tree_size(target) if stat.S_ISDIR(info.st_mode) else info.st_size
         if not self.made:
             self.made = True
             self.changes.versions.append(self.id)
-        entry = {"id": self.id, "path": relative, "why": why, "time": time.time(), "size": size}
+        kind = "code" if found.code and found.whole else "person"
+        if kind == "person" and self._persons is not None:
+            self._persons += found.size
+        entry = {
+            "id": self.id,
+            "path": relative,
+            "why": why,
+            "time": time.time(),
+            "size": found.size,
+            "class": kind,
+        }
         with open(self.workspace.store / "versions" / "index.jsonl", "a", encoding="utf-8") as log:
             log.write(json.dumps(entry) + "\n")
+
+
+def _facts(info: os.stat_result, *, folder: bool = False) -> tuple[int, ...]:
+    """What tells an inode the code published from one changed since (a folder: which one)."""
+    if folder:
+        return (info.st_dev, info.st_ino)
+    return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _listing(fd: int) -> list[str]:
+    """The names in the folder ``fd``, last first (``pop`` takes them in order)."""
+    with os.scandir(fd) as entries:
+        return sorted((entry.name for entry in entries), reverse=True)
 
 
 @dataclass(frozen=True)
@@ -520,9 +699,23 @@ class _Entry:
     owner: tuple[int, int] | None
 
 
+@dataclass
+class _Level:
+    """One folder of the walk: its descriptors in the upper folder and in the workspace, its
+    path, the names still to publish, who what is published in it belongs to, and the
+    descriptor of the upper folder it is in (-1: the top)."""
+
+    source: int
+    target: int
+    relative: str
+    names: list[str]
+    owner: tuple[int, int] | None
+    parent: int = -1
+
+
 class _Publishing:
-    """One publication's walk of an upper folder (see Workspace.publish): ``source`` and
-    ``target`` are descriptors of the same folder in the upper and in the workspace."""
+    """One publication's walk of an upper folder (see Workspace.publish): iterative, at most
+    ``MAX_DEPTH`` folders deep (a deeper tree is refused, never a RecursionError)."""
 
     def __init__(
         self,
@@ -538,74 +731,168 @@ class _Publishing:
         self.budget = budget
         self.left = left
         self.over_quota = False
+        self.links: list[str] = []
+        """The links this walk published (checked again in the final state: check_links)."""
 
-    def directory(self, source: int, target: int, relative: str) -> None:
+    def walk(self, source: int, target: int) -> None:
+        """Publish the upper folder ``source`` into the workspace's folder ``target``."""
         try:
-            with os.scandir(source) as entries:
-                names = sorted(entry.name for entry in entries)
+            names = _listing(source)
         except OSError:
             return
-        owner = self.owner_of(target)
-        for name in names:
-            path = f"{relative}/{name}" if relative else name
-            if path == STORE:
-                continue  # (the code's view hides the store: never published, never removed)
-            try:
-                self.entry(source, target, name, path, owner)
-            except OSError as exc:
-                # (left in the upper folder: published, or refused, next time)
-                self.changes.add("refused", f"{path}: {exc.strerror or exc}")
+        stack = [_Level(source, target, "", names, self.owner_of(target))]
+        try:
+            while stack:
+                level = stack[-1]
+                if not level.names:
+                    stack.pop()
+                    if level.parent >= 0:
+                        os.close(level.source)
+                        os.close(level.target)
+                        with contextlib.suppress(OSError):  # (emptied: gone; else kept)
+                            os.rmdir(PurePosixPath(level.relative).name, dir_fd=level.parent)
+                    continue
+                name = level.names.pop()
+                path = f"{level.relative}/{name}" if level.relative else name
+                if path == STORE:
+                    continue  # (the code's view hides the store: never published, never removed)
+                try:
+                    inner = self.entry(level, name, path, len(stack))
+                except OSError as exc:
+                    # (left in the upper folder: published, or refused, next time)
+                    self.changes.add("refused", f"{path}: {exc.strerror or exc}")
+                    continue
+                if inner is not None:
+                    stack.append(inner)
+        finally:
+            for level in stack:
+                if level.parent >= 0:
+                    os.close(level.source)
+                    os.close(level.target)
 
-    def entry(
-        self, source: int, target: int, name: str, relative: str, owner: tuple[int, int] | None
-    ) -> None:
+    def entry(self, level: _Level, name: str, relative: str, depth: int) -> _Level | None:
+        source, target, owner = level.source, level.target, level.owner
         info = os.stat(name, dir_fd=source, follow_symlinks=False)
         there = _lstat(target, name)
         if stat.S_ISCHR(info.st_mode) and info.st_rdev == WHITEOUT:
-            if there is not None and not self.workspace.protection.matches(relative):
-                self.version.keep(target, name, relative, "deleted by the code")
-                self.changes.add("deleted", relative)
-                if self.budget is not None:
-                    self.budget.record(relative, None)
-            _remove_at(source, name)
-            return
+            self.removed(source, target, name, relative, there)
+            return None
         if self.workspace.protection.matches(relative):
             if stat.S_ISDIR(info.st_mode):  # (a folder copied up on the way: what is in it)
                 self.refuse_all(source, name, relative)
             else:
                 self.changes.add("refused", f"{relative}: a protected path (setting protected)")
             _remove_at(source, name)
-            return
+            return None
         if stat.S_ISDIR(info.st_mode):
-            self.folder(_Entry(source, target, name, relative, info, there, owner))
-            return
+            if depth >= MAX_DEPTH:
+                self.refuse(
+                    source,
+                    name,
+                    f"{relative}: a folder nested deeper than {MAX_DEPTH} folders "
+                    "(what is in it was not published)",
+                )
+                return None
+            return self.folder(_Entry(source, target, name, relative, info, there, owner))
         self.file(_Entry(source, target, name, relative, info, there, owner))
+        return None
 
-    def folder(self, entry: _Entry) -> None:
+    def removed(
+        self, source: int, target: int, name: str, relative: str, there: os.stat_result | None
+    ) -> None:
+        """The code removed ``relative`` (a whiteout): keep the version, unless it is or holds
+        a protected path, or its version does not fit beside the person's: then refused."""
+        if there is not None and not self.workspace.protection.matches(relative):
+            found = self.version.survey(target, name, relative)
+            why = self.unremovable(found)
+            if why:
+                self.refuse(source, name, f"{relative}: {why} (its removal was not published)")
+                return
+            try:
+                self.version.admit(found, relative)
+            except _StoreFull as exc:
+                self.refuse(source, name, f"{relative}: {exc.strerror} (not removed)")
+                return
+            self.version.keep(target, name, relative, "deleted by the code", found)
+            self.changes.add("deleted", relative)
+            if self.budget is not None:
+                self.budget.forget(relative)
+        _remove_at(source, name)
+
+    @staticmethod
+    def unremovable(found: _Survey) -> str:
+        if found.protected:
+            return "a folder that holds a protected path"
+        if not found.whole:
+            return f"a folder too large to look through (over {MAX_SURVEY:,} entries)"
+        return ""
+
+    def folder(self, entry: _Entry) -> _Level | None:
         source, target, name, relative = entry.source, entry.target, entry.name, entry.relative
-        info, there, owner = entry.info, entry.there, entry.owner
+        info, there = entry.info, entry.there
         inner = os.open(name, _DIRECTORY, dir_fd=source)
         try:
             if there is not None and (_opaque(inner) or not stat.S_ISDIR(there.st_mode)):
-                why = (
-                    "replaced by the code"
-                    if stat.S_ISDIR(there.st_mode)
-                    else "replaced by a folder"
-                )
-                self.version.keep(target, name, relative, why)
-                there = None
+                there = self.replaced(entry)
             if there is None:
+                cost = BLOCK
+                if self.left is not None and cost > self.left:
+                    self.over(relative, 0)
+                    os.close(inner)
+                    self.refuse(source, name, f"{relative}: over the disk quota (disk_limit_mb)")
+                    return None
                 os.mkdir(name, stat.S_IMODE(info.st_mode) & 0o777 or 0o755, dir_fd=target)
-                self.own(target, name, owner)
+                self.own(target, name, entry.owner)
+                made = os.stat(name, dir_fd=target, follow_symlinks=False)
+                self.workspace.made[relative + "/"] = _facts(made, folder=True)
+                self.changes.add("created", relative + "/")
+                if self.left is not None:
+                    self.left -= cost
+                if self.budget is not None:
+                    self.budget.record(relative + "/", cost)
             into = os.open(name, _DIRECTORY, dir_fd=target)
-            try:
-                self.directory(inner, into, relative)
-            finally:
-                os.close(into)
-        finally:
+        except BaseException:
             os.close(inner)
-        with contextlib.suppress(OSError):  # (emptied: gone; else kept for the next time)
-            os.rmdir(name, dir_fd=source)
+            raise
+        try:
+            return _Level(inner, into, relative, _listing(inner), self.owner_of(into), source)
+        except BaseException:
+            os.close(inner)
+            os.close(into)
+            raise
+
+    def replaced(self, entry: _Entry) -> os.stat_result | None:
+        """A folder of the code's replaces what the workspace has: keep that as a version and
+        return None; where it cannot be removed (a folder that holds a protected path, or
+        whose version does not fit), merge into it instead and return what is there."""
+        there = entry.there
+        assert there is not None
+        found = self.version.survey(entry.target, entry.name, entry.relative)
+        why = self.unremovable(found)
+        if not why:
+            try:
+                self.version.admit(found, entry.relative)
+            except _StoreFull as exc:
+                why = exc.strerror or "its version does not fit in the store"
+        if why:
+            if not stat.S_ISDIR(there.st_mode):
+                raise OSError(errno.EEXIST, f"{why}: not replaced by a folder")
+            self.changes.notes.append(
+                f"{entry.relative}: {why}: the code's folder was published into it, "
+                "nothing of it removed"
+            )
+            return there
+        kind = "replaced by the code" if stat.S_ISDIR(there.st_mode) else "replaced by a folder"
+        self.version.keep(entry.target, entry.name, entry.relative, kind, found)
+        return None
+
+    def over(self, relative: str, size: int) -> None:
+        if not self.over_quota:
+            self.over_quota = True
+            self.changes.notes.append(
+                "the sandbox's disk quota (disk_limit_mb) is used up: what the code "
+                f"wrote past it was not kept, from {relative} ({size:,} bytes) on"
+            )
 
     def file(self, entry: _Entry) -> None:
         """Publish a file or link. Its checks are of the inode held open (``pin``: so that no
@@ -630,17 +917,24 @@ class _Publishing:
             self.refuse(source, name, f"{relative}: not a regular file, folder or link")
             return
         size = info.st_size if stat.S_ISREG(info.st_mode) else 0
-        cost = max(size, BLOCK)
+        cost = allocated(info) if stat.S_ISREG(info.st_mode) else BLOCK
         before = self.budget.own.get(relative, 0) if self.budget is not None else 0
         if self.left is not None and cost - before > self.left:
             self.refuse(source, name, f"{relative}: over the disk quota (disk_limit_mb)")
-            if not self.over_quota:
-                self.over_quota = True
-                self.changes.notes.append(
-                    "the sandbox's disk quota (disk_limit_mb) is used up: what the code "
-                    f"wrote past it was not kept, from {relative} ({size:,} bytes) on"
-                )
+            self.over(relative, size)
             return
+        found = None
+        if there is not None:
+            found = self.version.survey(target, name, relative)
+            why = self.unremovable(found) if stat.S_ISDIR(there.st_mode) else ""
+            if why:
+                self.refuse(source, name, f"{relative}: {why} (not replaced)")
+                return
+            try:
+                self.version.admit(found, relative)
+            except _StoreFull as exc:
+                self.refuse(source, name, f"{relative}: {exc.strerror} (not changed)")
+                return
         if there is None and _rename_new(source, name, target, name):
             _arrived(target, name, source, info)  # (no name of the host's was in the way)
         else:
@@ -649,7 +943,7 @@ class _Publishing:
             os.rename(name, arriving, src_dir_fd=source, dst_dir_fd=target)
             _arrived(target, arriving, source, info, name)
             if there is not None or _lstat(target, name) is not None:
-                self.version.keep(target, name, relative, "changed by the code")
+                self.version.keep(target, name, relative, "changed by the code", found)
                 there = there or info
             os.rename(arriving, name, src_dir_fd=target, dst_dir_fd=target)
         if self.left is not None:
@@ -658,27 +952,70 @@ class _Publishing:
         if stat.S_ISREG(info.st_mode) and info.st_mode & (stat.S_ISUID | stat.S_ISGID):
             os.chmod(name, stat.S_IMODE(info.st_mode) & 0o1777, dir_fd=target)
         self.own(target, name, owner)
+        with contextlib.suppress(OSError):
+            published = os.stat(name, dir_fd=target, follow_symlinks=False)
+            self.workspace.made[relative] = _facts(published)
+        if stat.S_ISLNK(info.st_mode):
+            self.links.append(relative)
         self.changes.bytes_written += size
         if self.budget is not None:
             self.budget.record(relative, cost)
+
+    def check_links(self, root: int) -> None:
+        """Each link this walk published, resolved in the final state of the folder: one
+        that leads out now (through what was published after it) is removed again."""
+        base = os.path.realpath(self.workspace.root)
+        for relative in self.links:
+            real = os.path.realpath(self.workspace.root / relative)
+            if real == base or real.startswith(base + os.sep):
+                continue
+            with contextlib.suppress(OSError):
+                folder = _open_inside(root, str(PurePosixPath(relative).parent))
+                try:
+                    name = PurePosixPath(relative).name
+                    if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+                        os.unlink(name, dir_fd=folder)
+                        self.workspace.made.pop(relative, None)
+                        self.changes.add(
+                            "refused", f"{relative}: a link that leads out of the workspace"
+                        )
+                finally:
+                    os.close(folder)
 
     def refuse(self, source: int, name: str, why: str) -> None:
         self.changes.add("refused", why)
         _remove_at(source, name)
 
     def refuse_all(self, source: int, name: str, relative: str) -> None:
-        """Report what the code wrote in a protected folder (nothing of it is published)."""
+        """Report what the code wrote in a protected folder (nothing of it is published):
+        iterative, by descriptors, at most ``MAX_DEPTH`` deep."""
         try:
-            inner = os.open(name, _DIRECTORY, dir_fd=source)
+            first = os.open(name, _DIRECTORY, dir_fd=source)
         except OSError:
             return
+        stack = [(first, relative, _listing(first))]
         try:
-            for folder, _, names, _ in os.fwalk(dir_fd=inner):
-                for item in names:
-                    path = os.path.normpath(os.path.join(relative, folder, item))
-                    self.changes.add("refused", f"{path}: a protected path (setting protected)")
+            while stack:
+                fd, where, names = stack[-1]
+                if not names:
+                    os.close(stack.pop()[0])
+                    continue
+                child = names.pop()
+                path = f"{where}/{child}"
+                try:
+                    info = os.stat(child, dir_fd=fd, follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode) and len(stack) < MAX_DEPTH:
+                        inner = os.open(child, _DIRECTORY, dir_fd=fd)
+                        stack.append((inner, path, _listing(inner)))
+                        continue
+                except OSError:
+                    pass
+                self.changes.add("refused", f"{path}: a protected path (setting protected)")
+        except OSError:
+            pass
         finally:
-            os.close(inner)
+            for fd, _, _ in stack:
+                os.close(fd)
 
     def owner_of(self, folder: int) -> tuple[int, int] | None:
         """Who what is published in ``folder`` belongs to: the folder's owner where the code
@@ -697,6 +1034,21 @@ class _Publishing:
         if owner is not None:
             with contextlib.suppress(OSError):
                 os.chown(name, *owner, dir_fd=folder, follow_symlinks=False)
+
+
+def _open_inside(root: int, relative: str) -> int:
+    """A descriptor of the folder ``relative`` of the workspace (``root``), reached through no
+    link."""
+    fd = os.dup(root)
+    for part in PurePosixPath(relative).parts:
+        if part in (".", ""):
+            continue
+        try:
+            inner = os.open(part, _DIRECTORY, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = inner
+    return fd
 
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -758,9 +1110,19 @@ def _opaque(folder: int) -> bool:
 
 
 def _link_stays_inside(root: Path, relative: str, destination: str) -> bool:
-    """Whether a link at ``relative`` to ``destination`` resolves inside ``root`` (relative,
-    and through no link of the workspace that leads out)."""
-    if os.path.isabs(destination):
+    """Whether a link at ``relative`` to ``destination`` resolves inside ``root``: relative,
+    its ``..`` only at its start and no more of them than the folders it is in (``x/..`` goes
+    through ``x``, which may be a link by the end: lexical normalising would be wrong), and
+    through no link of the workspace that leads out now. So every link of the code's leads
+    inside whatever other links of the code's are published after it (each step of a chain
+    stays inside); ``check_links`` looks again at the end."""
+    if not destination or os.path.isabs(destination):
+        return False
+    parts = [part for part in destination.split("/") if part not in ("", ".")]
+    ups = 0
+    while ups < len(parts) and parts[ups] == "..":
+        ups += 1
+    if ".." in parts[ups:] or ups > len(PurePosixPath(relative).parent.parts):
         return False
     where = os.path.normpath(os.path.join(os.path.dirname(relative), destination))
     if where == ".." or where.startswith("../") or os.path.isabs(where):
@@ -774,15 +1136,6 @@ def _safe_relative(relative: str) -> None:
     parts = PurePosixPath(relative).parts
     if PurePosixPath(relative).is_absolute() or ".." in parts:
         raise OSError(errno.EINVAL, f"not a path inside the workspace: {relative}")
-
-
-def _tree_size(path: Path) -> int:
-    total = 0
-    for folder, _, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, name)).st_size
-    return total
 
 
 def _remove(path: Path) -> None:
