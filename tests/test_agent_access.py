@@ -531,6 +531,21 @@ def test_the_agent_token_runs_restarts_and_interrupts_nothing(
     assert call(server, setup.agent, "POST", f"api/kernels/{a_kernel}/interrupt").status == 403
 
 
+def test_a_header_that_names_its_type_twice_is_refused(setup: Setup, a_kernel: str) -> None:
+    """Two parsers may take either of two keys of one name: such a header is refused, even
+    where both name a message the token may send."""
+    from jupyter_server.services.kernels.connection.base import serialize_msg_to_ws_v1
+
+    with KernelSocket(setup.server, setup.agent, a_kernel, V1) as agent:
+        msg = agent.session.msg("kernel_info_request", {})
+        header = json.dumps(msg["header"], default=str)
+        twice = header[:-1] + ', "msg_type": "kernel_info_request"}'
+        parts = [twice.encode(), b"{}", b"{}", b"{}"]
+        agent.socket.send(serialize_msg_to_ws_v1(parts, "shell"))  # type: ignore[no-untyped-call]
+        reason = agent.refusal()
+    assert reason == "an unreadable message: not a message the agent token sends", reason
+
+
 def test_the_runner_token_runs_code_and_restarts_nothing(setup: Setup, a_kernel: str) -> None:
     """The runner token (rewyn-kernel mcp --notebook's) adds execute_request on shell and the
     REST interrupt; a restart, a shutdown, an interrupt or stdin over the websocket stay

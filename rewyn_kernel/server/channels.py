@@ -67,7 +67,8 @@ def message_of(message: str | bytes, subprotocol: str | None) -> tuple[str, str]
                 msg = json.loads(message, object_pairs_hook=_no_twice)
             if not isinstance(msg, dict):
                 return None
-            channel = msg.get("channel") or "shell"
+            channel = msg.get("channel")
+            channel = "shell" if channel is None else channel  # (as the connection takes it)
             header = msg.get("header")
     except (ValueError, TypeError, IndexError, KeyError, UnicodeDecodeError):
         return None
