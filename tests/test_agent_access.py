@@ -92,6 +92,8 @@ class Setup:
     tokens_file: Path
     work: Path
     agent: str
+    runner: str
+    """The agent token's runner token, as rewyn-kernel mcp --notebook finds it."""
     b_session: str
     b_kernel: str
     b_file_id: str
@@ -125,7 +127,12 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         room = server.api(
             "collaboration/session/b.ipynb", "PUT", {"format": "json", "type": "notebook"}
         )
-        yield Setup(server, tokens_file, work, agent, b["id"], b["kernel"]["id"], room["fileId"])
+        runner = tokens.runner_token(tokens_file, agent)
+        assert runner is not None
+        assert runner != agent
+        yield Setup(
+            server, tokens_file, work, agent, runner, b["id"], b["kernel"]["id"], room["fileId"]
+        )
     assert kernels_left(server.runtime_dir) == [], "a kernel outlived the server"
 
 
@@ -168,13 +175,14 @@ def test_the_agent_works_in_its_notebook_through_the_real_clients(
     session_id = listed.body[0]["id"]
     assert call(server, agent, "GET", f"api/sessions/{session_id}").status == 200
     assert call(server, agent, "GET", f"api/kernels/{a_kernel}").status == 200
-    assert call(server, agent, "POST", f"api/kernels/{a_kernel}/interrupt").status == 204
+    assert call(server, setup.runner, "POST", f"api/kernels/{a_kernel}/interrupt").status == 204
     specs = call(server, agent, "GET", "api/kernelspecs")
     assert specs.status == 200
     assert {KERNEL, OTHER_KERNEL} <= set(specs.body["kernelspecs"])
     assert call(server, agent, "GET", f"api/kernelspecs/{KERNEL}").status == 200
 
-    kernel = JupyterKernelClient(server_url=server.url, token=agent, kernel_id=a_kernel)
+    # (The code runs with the runner token, as rewyn-kernel mcp --notebook runs it.)
+    kernel = JupyterKernelClient(server_url=server.url, token=setup.runner, kernel_id=a_kernel)
     kernel.start()
     try:
         reply = kernel.execute("1 + 1")
@@ -353,17 +361,22 @@ def test_revoking_a_token_closes_its_open_websockets(setup: Setup, a_kernel: str
     room = call(server, token, "PUT", "api/collaboration/session/a.ipynb", ROOM_BODY).body
     base = server.url.replace("http", "ws", 1)
     header = {"Authorization": f"token {token}"}
+    runner = {"Authorization": f"token {tokens.runner_token(setup.tokens_file, token)}"}
     paths = [
-        f"api/kernels/{a_kernel}/channels",
-        f"api/collaboration/room/json:notebook:{room['fileId']}?sessionId={room['sessionId']}",
+        (f"api/kernels/{a_kernel}/channels", header),
+        (
+            f"api/collaboration/room/json:notebook:{room['fileId']}?sessionId={room['sessionId']}",
+            header,
+        ),
+        (f"api/kernels/{a_kernel}/channels", runner),
     ]
     with contextlib.ExitStack() as stack:
         sockets = [
-            stack.enter_context(connect(f"{base}/{path}", additional_headers=header))
-            for path in paths
+            stack.enter_context(connect(f"{base}/{path}", additional_headers=headers))
+            for path, headers in paths
         ]
         tokens.revoke(setup.tokens_file, grant.id)
-        assert [closed_by_server(socket) for socket in sockets] == [True, True]
+        assert [closed_by_server(socket) for socket in sockets] == [True, True, True]
 
 
 def closed_by_server(socket: ClientConnection, timeout: float = 30.0) -> bool:
@@ -383,6 +396,192 @@ def closed_by_server(socket: ClientConnection, timeout: float = 30.0) -> bool:
 ROOM_BODY = {"format": "json", "type": "notebook"}
 
 
+V1 = "v1.kernel.websocket.jupyter.org"
+"""The kernel websocket's binary protocol (jupyter_kernel_client's); without it, the legacy
+JSON one (JupyterLab's older clients)."""
+
+
+class KernelSocket:
+    """A raw kernel websocket: messages as any client may write them, not only ours."""
+
+    def __init__(
+        self, server: JupyterServer, token: str, kernel_id: str, protocol: str | None
+    ) -> None:
+        from jupyter_client.session import Session
+
+        url = f"{server.url.replace('http', 'ws', 1)}/api/kernels/{kernel_id}/channels"
+        self.protocol = protocol
+        self._opening = connect(
+            url,
+            additional_headers={"Authorization": f"token {token}"},
+            subprotocols=[protocol] if protocol else None,  # type: ignore[list-item]
+            open_timeout=30,
+        )
+        self.session = Session(key=b"unused", username="raw")  # (the server signs for the kernel)
+
+    def __enter__(self) -> KernelSocket:
+        self.socket = self._opening.__enter__()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.socket.close()
+
+    def send(self, channel: str, msg_type: str, content: dict[str, Any]) -> str:
+        from jupyter_server.services.kernels.connection.base import serialize_msg_to_ws_v1
+
+        msg = self.session.msg(msg_type, content)
+        if self.protocol == V1:
+            parts = [
+                json.dumps(msg[part], default=str).encode()
+                for part in ("header", "parent_header", "metadata", "content")
+            ]
+            self.socket.send(serialize_msg_to_ws_v1(parts, channel))  # type: ignore[no-untyped-call]
+        else:
+            self.socket.send(json.dumps({**msg, "channel": channel}, default=str))
+        msg_id: str = msg["header"]["msg_id"]
+        return msg_id
+
+    def reply(self, msg_id: str, timeout: float = 60.0) -> dict[str, Any]:
+        """The reply to ``msg_id`` (its header's type ends in _reply)."""
+        from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1
+
+        deadline = time.monotonic() + timeout
+        while True:
+            raw = self.socket.recv(timeout=max(deadline - time.monotonic(), 0.01))
+            if isinstance(raw, bytes):
+                _, parts = deserialize_msg_from_ws_v1(raw)  # type: ignore[no-untyped-call]
+                header, parent, _, content = (json.loads(part) for part in parts[:4])
+            else:
+                msg = json.loads(raw)
+                header, parent, content = msg["header"], msg["parent_header"], msg["content"]
+            if parent.get("msg_id") == msg_id and header["msg_type"].endswith("_reply"):
+                return {"msg_type": header["msg_type"], "content": content}
+
+    def refusal(self, timeout: float = 30.0) -> str | None:
+        """The reason the server gave when it closed the socket as a policy violation (1008);
+        None if it did not close it within ``timeout`` seconds (or closed it otherwise)."""
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                self.socket.recv(timeout=deadline - time.monotonic())
+        except ConnectionClosed as exc:
+            return exc.rcvd.reason if exc.rcvd is not None and exc.rcvd.code == 1008 else None
+        except TimeoutError:
+            return None
+        return None
+
+
+def run(socket: KernelSocket, code: str, show: str | None = None) -> dict[str, Any]:
+    """Execute ``code`` (and the expression ``show``): the execute_reply's content."""
+    content = {
+        "code": code,
+        "silent": False,
+        "store_history": False,
+        "user_expressions": {"shown": show} if show else {},
+        "allow_stdin": False,
+        "stop_on_error": True,
+    }
+    reply: dict[str, Any] = socket.reply(socket.send("shell", "execute_request", content))
+    return reply["content"]  # type: ignore[no-any-return]
+
+
+def shown(reply: dict[str, Any]) -> str:
+    value: str = reply["user_expressions"]["shown"]["data"]["text/plain"]
+    return value
+
+
+THAT_RUN_CODE: list[tuple[str, str | None, dict[str, Any]]] = [
+    ("shell", "execute_request", {"code": "kept = 'the agent'", "silent": True}),
+    ("control", "execute_request", {"code": "kept = 'the agent'", "silent": True}),
+    ("control", "shutdown_request", {"restart": True}),
+    ("control", "shutdown_request", {"restart": False}),
+    ("shell", "shutdown_request", {"restart": True}),  # (older kernels took it on shell)
+    ("control", "interrupt_request", {}),
+    ("shell", "inspect_request", {"code": "kept", "cursor_pos": 4, "detail_level": 1}),
+    ("shell", "complete_request", {"code": "kept.", "cursor_pos": 5}),
+    ("shell", "history_request", {"hist_access_type": "tail", "n": 10, "output": True}),
+    ("control", "debug_request", {"seq": 1, "type": "request", "command": "initialize"}),
+    ("stdin", "input_reply", {"value": "kept = 'the agent'"}),
+    ("shell", "comm_open", {"comm_id": "x", "target_name": "jupyter.widget", "data": {}}),
+    ("shell", "comm_msg", {"comm_id": "x", "data": {}}),
+    ("shell", None, {}),  # (no type at all)
+]
+"""What may run, restart or interrupt code in the kernel (or read what the agent cannot see
+in the notebook): the agent's token sends none of it."""
+
+
+@pytest.mark.parametrize("protocol", [None, V1])
+def test_the_agent_token_runs_restarts_and_interrupts_nothing(
+    setup: Setup, a_kernel: str, protocol: str | None
+) -> None:
+    """Issue 38, finding 6: each of these closes the agent's websocket as a policy violation
+    before the kernel hears of it, and the person's state in the kernel survives them all."""
+    server = setup.server
+    with KernelSocket(server, server.token, a_kernel, protocol) as person:
+        assert run(person, f"kept = {protocol!r}")["status"] == "ok"
+    for channel, msg_type, content in THAT_RUN_CODE:
+        with KernelSocket(server, setup.agent, a_kernel, protocol) as agent:
+            agent.send(channel, msg_type or "", content)
+            reason = agent.refusal()
+        assert reason is not None, f"{msg_type} on {channel} went through"
+        assert reason.endswith(": not a message the agent token sends"), reason
+    with KernelSocket(server, server.token, a_kernel, protocol) as person:
+        assert shown(run(person, "", "kept")) == repr(protocol)
+    # The kernel's REST interrupt is refused to the agent's token too.
+    assert call(server, setup.agent, "POST", f"api/kernels/{a_kernel}/interrupt").status == 403
+
+
+def test_a_header_that_names_its_type_twice_is_refused(setup: Setup, a_kernel: str) -> None:
+    """Two parsers may take either of two keys of one name: such a header is refused, even
+    where both name a message the token may send."""
+    from jupyter_server.services.kernels.connection.base import serialize_msg_to_ws_v1
+
+    with KernelSocket(setup.server, setup.agent, a_kernel, V1) as agent:
+        msg = agent.session.msg("kernel_info_request", {})
+        header = json.dumps(msg["header"], default=str)
+        twice = header[:-1] + ', "msg_type": "kernel_info_request"}'
+        parts = [twice.encode(), b"{}", b"{}", b"{}"]
+        agent.socket.send(serialize_msg_to_ws_v1(parts, "shell"))  # type: ignore[no-untyped-call]
+        reason = agent.refusal()
+    assert reason == "an unreadable message: not a message the agent token sends", reason
+
+
+def test_the_runner_token_runs_code_and_restarts_nothing(setup: Setup, a_kernel: str) -> None:
+    """The runner token (rewyn-kernel mcp --notebook's) adds execute_request on shell and the
+    REST interrupt; a restart, a shutdown, an interrupt or stdin over the websocket stay
+    refused, and the runner token reaches no more of the server than the agent token."""
+    server = setup.server
+    with KernelSocket(server, setup.runner, a_kernel, V1) as runner:
+        assert shown(run(runner, "ran = 6 * 7", "ran")) == "42"
+    for channel, msg_type, content in THAT_RUN_CODE:
+        if (channel, msg_type) == ("shell", "execute_request"):
+            continue
+        with KernelSocket(server, setup.runner, a_kernel, V1) as runner:
+            runner.send(channel, msg_type or "", content)
+            reason = runner.refusal()
+        assert reason is not None, f"{msg_type} on {channel} went through"
+    with KernelSocket(server, server.token, a_kernel, V1) as person:
+        assert shown(run(person, "", "ran")) == "42"  # (the same kernel process)
+    assert call(server, setup.runner, "POST", f"api/kernels/{a_kernel}/interrupt").status == 204
+    for method, path in [
+        ("POST", f"api/kernels/{a_kernel}/restart"),
+        ("POST", f"api/kernels/{setup.b_kernel}/interrupt"),
+        ("GET", "api/contents"),
+    ]:
+        assert call(server, setup.runner, method, path).status == 403, (method, path)
+    assert websocket_status(server, setup.runner, f"api/kernels/{setup.b_kernel}/channels") == 403
+
+
+def test_the_agent_token_still_reads_the_kernel_info(setup: Setup, a_kernel: str) -> None:
+    """What attaching needs (the kernel's implementation and risk): kernel_info, on either
+    channel, answered on a socket that stays open."""
+    with KernelSocket(setup.server, setup.agent, a_kernel, V1) as agent:
+        for channel in ("shell", "control"):
+            reply = agent.reply(agent.send(channel, "kernel_info_request", {}))
+            assert reply["msg_type"] == "kernel_info_reply"
+            assert reply["content"]["status"] == "ok"
+
+
 def test_agent_token_command_mints_lists_and_revokes(
     setup: Setup, a_kernel: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -393,6 +592,17 @@ def test_agent_token_command_mints_lists_and_revokes(
     assert "--ServerApp.authorizer_class=rewyn_kernel.server.AgentAuthorizer" in err
     assert token not in setup.tokens_file.read_text()  # only its hash is kept
     assert setup.tokens_file.stat().st_mode & 0o777 == 0o600
+    # The runner token is kept for the MCP server (0600), never printed.
+    runner = tokens.runner_token(setup.tokens_file, token)
+    assert runner is not None
+    assert runner not in out + err
+    (runner_file,) = [
+        each
+        for each in (setup.tokens_file.parent / tokens.RUNNERS).iterdir()
+        if each.read_text() == runner
+    ]
+    assert runner_file.stat().st_mode & 0o777 == 0o600
+    assert f"{tokens.TOKENS_FILE_ENV}={path}" in err
     assert call(server, token, "GET", f"api/kernels/{a_kernel}").status == 200
     assert call(server, token, "GET", "api/contents").status == 403
     assert cli(["agent-token", "--list", "--tokens-file", path]) == 0
@@ -401,16 +611,22 @@ def test_agent_token_command_mints_lists_and_revokes(
     assert "kernels=rewyn-sandbox" in listed  # the default: only the sandboxed kernel
     assert cli(["agent-token", "--revoke", "cli", "--tokens-file", path]) == 0
     assert call(server, token, "GET", f"api/kernels/{a_kernel}").status == 403
+    assert call(server, runner, "GET", f"api/kernels/{a_kernel}").status == 403
+    assert not runner_file.exists()
     with pytest.raises(SystemExit):
         cli(["agent-token", "../a.ipynb", "--tokens-file", path])
 
 
-def test_rewyn_kernel_mcp_attaches_with_an_agent_token(setup: Setup) -> None:
+def test_rewyn_kernel_mcp_attaches_with_an_agent_token(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The MCP server's live mode (its own REST and websocket clients) needs no more than the
-    token allows: it starts the notebook's kernel, runs a cell, lists the cells."""
+    token allows: it starts the notebook's kernel, runs a cell (with the runner token it finds
+    beside the tokens' file), lists the cells."""
     token, _ = tokens.mint(
         setup.tokens_file, "live.ipynb", name="mcp", ttl=3600, kernels=(SANDBOX_KERNEL,)
     )
+    monkeypatch.setenv(tokens.TOKENS_FILE_ENV, str(setup.tokens_file))
     with Agent("mcp", setup.server.url, token, "live.ipynb", setup.work) as agent:
         result = agent.run("run_python", {"code": "print(21 * 2)"})
         assert not result.is_error, f"{text_of(result)}\n{agent.stderr()}"
@@ -421,6 +637,23 @@ def test_rewyn_kernel_mcp_attaches_with_an_agent_token(setup: Setup) -> None:
         assert listed.structured_content["total"] == 2
     log = setup.server.log.read_text()
     assert "Agent 'mcp' (live.ipynb) refused" not in log, setup.server.log_tail()
+
+
+def test_without_its_runner_token_the_mcp_server_runs_nothing(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent token alone (its runner token not found): the kernel's websocket refuses the
+    cell's execute_request, and the call says why."""
+    token, _ = tokens.mint(
+        setup.tokens_file, "live.ipynb", name="alone", ttl=3600, kernels=(SANDBOX_KERNEL,)
+    )
+    monkeypatch.setenv(tokens.TOKENS_FILE_ENV, str(setup.work / "elsewhere" / "tokens.json"))
+    with Agent("alone", setup.server.url, token, "live.ipynb", setup.work) as agent:
+        result = agent.run("run_python", {"code": "print('should not run')"})
+        assert result.is_error, text_of(result)
+        assert "runner token" in text_of(result), text_of(result)
+    log = setup.server.log.read_text()
+    assert "execute_request on shell refused" in log, setup.server.log_tail()
 
 
 def test_the_agent_cannot_stop_the_server(setup: Setup) -> None:

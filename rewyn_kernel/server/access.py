@@ -15,6 +15,11 @@ identity provider itself otherwise, before any handler runs (the collaboration's
 opens a room in ``prepare``, before its ``@authorized`` check). The authorizer checks the same
 table again at ``@authorized``, and filters the session list down to the notebook's sessions.
 
+The notebook's kernel websocket carries, for an agent token, only what reading needs; for the
+grant's runner token (``rewyn-kernel mcp --notebook``'s), an ``execute_request`` too; for
+neither a restart, a shutdown or an interrupt (``channels``). Only the runner token interrupts,
+through the REST endpoint.
+
 An agent never gets a login cookie: each request carries the token, so revoking it or letting it
 expire shuts the agent out from its next request; its open websockets (kernel channels,
 collaboration room) are closed within ``revocation_check_interval`` seconds.
@@ -37,15 +42,17 @@ from tornado.ioloop import PeriodicCallback
 from tornado.websocket import WebSocketHandler
 from traitlets import Float, Unicode
 
-from rewyn_kernel.server import policy
-from rewyn_kernel.server.tokens import Grant, GrantFile, default_tokens_file
+from rewyn_kernel.server import channels, policy
+from rewyn_kernel.server.tokens import Grant, GrantFile, Holder, default_tokens_file
 
 
 @dataclass(kw_only=True)
 class AgentUser(User):
-    """The user of a request made with an agent token: ``agent:NAME``, bound to ``grant``."""
+    """The user of a request made with an agent token: ``agent:NAME``, bound to ``grant``;
+    ``runner``: the token is the grant's runner token (``rewyn-kernel mcp --notebook``'s)."""
 
     grant: Grant
+    runner: bool = False
 
 
 class AgentIdentityProvider(PasswordIdentityProvider):
@@ -83,19 +90,20 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         token = self.get_token(handler)
         if token:
             grants = self.grant_file()
-            grant = grants.lookup(token)
+            holder = grants.lookup(token)
             if grants.problem != self._problem:
                 self._problem = grants.problem
                 if grants.problem:
                     self.log.error("Agent tokens: %s", grants.problem)
-            if grant is not None:
-                return await self._agent(handler, grant)
+            if holder is not None:
+                return await self._agent(handler, holder)
         user: User | None = await super().get_user_token(handler)
         return user
 
-    async def _agent(self, handler: web.RequestHandler, grant: Grant) -> AgentUser:
+    async def _agent(self, handler: web.RequestHandler, holder: Holder) -> AgentUser:
         assert isinstance(handler, JupyterHandler)
-        reason = await policy.refusal(handler, grant)
+        grant = holder.grant
+        reason = await policy.refusal(handler, grant, runner=holder.runner)
         where = f"{handler.request.method} {handler.request.path}"
         if reason is not None:
             self.log.warning("Agent %r (%s) refused: %s: %s", grant.name, grant.path, where, reason)
@@ -103,11 +111,16 @@ class AgentIdentityProvider(PasswordIdentityProvider):
         self.log.debug("Agent %r (%s): %s", grant.name, grant.path, where)
         if isinstance(handler, WebSocketHandler):
             self._watch_socket(handler, grant)
+            if policy.route_of(handler) is policy.KERNEL_CHANNELS:
+                allowed = channels.RUNNING if holder.runner else channels.READING
+                who = f"Agent {grant.name!r} ({grant.path}{', runner' if holder.runner else ''})"
+                channels.guard(handler, allowed, who, self.log)
         return AgentUser(
             username=f"agent:{grant.name}",
             display_name=f"Agent {grant.name}",
             initials="AI",
             grant=grant,
+            runner=holder.runner,
         )
 
     def _watch_socket(self, handler: WebSocketHandler, grant: Grant) -> None:
@@ -141,6 +154,7 @@ class AgentIdentityProvider(PasswordIdentityProvider):
     def identity_model(self, user: User) -> dict[str, Any]:
         model = asdict(user)
         model.pop("grant", None)
+        model.pop("runner", None)
         return model
 
     def validate_security(self, app: Any, ssl_options: dict[str, Any] | None = None) -> None:
@@ -167,7 +181,7 @@ class AgentAuthorizer(Authorizer):
         if route is None or (route.action, route.resource) != (action, resource):
             reason: str | None = f"not {action} on {resource}"
         else:
-            reason = await route.check(handler, user.grant)
+            reason = await policy.refusal(handler, user.grant, runner=user.runner)
         if reason is not None:
             self.log.warning(
                 "Agent %r: %s refused: %s", user.grant.name, handler.request.path, reason

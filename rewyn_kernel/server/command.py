@@ -28,8 +28,11 @@ def add_parser(
         description="Mint a token for a Jupyter server started with rewyn-kernel's identity "
         "provider and authorizer (the flags are printed): it opens NOTEBOOK's session, kernel "
         "and collaboration room, and nothing else of the server (no other file, kernel or "
-        "terminal). The token goes to stdout, once; only its sha256 is kept, in a 0600 file "
-        "under Jupyter's runtime dir, which the server reads on each request.",
+        "terminal); it runs, restarts and interrupts no code. The token goes to stdout, once; "
+        "only its sha256 is kept, in a 0600 file under Jupyter's runtime dir, which the server "
+        "reads on each request. A second token, which may also run code in the notebook's "
+        "kernel, is written beside that file for rewyn-kernel mcp --notebook, which finds it "
+        "from the first.",
     )
     parser.add_argument(
         "notebook",
@@ -98,6 +101,7 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return 1
     print(token)
     extra = "" if args.tokens_file is None else f" --AgentIdentityProvider.tokens_file={path}"
+    found = "" if args.tokens_file is None else f"{tokens.TOKENS_FILE_ENV}={path} "
     print(
         f"Token {grant.id} for {grant.path!r} ({grant.name}), valid until "
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z', time.localtime(grant.expires))}; kernelspecs "
@@ -105,8 +109,12 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         f"Kept (as a hash) in {path}.\n"
         "The Jupyter server must run with:\n"
         f"  jupyter lab {' '.join(SERVER_FLAGS)}{extra}\n"
-        "Give the token to the agent's MCP server:\n"
-        f"  rewyn-kernel mcp --notebook {grant.path} --jupyter-url URL --jupyter-token TOKEN\n"
+        "The token reads the notebook; it runs, restarts and interrupts nothing. Give it to "
+        "the agent's MCP server:\n"
+        f"  {found}rewyn-kernel mcp --notebook {grant.path} --jupyter-url URL "
+        "--jupyter-token TOKEN\n"
+        f"which runs the agent's cells with the runner token kept in "
+        f"{tokens.runner_file(path, grant)} (never give that one to the agent).\n"
         f"Revoke it with: rewyn-kernel agent-token --revoke {grant.id}",
         file=sys.stderr,
     )

@@ -7,7 +7,10 @@ mounted elsewhere is not in it. Each entry also names the ``(action, resource)``
 handler's ``@authorized`` asks for, so the authorizer refuses a handler that asks for something
 else. The rows are what ``rewyn-kernel mcp --notebook`` uses (jupyter_nbmodel_client and
 jupyter_kernel_client): sessions, the notebook's kernel (model, interrupt, channels), the
-kernelspecs, and the notebook's collaboration session and room.
+kernelspecs, and the notebook's collaboration session and room. The kernel's websocket is
+checked again message by message (``channels``): the agent token reads, only the grant's runner
+token runs code, and neither restarts or interrupts it there; the REST interrupt is the runner
+token's alone.
 
 What a row does not stop: whatever the kernel of the notebook runs can reach what that kernel
 can reach (the sandboxed kernel is the wall there, not this table); and in the collaboration room
@@ -144,10 +147,14 @@ class Route:
     action: str
     resource: str
     check: Check
+    runner_only: bool = False
+    """Only the grant's runner token (``rewyn-kernel mcp --notebook``'s) opens it."""
 
 
 _SERVER = "jupyter_server.services"
 SESSION_LIST = Route("read", "sessions", _anything)
+KERNEL_CHANNELS = Route("execute", "kernels", _own_kernel)
+"""The kernel's websocket: what it carries is checked message by message (``channels``)."""
 ROUTES: dict[tuple[str, str], Route] = {
     (f"{_SERVER}.sessions.handlers.SessionRootHandler", "GET"): SESSION_LIST,
     (f"{_SERVER}.sessions.handlers.SessionRootHandler", "POST"): Route(
@@ -156,11 +163,9 @@ ROUTES: dict[tuple[str, str], Route] = {
     (f"{_SERVER}.sessions.handlers.SessionHandler", "GET"): Route("read", "sessions", _own_session),
     (f"{_SERVER}.kernels.handlers.KernelHandler", "GET"): Route("read", "kernels", _own_kernel),
     (f"{_SERVER}.kernels.handlers.KernelActionHandler", "POST"): Route(
-        "write", "kernels", _interrupt_own_kernel
+        "write", "kernels", _interrupt_own_kernel, runner_only=True
     ),
-    (f"{_SERVER}.kernels.websocket.KernelWebsocketHandler", "GET"): Route(
-        "execute", "kernels", _own_kernel
-    ),
+    (f"{_SERVER}.kernels.websocket.KernelWebsocketHandler", "GET"): KERNEL_CHANNELS,
     (f"{_SERVER}.kernelspecs.handlers.MainKernelSpecHandler", "GET"): Route(
         "read", "kernelspecs", _anything
     ),
@@ -181,9 +186,12 @@ def route_of(handler: JupyterHandler) -> Route | None:
     return ROUTES.get((f"{kind.__module__}.{kind.__qualname__}", handler.request.method or ""))
 
 
-async def refusal(handler: JupyterHandler, grant: Grant) -> str | None:
-    """Why ``grant`` does not open this request (None: it does)."""
+async def refusal(handler: JupyterHandler, grant: Grant, *, runner: bool) -> str | None:
+    """Why ``grant``'s agent token (its runner token: ``runner``) does not open this request
+    (None: it does)."""
     route = route_of(handler)
     if route is None:
         return "not an endpoint an agent token opens"
+    if route.runner_only and not runner:
+        return "only the MCP server's runner token interrupts the kernel"
     return await route.check(handler, grant)

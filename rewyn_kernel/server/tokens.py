@@ -1,10 +1,19 @@
 """Agent tokens: minted by ``rewyn-kernel agent-token``, read by the Jupyter server on requests.
 
-A token is bound to one notebook (its path relative to the server's root). Only its sha256 is
-stored, with the path, a name, an expiry and the kernelspecs the agent may start, in one JSON
-file (mode 0600, in a 0700 directory under Jupyter's runtime dir), rewritten whole through a
-temporary file and ``os.replace`` so the server never reads half of it. The server re-reads the
-file when its stat changes, so a mint or a revocation counts from the next request.
+A grant is bound to one notebook (its path relative to the server's root) and has two secrets:
+
+- the agent token, for the agent's configuration: it reads the notebook and its kernel's
+  identity, and runs, restarts and interrupts nothing;
+- the runner token, for ``rewyn-kernel mcp --notebook`` alone: it may also send the kernel an
+  execute_request and interrupt it, which the MCP server does only as the person's policy and
+  approval say. It is never printed: it is written to ``runners/<the agent token's sha256>``
+  beside the grants' file (mode 0600), where the MCP server, given the agent token, finds it.
+
+Only the sha256 of each secret is stored in the grants, with the path, a name, an expiry and the
+kernelspecs the agent may start, in one JSON file (mode 0600, in a 0700 directory under Jupyter's
+runtime dir), rewritten whole through a temporary file and ``os.replace`` so the server never
+reads half of it. The server re-reads the file when its stat changes, so a mint or a revocation
+counts from the next request.
 
 The file is only as safe as its directory: the server ignores it (no agent tokens at all) when
 another user owns it or can write it.
@@ -27,7 +36,13 @@ from pathlib import Path
 from jupyter_core.paths import jupyter_runtime_dir
 
 FILE_NAME = "agent-tokens.json"
+RUNNERS = "runners"
+"""The folder, beside the grants' file, of the runner tokens (one file each, named for the
+agent token's sha256)."""
 VERSION = 1
+TOKENS_FILE_ENV = "REWYN_AGENT_TOKENS_FILE"
+"""Where ``rewyn-kernel mcp --notebook`` looks for the grants' file (so its runner tokens) when
+it is not the default one."""
 
 
 def default_tokens_file(runtime_dir: str | None = None) -> Path:
@@ -69,6 +84,9 @@ class Grant:
     """Unix time after which the token no longer authenticates."""
     kernels: tuple[str, ...] | None
     created: float
+    runner_sha256: str | None = None
+    """The sha256 of the grant's runner token (None: a grant minted before there were runner
+    tokens, whose token runs nothing)."""
 
     def expired(self, now: float | None = None) -> bool:
         return (time.time() if now is None else now) >= self.expires
@@ -88,6 +106,9 @@ class Grant:
         for key in ("id", "sha256", "name", "path"):
             if not isinstance(entry[key], str):
                 raise TypeError(f"bad {key} in {entry!r}")
+        runner = entry.get("runner_sha256")
+        if runner is not None and not isinstance(runner, str):
+            raise TypeError(f"bad runner_sha256 in {entry!r}")
         expires, created = entry["expires"], entry["created"]
         if not isinstance(expires, (int, float)) or not isinstance(created, (int, float)):
             raise TypeError(f"bad times in {entry!r}")
@@ -99,6 +120,7 @@ class Grant:
             expires=float(expires),
             kernels=None if kernels is None else tuple(kernels),
             created=float(created),
+            runner_sha256=runner,
         )
 
 
@@ -156,7 +178,7 @@ def mint(
     grant. Expired grants are dropped on the way."""
     if ttl <= 0:
         raise ValueError("the token's lifetime must be positive")
-    token = secrets.token_urlsafe(32)
+    token, runner = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     now = time.time()
     grant = Grant(
         id=secrets.token_hex(4),
@@ -166,11 +188,49 @@ def mint(
         expires=now + ttl,
         kernels=kernels,
         created=now,
+        runner_sha256=token_hash(runner),
     )
     with _locked(path):
-        kept = [old for old in read_grants(path) if not old.expired(now)]
+        grants = read_grants(path)
+        kept = [old for old in grants if not old.expired(now)]
+        _write_runner(path, grant, runner)
         _write(path, [*kept, grant])
+        _forget_runners(path, [old for old in grants if old not in kept])
     return token, grant
+
+
+def runner_file(path: Path, grant: Grant) -> Path:
+    """Where the runner token of ``grant`` (of the grants' file ``path``) is kept."""
+    return path.parent / RUNNERS / grant.sha256
+
+
+def _write_runner(path: Path, grant: Grant, runner: str) -> None:
+    folder = path.parent / RUNNERS
+    folder.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(runner_file(path, grant), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(runner)
+
+
+def _forget_runners(path: Path, grants: list[Grant]) -> None:
+    for grant in grants:
+        runner_file(path, grant).unlink(missing_ok=True)
+
+
+def runner_token(path: Path, token: str) -> str | None:
+    """The runner token of the agent token ``token`` in the grants' file ``path``: None where
+    there is none, or where its file is another user's or others may read or write it."""
+    where = path.parent / RUNNERS / token_hash(token)
+    try:
+        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd) as held:
+        info = os.fstat(held.fileno())
+        if info.st_uid != os.geteuid() or info.st_mode & 0o077 or not stat.S_ISREG(info.st_mode):
+            return None
+        runner = held.read(200).strip()
+    return runner or None
 
 
 def revoke(path: Path, which: str) -> list[Grant]:
@@ -180,7 +240,16 @@ def revoke(path: Path, which: str) -> list[Grant]:
         removed = [grant for grant in grants if which in (grant.id, grant.name)]
         if removed:
             _write(path, [grant for grant in grants if grant not in removed])
+            _forget_runners(path, removed)
     return removed
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a token: the grant, and whether the token is its runner token."""
+
+    grant: Grant
+    runner: bool
 
 
 class GrantFile:
@@ -190,23 +259,23 @@ class GrantFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._key: tuple[int, int, int, int] | None = None
-        self._by_hash: dict[str, Grant] = {}
+        self._by_hash: dict[str, Holder] = {}
         self.problem: str | None = None
         """Why the file was ignored at the last read (None: it was read, or is absent)."""
 
-    def lookup(self, token: str) -> Grant | None:
-        """The live (unexpired) grant of ``token``, or None."""
+    def lookup(self, token: str) -> Holder | None:
+        """The live (unexpired) grant of ``token`` (an agent or a runner token), or None."""
         self._refresh()
-        grant = self._by_hash.get(token_hash(token))
-        if grant is None or grant.expired():
+        holder = self._by_hash.get(token_hash(token))
+        if holder is None or holder.grant.expired():
             return None
-        return grant
+        return holder
 
     def live(self, grant: Grant) -> bool:
         """Whether ``grant`` is still in the file and unexpired (not revoked meanwhile)."""
         self._refresh()
         current = self._by_hash.get(grant.sha256)
-        return current is not None and not current.expired()
+        return current is not None and current.grant == grant and not grant.expired()
 
     def _refresh(self) -> None:
         try:
@@ -228,4 +297,7 @@ class GrantFile:
             self.problem = f"{self.path}: {exc}; no agent token is accepted"
             return
         self.problem = None
-        self._by_hash = {grant.sha256: grant for grant in grants}
+        self._by_hash = {grant.sha256: Holder(grant, runner=False) for grant in grants}
+        for grant in grants:
+            if grant.runner_sha256 is not None and grant.runner_sha256 not in self._by_hash:
+                self._by_hash[grant.runner_sha256] = Holder(grant, runner=True)

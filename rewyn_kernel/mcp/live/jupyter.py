@@ -3,17 +3,22 @@
 Only what attaching to one notebook needs: the notebook's session (and so its kernel), a new
 session for the notebook where none runs, the kernel's spec names, an interrupt. The server's
 URL and token come from the person (``--jupyter-url``, ``--jupyter-token`` or ``JUPYTER_TOKEN``);
-the token may be a narrow one (``rewyn-kernel agent-token``) that allows no more than this.
+the token may be a narrow one (``rewyn-kernel agent-token``) that allows no more than this and
+runs no code. The agent's configuration holds that token, so its cells run with the grant's
+runner token, which this server reads beside the grants' file (``runner_of``) and the agent is
+never given: the kernel's websocket and the interrupt use it, everything else the agent token.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 MAX_REPLY_BYTES = 4 * 1024 * 1024
@@ -39,10 +44,12 @@ def notebook_path(path: str) -> str:
 
 @dataclass(frozen=True)
 class JupyterServer:
-    """A Jupyter server: where it is and the token that opens it."""
+    """A Jupyter server: where it is and the token that opens it (``runner``: the one that
+    runs code in the notebook's kernel, where it is not ``token`` itself)."""
 
     url: str
     token: str | None
+    runner: str | None = None
 
     def __post_init__(self) -> None:
         parts = urllib.parse.urlsplit(self.url)
@@ -58,14 +65,16 @@ class JupyterServer:
         scheme = "wss" if self.url.startswith("https") else "ws"
         return scheme + self.base[self.base.index(":") :] + path.lstrip("/")
 
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"token {self.token}"} if self.token else {}
+    def headers(self, *, run: bool = False) -> dict[str, str]:
+        """The request's Authorization (``run``: to run or interrupt code, the runner token)."""
+        token = (self.runner or self.token) if run else self.token
+        return {"Authorization": f"token {token}"} if token else {}
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def call(self, method: str, path: str, body: Any = None, *, run: bool = False) -> Any:
         """One REST call: its JSON reply (None for an empty one); JupyterError otherwise."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.base + path.lstrip("/"), data=data, method=method, headers=self.headers()
+            self.base + path.lstrip("/"), data=data, method=method, headers=self.headers(run=run)
         )
         if data is not None:
             request.add_header("Content-Type", "application/json")
@@ -147,7 +156,19 @@ class JupyterServer:
         return state if isinstance(state, str) else "unknown"
 
     def interrupt(self, kernel_id: str) -> None:
-        self.call("POST", f"api/kernels/{urllib.parse.quote(kernel_id)}/interrupt")
+        self.call("POST", f"api/kernels/{urllib.parse.quote(kernel_id)}/interrupt", run=True)
+
+
+def runner_of(token: str | None) -> str | None:
+    """The runner token of the agent token ``token``, from beside the grants' file
+    (``$REWYN_AGENT_TOKENS_FILE``, else the default one of ``rewyn-kernel agent-token``); None
+    where there is none (another kind of token, or a server elsewhere)."""
+    if not token:
+        return None
+    from rewyn_kernel.server import tokens
+
+    named = os.environ.get(tokens.TOKENS_FILE_ENV)
+    return tokens.runner_token(Path(named) if named else tokens.default_tokens_file(), token)
 
 
 def _reason(body: str) -> str:

@@ -105,7 +105,7 @@ class LiveKernel:
             username=username,
             timeout=CONNECT_TIMEOUT,
             log=logger,
-            headers=server.headers(),
+            headers=server.headers(run=True),  # (an agent token may not run code: a runner may)
         )
         self._threads: list[threading.Thread] = []
 
@@ -230,9 +230,7 @@ class LiveKernel:
                 msg = get(timeout=POLL)
             except (queue.Empty, TimeoutError):
                 if not self._client.connection_ready.is_set() and not self._stop.is_set():
-                    self._loop.call_soon_threadsafe(
-                        self._lose_all, "the kernel's connection to the Jupyter server closed"
-                    )
+                    self._loop.call_soon_threadsafe(self._lose_all, self._closed_why())
                     return
                 continue
             except Exception:  # (a broken message: the client logs it)
@@ -246,6 +244,16 @@ class LiveKernel:
                 continue
             with contextlib.suppress(RuntimeError):  # (the loop closed: nobody waits)
                 self._loop.call_soon_threadsafe(self._dispatch, channel, msg)
+
+    def _closed_why(self) -> str:
+        why = "the kernel's connection to the Jupyter server closed"
+        if self.server.runner is None:
+            why += (
+                " (if the token is one of rewyn-kernel agent-token: it runs no code, and its "
+                "runner token, which runs the agent's cells, was not found beside the tokens' "
+                "file: set REWYN_AGENT_TOKENS_FILE)"
+            )
+        return why
 
     # -- on the loop ------------------------------------------------------------------------
 

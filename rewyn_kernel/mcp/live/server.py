@@ -17,7 +17,7 @@ from mcp.server.mcpserver import MCPServer
 
 from rewyn_kernel import __version__
 from rewyn_kernel.mcp.live.attachment import Attachment
-from rewyn_kernel.mcp.live.jupyter import JupyterServer, notebook_path
+from rewyn_kernel.mcp.live.jupyter import JupyterServer, notebook_path, runner_of
 from rewyn_kernel.mcp.live.tools import add_live_tools
 from rewyn_kernel.mcp.options import ServerOptions, default_run_log
 from rewyn_kernel.mcp.record import RecordingServer
@@ -29,7 +29,8 @@ def build_live_server(options: ServerOptions) -> MCPServer[Attachment]:
     """The server for ``options`` (its ``notebook`` set): nothing connects until a call."""
     if options.notebook is None:
         raise ValueError("build_live_server needs options.notebook")
-    jupyter = JupyterServer(options.jupyter_url, options.jupyter_token)
+    token = options.jupyter_token
+    jupyter = JupyterServer(options.jupyter_url, token, runner_of(token))
     attachment = Attachment(
         jupyter, notebook_path(options.notebook), approval_timeout=options.approval_timeout
     )
