@@ -244,7 +244,8 @@ def describe(sockets: bool = True, sysv_ipc: bool = True) -> str:
         else "every new socket (only a connected pair, socketpair(), can be had)"
     )
     return (
-        "a seccomp filter (libseccomp, after Docker's default profile) refuses keyrings, "
+        "a seccomp filter, an allow-list (libseccomp, after Docker's default profile): a "
+        "system call it does not know fails with ENOSYS; it refuses keyrings, "
         "io_uring, userfaultfd, perf_event_open, bpf, kernel modules and kexec, mount and "
         "namespace calls (clone with CLONE_NEW*, unshare, setns), ptrace of other processes, "
         "process_vm_readv/writev, open_by_handle_at, the host's clock, personality flags "
