@@ -24,24 +24,8 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress import proxy
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
 from rewyn_kernel.tools import RiskLevel
-from tests.conftest import SHARED, sandboxes, unavailable
+from tests.conftest import sandboxes, unavailable
 from tests.egress_servers import PACKAGE, TEST_HOSTS, Servers, local_servers
-
-pytestmark = pytest.mark.providers(*(kind for kind in SHARED if kind != "landlock"))
-"""Every provider but landlock, which refuses an allow-list (see the test below)."""
-
-
-def test_landlock_refuses_an_allow_list_and_says_why() -> None:
-    from rewyn_kernel.runtime.providers.landlock import LandlockProvider, probe_landlock
-
-    if not probe_landlock().works:
-        unavailable(f"no Landlock here: {probe_landlock().detail}")
-    with create(provider=LandlockProvider(), network=["127.0.0.1:1"]) as box:
-        assert box.isolation.network == "not_isolated"
-        result = box.execute("print('ran')")
-    assert result.ending == "start_failed", result
-    assert result.stdout == ""
-    assert "network=[...] cannot be enforced without a network namespace" in result.message
 
 
 @pytest.fixture

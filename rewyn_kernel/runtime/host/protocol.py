@@ -299,6 +299,7 @@ WORKER_MODULES = (
     "child",
     "mounter",
     "relay",
+    "broker",
     "record",
     "config",
     "frames",

@@ -38,6 +38,7 @@ from typing import Literal
 
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.egress import EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles
@@ -49,13 +50,11 @@ from rewyn_kernel.runtime.providers.local import (
     local_python,
     python_prefixes,
     seccomp,
-    seccomp_config,
 )
 from rewyn_kernel.runtime.providers.local.cgroup import WorkerCgroup
 from rewyn_kernel.runtime.providers.local.files import host_folder
 from rewyn_kernel.runtime.providers.local.identity import identity
 from rewyn_kernel.runtime.providers.subprocess import (
-    NO_ALLOW_LIST,
     Namespaces,
     SubprocessProvider,
     SubprocessSandbox,
@@ -178,11 +177,10 @@ class LandlockProvider(SubprocessProvider):
         found = self.probe()
         if not found.works:
             return f"landlock: cannot run here: {found.detail}"
-        if spec.allow_list is not None:
+        if spec.allow_list is not None and seccomp.build_broker().program is None:
             return (
-                "landlock: network=[...] cannot be enforced without a network namespace (no "
-                "relay the code could not go around); use network='none', or a host where "
-                "bubblewrap works, or ContainerProvider"
+                "landlock: network=[...] cannot be enforced here: its connect() broker's filter "
+                f"cannot be built ({seccomp.build_broker().detail}); use network='none'"
             )
         return None
 
@@ -227,8 +225,15 @@ class LandlockProvider(SubprocessProvider):
             notes.append(f"landlock cannot run here: {found.detail}")
         network: Literal["isolated", "filtered", "allowed", "not_isolated"] = "isolated"
         if spec.allow_list is not None:
-            network = "not_isolated"
-            notes.append(NO_ALLOW_LIST)
+            network = "filtered"
+            notes.append(EGRESS_NOTE)
+            notes.append(
+                "no network namespace: every connect() the code makes is made by its supervisor, "
+                "to the proxy's relay on the host's loopback, whatever address it names (a "
+                "client that ignores the proxy variables reaches the proxy all the same, which "
+                "refuses and records it); no other socket, no listen(), no UDP (names are "
+                "resolved by the proxy)"
+            )
         elif spec.network == "allow":
             network = "allowed"
             notes.append(
@@ -275,7 +280,7 @@ class LandlockProvider(SubprocessProvider):
                 else f"RLIMIT_NPROC: {spec.pids_limit} tasks more than the user runs when the "
                 "sandbox starts (the limit counts all of the user's tasks, not the sandbox's)"
             )
-        filtered = seccomp.build(sockets=spec.network == "allow", sysv_ipc=False)
+        filtered = self._filter(spec)
         return Isolation(
             provider=self.name,
             files="isolated",
@@ -300,7 +305,9 @@ class LandlockProvider(SubprocessProvider):
         limit = spec.memory_limit_mb
         capped = cgroup.capped(limit)
         allow = spec.network == "allow"
-        extra: LocalConfig = seccomp_config(sockets=allow, sysv_ipc=False)
+        brokered = spec.allow_list is not None
+        program = self._filter(spec).program
+        extra: LocalConfig = {"seccomp": program.hex()} if program else {}
         if spec.pids_limit is not None and not self._pids_cgroup(spec):
             extra["nproc"] = nproc_for(os.getuid(), spec.pids_limit)
         rules = Landlock(
@@ -309,14 +316,25 @@ class LandlockProvider(SubprocessProvider):
             devices=DEVICES,
             tcp=not allow,
         )
+        code_filter = seccomp.build_broker().program if brokered else None
         return WorkerConfig(
             memory_limit_bytes=limit * 1024 * 1024 if limit else None,
             cwd=str(spec.workspace) if spec.workspace else str(workdir),
             **extra,
             landlock=rules,
+            broker=code_filter.hex() if code_filter else None,
             oom_counter="self" if capped else False,
             memory_cgroup=capped,
             same_python=self._python(spec) == local_python(),
+        )
+
+    @staticmethod
+    def _filter(spec: SandboxSpec) -> seccomp.Filter:
+        """The supervisor's filter: sockets only with ``network="allow"`` or an allow-list (whose
+        code processes add the broker's own filter), no System V IPC (no IPC namespace)."""
+        brokered = spec.allow_list is not None
+        return seccomp.build(
+            sockets=spec.network == "allow" or brokered, sysv_ipc=False, broker=brokered
         )
 
     def check(self) -> Sequence[CheckItem]:

@@ -34,7 +34,7 @@ import threading
 import time
 import types
 
-from . import landlock, residue, system
+from . import broker, landlock, residue, system
 from .comms import Comms
 from .comms import available as comms_available
 from .executor import LIMITS, Gate, Runner, describe_error
@@ -84,6 +84,7 @@ class CodeProcess:
         self.ctl = ctl
         self.frm = frm
         self.fds = fds  # where a fork's pipes come from (a session's process only)
+        self.carrier = -1  # where its seccomp listener goes (broker.py), until sent
         self.oom_adj: Optional[bytes] = None  # what it was before a checkpoint raised it
         self.forked = False  # True in a copy made by the code's own fork()
         self.sender = Sender(frm)
@@ -126,6 +127,13 @@ class CodeProcess:
         why = landlock.nest()
         if why:
             raise RuntimeError("the code's process could not restrict itself: %s" % why)
+        if self.config.broker:
+            # Every connect() of the code is made by the supervisor (broker.py), which takes
+            # the code's socket for it: this process must be dumpable for that.
+            system.set_dumpable(True)
+            listener = broker.arm(bytes.fromhex(self.config.broker))
+            broker.send_listener(self.carrier, listener)
+            self.carrier = -1
         if self.once:
             self.clean_up()
         os.chdir(self.config.cwd or os.getcwd())
@@ -734,6 +742,7 @@ def run_child(config: WorkerConfig, pipes: Dict[str, int], once: bool) -> None:
     """The forked child's whole life: never returns."""
     try:
         child = CodeProcess(config, pipes["ctl"], pipes["frm"], once, pipes.get("fds", -1))
+        child.carrier = pipes.get("broker", -1)
         child.setup(pipes["out"], pipes["err"])
         if not once:
             shell = "ipython" if child.ipython is not None else "stdlib"

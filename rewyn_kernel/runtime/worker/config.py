@@ -168,6 +168,9 @@ class WorkerConfig(Record):
     workspace: Optional[WorkspaceSetting] = None
     egress: Optional[Egress] = None
     landlock: Optional[Landlock] = None
+    broker: Optional[str] = None
+    """(No network namespace, an allow-list.) The code processes' own seccomp filter, hex:
+    every connect() is made by the supervisor, to the relay (``broker.py``)."""
     """Restrict the supervisor, then each code process once more, with Landlock (no-namespace
     sandboxes); the sandbox does not start where that fails."""
 

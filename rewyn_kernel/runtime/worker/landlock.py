@@ -85,13 +85,16 @@ def restrict(
     write: Sequence[str],
     devices: Sequence[str],
     tcp: bool,
+    connect_ports: Sequence[int] = (),
 ) -> str:
     """Restrict this process, and every process it forks from now on, to ``read`` (read and
     execute beneath each), ``write`` (every right beneath each) and ``devices`` (read, write and
     ioctl of each file); with ``tcp``, no TCP bind or connect at all (ABI 4 and later); and
-    (ABI 6 and later) no signal nor abstract Unix socket outside the domain. A path that is not
-    there is passed over. Return "" on success, else why not (no-new-privileges is set first,
-    as Landlock requires of a process without CAP_SYS_ADMIN)."""
+    (ABI 6 and later) no signal nor abstract Unix socket outside the domain; ``connect_ports``:
+    the ports TCP may still connect to (the relay's, which only the supervisor's broker
+    connects to: ``broker.py``). A path that is not there is passed over. Return "" on
+    success, else why not (no-new-privileges is set first, as Landlock requires of a process
+    without CAP_SYS_ADMIN)."""
     global _ruleset
     version = abi()
     if version < 1:
@@ -112,6 +115,9 @@ def restrict(
             ("scoped", ctypes.c_uint64),
         ]
 
+    class NetPort(ctypes.Structure):
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
     attr = RulesetAttr(fs, net, scoped)
     # (an older ABI takes a shorter struct: only the fields it knows)
     size = ctypes.sizeof(ctypes.c_uint64) * (3 if version >= 6 else 2 if version >= 4 else 1)
@@ -124,6 +130,14 @@ def restrict(
                 why = _add_path(c, ruleset, path, rights & fs)
                 if why:
                     return why
+        if net:
+            for port in connect_ports:
+                rule = NetPort(CONNECT_TCP, port)
+                if int(c.syscall(ADD_RULE, ruleset, RULE_NET_PORT, ctypes.byref(rule), 0)) != 0:
+                    return "landlock_add_rule(port %d): %s" % (
+                        port,
+                        os.strerror(ctypes.get_errno()),
+                    )
         from .system import set_no_new_privs
 
         set_no_new_privs()

@@ -7,6 +7,7 @@ import selectors
 import signal
 
 from . import residue, system
+from .broker import carrier_pair
 from .child import run_child
 from .children import MAX_BRANCHES, Child, close_quietly, descendants, socket_pair
 from .memory import _OWN_COUNTER, oom_kills
@@ -31,6 +32,8 @@ class Processes(State):
         # A session's code process gets a socket too: the pipes of a branch it forks come
         # through it (``on_fork``). The supervisor only writes to it.
         fds_r, fds_w = socket_pair() if not once else (-1, -1)
+        # (no network namespace, an allow-list: its seccomp listener comes back through this)
+        carrier_r, carrier_w = carrier_pair() if self.broker is not None else (-1, -1)
         pid = os.fork()
         if pid == 0:  # the code's process
             signal.set_wakeup_fd(-1)
@@ -50,16 +53,22 @@ class Processes(State):
                 os.close(self.mounter.replies)
             if self.relay is not None:
                 self.relay.close_in_child()
+            if self.broker is not None:
+                self.broker.close_in_child()
+                close_quietly(carrier_r)
             for fd in (out_r, err_r):
                 os.close(fd)
             os.close(self.diag)
             if not self.first:
                 system.set_death_signal(signal.SIGKILL)
             pipes = {"ctl": ctl_r, "frm": frm_w, "out": out_w, "err": err_w, "fds": fds_r}
+            pipes["broker"] = carrier_w
             run_child(self.config, pipes, once)
             os._exit(70)  # (run_child never returns)
-        for fd in (ctl_r, frm_w, out_w, err_w, fds_r):
+        for fd in (ctl_r, frm_w, out_w, err_w, fds_r, carrier_w):
             close_quietly(fd)
+        if self.broker is not None:
+            self.broker.watch(carrier_r, pid)
         child = Child(pid, ctl_w, frm_r, out_r, err_r, fds=fds_w)
         self.watch(child)
         return child

@@ -25,7 +25,7 @@ from array import array
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
-    from typing import Callable, Dict, Optional
+    from typing import Callable, Dict, Optional, Set
 
     from .config import Egress
 
@@ -156,7 +156,22 @@ class Relay:
         self.port = int(self.listener.getsockname()[1])
         self.peers: Dict[int, _Side] = {}
         self.sides: Dict[int, _Side] = {}
+        self.expected: Optional[Set[int]] = None
+        """(On the host's own loopback: ``broker.py``.) The local ports of the connections the
+        broker made, the only ones accepted; None: every connection (the sandbox's own
+        loopback, which only its processes reach)."""
         selector.register(self.listener, selectors.EVENT_READ, self.on_accept)
+
+    def expect(self, port: int) -> None:
+        """Accept a connection from ``port`` (the broker made it); and, from the first call,
+        only those the broker names (``broker.py`` calls it with 0 before any code runs)."""
+        if self.expected is None:
+            self.expected = set()
+        if not port:
+            return
+        if len(self.expected) >= 4096:  # (made and never arrived: forget the oldest half)
+            self.expected = set(sorted(self.expected)[2048:])
+        self.expected.add(port)
 
     def close_in_child(self) -> None:
         """Close this relay's descriptors in a forked code process (the supervisor's stay
@@ -208,9 +223,14 @@ class Relay:
     def on_accept(self, fd: int) -> None:
         for _ in range(64):  # (a burst, without starving the supervisor's other work)
             try:
-                client, _ = self.listener.accept()
+                client, peer = self.listener.accept()
             except OSError:
                 return
+            if self.expected is not None:
+                if peer[1] not in self.expected:
+                    client.close()  # (another process of the host's, not the code's broker)
+                    continue
+                self.expected.discard(peer[1])
             # (what the proxy sends in parts, a head then a body, goes on at once)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._handed(client):

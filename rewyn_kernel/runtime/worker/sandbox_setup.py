@@ -6,6 +6,7 @@ import os
 import signal
 
 from . import landlock, mounter, mounts, namespaces, residue, system
+from .broker import Broker
 from .memory import oom_kills, open_own_counter
 from .relay import start_relay
 from .state import State
@@ -52,6 +53,14 @@ class SandboxSetUp(State):
         # The proxy's end (network=[...]): the loopback is brought up while this process may,
         # and the proxy's folder held before anything covers or hides it.
         self.relay = start_relay(self.selector, config.egress, self.notes.append)
+        if config.broker:
+            # No network namespace: the relay listens on the host's loopback, and every
+            # connect() of the code is made here, to it (broker.py).
+            if self.relay is None:
+                self.fail("the allow-list's proxy cannot be reached from here")
+            else:
+                self.relay.expect(0)
+                self.broker = Broker(self.selector, self.relay.port, self.relay.expect)
         if config.own_ipc:
             # Still root of the sandbox's own namespaces here: bound what shared memory the
             # code can pin outside its processes (it all goes with the namespaces).
@@ -122,7 +131,8 @@ class SandboxSetUp(State):
             # (after the set-up, which reads what the rules refuse; before the filter, which
             # would refuse nothing Landlock needs, but keeps the order of what narrows last)
             rules = config.landlock
-            why = landlock.restrict(rules.read, rules.write, rules.devices, rules.tcp)
+            ports = (self.relay.port,) if self.broker is not None and self.relay else ()
+            why = landlock.restrict(rules.read, rules.write, rules.devices, rules.tcp, ports)
             if why:
                 self.fail("the sandbox's Landlock rules could not be applied (%s)" % why)
         if config.seccomp:

@@ -21,6 +21,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Any, Dict, List, Optional
 
+    from .broker import Broker
     from .config import WorkerConfig
     from .frames import Frame
     from .mounter import Mounter
@@ -59,6 +60,7 @@ class State:
         self.shell = "stdlib"  # what runs the cells: "ipython" once a session's process says so
         self.mounter: Optional[Mounter] = None  # renews the workspace's view (ordinary host)
         self.relay: Optional[Relay] = None  # the proxy's end (network=[...])
+        self.broker: Optional[Broker] = None  # its connect() broker (no network namespace)
         # (Set by ``Supervisor.start``.)
         self.host_in = self.host_out = self.diag = -1  # the host's channel; diagnostics
         self.wake_r = self.wake_w = -1  # the signals' wake-up pipe

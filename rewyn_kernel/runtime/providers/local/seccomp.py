@@ -268,14 +268,71 @@ PLAIN_PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 together, as Docker allows) or the query (0xffffffff)."""
 
 
+MSG_FASTOPEN = 0x20000000
+"""A ``sendto``/``sendmsg`` flag that connects a TCP socket: refused where connections are
+brokered (``build_broker``)."""
+STREAM_ONLY = {
+    "SOCK_DGRAM": 2,
+    "SOCK_RAW": 3,
+    "SOCK_RDM": 4,
+    "SOCK_SEQPACKET": 5,
+    "SOCK_PACKET": 10,
+}
+"""The socket types other than streams (``type & 0xf``), refused where connections are
+brokered."""
+
+
 @functools.cache
-def build(sockets: bool = True, sysv_ipc: bool = True) -> Filter:
+def build_broker() -> Filter:
+    """The second filter of a code process whose sandbox has no network namespace and an
+    allow-list (``worker/broker.py``): every ``connect()`` goes to the supervisor
+    (``SECCOMP_RET_USER_NOTIF``), which makes it to the relay; ``socket()`` only for IPv4 and
+    IPv6 streams; no ``listen()``, no TCP Fast Open, no ``pidfd_getfd`` (which the
+    supervisor's own filter allows it, to take the code's sockets)."""
+    if os.uname().sysname != "Linux":
+        return Filter(None, "seccomp is Linux-only")
+    try:
+        import pyseccomp as seccomp
+    except (ImportError, OSError, RuntimeError) as exc:
+        return Filter(None, f"libseccomp cannot be loaded ({exc})")
+    try:
+        rules = seccomp.SyscallFilter(seccomp.ALLOW)
+        eperm = seccomp.ERRNO(errno.EPERM)
+        _add(seccomp, rules, seccomp.NOTIFY, "connect")
+        for name in ("listen", "pidfd_getfd"):
+            _add(seccomp, rules, eperm, name)
+        for family in (SOCKET_FAMILIES["AF_UNIX"], SOCKET_FAMILIES["AF_NETLINK"]):
+            _add(seccomp, rules, eperm, "socket", seccomp.Arg(0, seccomp.EQ, family))
+        for kind in STREAM_ONLY.values():
+            _add(seccomp, rules, eperm, "socket", seccomp.Arg(1, seccomp.MASKED_EQ, 0xF, kind))
+        fast = seccomp.MASKED_EQ, MSG_FASTOPEN, MSG_FASTOPEN
+        for name, flags_arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)):
+            _add(seccomp, rules, eperm, name, seccomp.Arg(flags_arg, *fast))
+        with tempfile.TemporaryFile() as handle:
+            rules.export_bpf(handle)
+            handle.seek(0)
+            program = handle.read()
+    except (OSError, ValueError, RuntimeError) as exc:
+        return Filter(None, f"libseccomp could not build the broker's filter ({exc})")
+    if not program or len(program) % 8:
+        return Filter(None, "libseccomp exported no filter")
+    return Filter(
+        program,
+        "every TCP connection the code asks for is made by the supervisor, to the relay of the "
+        "host's proxy, and to nothing else; no other socket, no listen()",
+    )
+
+
+@functools.cache
+def build(sockets: bool = True, sysv_ipc: bool = True, broker: bool = False) -> Filter:
     """Compile the filter for this machine (once per process and kind), or say why it cannot
     be. ``sockets=False`` refuses ``socket()`` for every family: for a sandbox with no network
     namespace of its own and ``network="none"``, where a socket of any family would reach the
     host's network, its daemons' Unix sockets or another process's abstract ones.
     ``sysv_ipc=False`` refuses System V IPC (``SYSV_IPC``): for a sandbox with no IPC
-    namespace of its own."""
+    namespace of its own. ``broker=True`` allows ``pidfd_getfd``, with which the supervisor
+    takes the code's sockets to connect them itself (``build_broker``: the code's own filter
+    refuses it)."""
     if os.uname().sysname != "Linux":
         return Filter(None, "seccomp is Linux-only")
     try:
@@ -294,6 +351,10 @@ def build(sockets: bool = True, sysv_ipc: bool = True) -> Filter:
         refused = set(SYSV_IPC) if not sysv_ipc else set()
         for names in DENIED.values():
             refused.update(names)
+        lifted = {"pidfd_getfd"} if broker else set()
+        refused -= lifted
+        for name in sorted(lifted):
+            _add(seccomp, rules, allow, name)
         for names in ALLOWED.values():
             for name in names:
                 if name not in refused and name not in CONDITIONAL:
@@ -351,4 +412,4 @@ def _unknown_syscall(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) or "invalid argument" in text or "not found" in text
 
 
-__all__ = ["ALLOWED", "DENIED", "SOCKET_FAMILIES", "Filter", "build", "describe"]
+__all__ = ["ALLOWED", "DENIED", "SOCKET_FAMILIES", "Filter", "build", "build_broker", "describe"]
