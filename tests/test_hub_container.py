@@ -14,7 +14,6 @@ the same probe run as plain code of uid 1000 (the control) succeeds.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -103,14 +102,15 @@ def assert_held(seen: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def hub() -> Iterator[HubContainer]:
-    if shutil.which("docker") is None or (problem := engine_problem("docker")) is not None:
-        unavailable("no docker engine here; run scripts/container-engines.sh")
-    if subprocess.run(["docker", "image", "inspect", TEST_IMAGE], capture_output=True).returncode:
-        unavailable(f"no image {TEST_IMAGE}; run scripts/container-engines.sh")
+    if (problem := engine_problem("docker")) is not None:
+        unavailable(f"docker is not usable here ({problem}); run scripts/container-engines.sh")
     if not (support := probe_landlock()).works:
         unavailable(f"this kernel has no usable Landlock: {support.detail}")
     venv = hub_venv()
-    print(f"hub venv {venv.path}: " + ("cached" if venv.built_in is None else f"built in {venv.built_in:.1f} s"))
+    print(
+        f"hub venv {venv.path}: "
+        + ("cached" if venv.built_in is None else f"built in {venv.built_in:.1f} s")
+    )
     with hub_container(TEST_IMAGE, venv.path) as container:
         yield container
 
@@ -221,12 +221,10 @@ def test_create_keeps_none_allows_allow_and_refuses_an_allow_list(hub: HubContai
     out = hub.python(CREATE, json.dumps(probes))
     for network in ("none", "allow"):
         found = out[network]
-        assert isinstance(found, dict)
         assert found["provider"] == found["result provider"] == "landlock", found
         assert found["ending"] == "completed", found
         assert_held(found["seen"])
     none, allow = out["none"], out["allow"]
-    assert isinstance(none, dict) and isinstance(allow, dict)
     assert none["network"] == "isolated"
     assert none["seen"]["tcp"] == EPERM, none  # no socket at all, not even on the loopback
     assert b"from network=none" not in hub.received()
@@ -244,24 +242,38 @@ def test_create_keeps_none_allows_allow_and_refuses_an_allow_list(hub: HubContai
     assert out["left over"] == 0, out
 
 
-def test_the_mcp_server_over_stdio_runs_python_under_landlock(hub: HubContainer) -> None:
+def test_the_mcp_server_over_stdio_runs_python_under_landlock(
+    hub: HubContainer, tmp_path: Path
+) -> None:
     log = f"{HOME}/mcp.jsonl"
-    argv = hub.exec_argv(str(hub.venv / "bin" / "rewyn-kernel"), "mcp", "--run-log", log, stdin=True)
+    errlog = tmp_path / "stderr.txt"
+    argv = hub.exec_argv(
+        str(hub.venv / "bin" / "rewyn-kernel"), "mcp", "--run-log", log, stdin=True
+    )
     params = StdioServerParameters(command=argv[0], args=argv[1:])
     results: list[types.CallToolResult] = []
 
     async def body() -> None:
-        async with Client(stdio_client(params)) as client:
-            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-            description = tools["run_python"].description or ""
-            assert "(landlock; network isolated; files isolated" in description, description
-            results.append(await client.call_tool("run_python", {"code": "x = 6 * 7\nprint(x)"}))
-            code = probe(hub, "mcp")
-            results.append(await client.call_tool("run_python", {"code": code}))
+        with open(errlog, "w") as err:
+            async with Client(stdio_client(params, errlog=err)) as client:
+                await calls(client)
+
+    async def calls(client: Client) -> None:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        description = tools["run_python"].description or ""
+        assert "(landlock; network isolated; files isolated" in description, description
+        results.append(await client.call_tool("run_python", {"code": "x = 6 * 7\nprint(x)"}))
+        results.append(await client.call_tool("run_python", {"code": probe(hub, "mcp")}))
 
     anyio.run(body)
+    said = errlog.read_text()
+    # The start line names the provider the sandboxes run on (it said subprocess, "which leaves
+    # the host's files open", while they ran on landlock).
+    assert "rewyn-kernel mcp: sandboxes run on landlock, Landlock and seccomp" in said, said
+    assert "rewyn-kernel mcp: run_python is low risk (landlock: no network" in said, said
     first, hostile = (result.structured_content for result in results)
-    assert first is not None and hostile is not None
+    assert first is not None
+    assert hostile is not None
     assert first["stdout"] == "42\n", first
     seen = json.loads(hostile["stdout"])
     assert_held(seen)
