@@ -314,3 +314,88 @@ def test_a_pool_maps_snippets_under_landlock(hub: HubContainer) -> None:
     assert_held(seen)
     assert seen["tcp"] == EPERM, seen
     assert b"from the pool" not in hub.received()
+
+
+@pytest.fixture
+def other_pods() -> Iterator[None]:
+    """Tasks of uid 1000 outside the container, as the other single-user pods of a JupyterHub
+    node run them (every pod's user is uid 1000): one process of 300 threads on the host. The
+    container's /proc does not list them, but RLIMIT_NPROC counts them."""
+    script = (
+        "import sys, threading\n"
+        "for _ in range(300):\n"
+        "    threading.Thread(target=sys.stdin.read, daemon=True).start()\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    argv = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"]
+    pods = subprocess.Popen(
+        [*argv, "/usr/bin/python3", "-I", "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert pods.stdout is not None
+    assert pods.stdout.readline() == "ready\n"
+    yield
+    pods.kill()
+    pods.wait()
+    pods.stdout.close()
+    if pods.stdin is not None:
+        pods.stdin.close()
+
+
+BOUNDS = """
+import json
+from rewyn_kernel.runtime import create
+THREADS = '''
+import os, threading
+threads = [threading.Thread(target=lambda: None) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+print("threads and a fork")
+'''
+FORK_BOMB = '''
+import os, time
+made = 0
+try:
+    for _ in range(400):
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        made += 1
+except OSError as exc:
+    print("refused after", made, exc.errno)
+'''
+with create(pids_limit=64, timeout=60) as box:
+    threads = box.execute(THREADS)
+    bomb = box.execute(FORK_BOMB)
+    print(json.dumps({
+        "pids": box.isolation.pids,
+        "threads": [threads.ending, threads.stdout, threads.stderr[-400:]],
+        "bomb": [bomb.ending, bomb.stdout, bomb.stderr[-400:]],
+    }))
+"""
+
+
+def test_the_pids_bound_counts_the_users_tasks_in_other_pods(
+    hub: HubContainer, other_pods: None
+) -> None:
+    """RLIMIT_NPROC counts uid 1000's tasks across the node, which the container's /proc does
+    not list: the bound is sized by the kernel's count, so the code still starts threads and
+    a process (it could start none when the bound was sized by /proc), and a fork bomb stops
+    at the bound."""
+    out = hub.python(BOUNDS)
+    assert "RLIMIT_NPROC: 64 tasks more" in out["pids"], out
+    assert out["threads"][:2] == ["completed", "threads and a fork\n"], out
+    ending, stdout, _ = out["bomb"]
+    assert ending == "completed", out
+    words = stdout.split()
+    assert words[:2] == ["refused", "after"], out
+    assert 8 <= int(words[2]) <= 64, out  # (the bound holds; it is not zero)
