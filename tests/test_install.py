@@ -31,6 +31,7 @@ import pytest
 
 from rewyn_kernel.kernel.kernelspec import KERNEL_NAME
 from rewyn_kernel.runtime.machine import cgroup_support, probe_bubblewrap
+from rewyn_kernel.runtime.providers.landlock import probe_landlock
 from tests.kernel_client import run_cell, running_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -366,18 +367,24 @@ def test_doctor_finds_the_provider_the_kernelspec_and_the_extension(fresh: Path)
 @wheel_group
 def test_doctor_says_when_bubblewrap_is_missing_and_the_files_are_open(fresh: Path) -> None:
     """Without bwrap on PATH (as on a machine without the package), the default falls back to
-    the subprocess provider, and doctor says so and why."""
+    the landlock provider where this kernel has Landlock, else to the subprocess provider, and
+    doctor says so and why."""
     text = command(fresh, "doctor", env={**user_env([]), "PATH": str(fresh)})
     assert "bubblewrap: NOT usable" in text
     assert "bwrap is not installed (the package bubblewrap)" in text
-    assert "default provider (create() and the kernel's provider=auto): subprocess\n" in text
-    assert "the host's files are open to the code: bwrap is not installed" in text
+    local = "landlock" if probe_landlock().works else "subprocess"
+    assert f"default provider (create() and the kernel's provider=auto): {local}\n" in text
+    said = {
+        "landlock": "landlock, Landlock and seccomp without namespaces",
+        "subprocess": "subprocess, which leaves the host's files open to the code",
+    }[local]
     assert (
-        "rewyn-kernel mcp without --provider (and --image python:3.13-slim): subprocess, which "
-        "leaves the host's files open to the code (bubblewrap cannot run here: bwrap is not "
-        "installed (the package bubblewrap); no container engine answers with the image "
-        "python:3.13-slim: docker: binary: docker is not on PATH;"
+        f"rewyn-kernel mcp without --provider (and --image python:3.13-slim): {said} (bubblewrap "
+        "cannot run here: bwrap is not installed (the package bubblewrap); no container engine "
+        "answers with the image python:3.13-slim: docker: binary: docker is not on PATH;"
     ) in text
+    if local == "subprocess":
+        assert "the host's files are open to the code: bwrap is not installed" in text
 
 
 @wheel_group

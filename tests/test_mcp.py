@@ -28,6 +28,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from rewyn_kernel.notebooks._review_log import read_records, steps_of
 from rewyn_kernel.runtime.events import JsonlRunLog, ToolCall
+from rewyn_kernel.runtime.providers.landlock import probe_landlock
 
 from .conftest import TEST_IMAGE, engine_problem, processes_with, unavailable, wait_until_gone
 
@@ -1332,29 +1333,40 @@ def test_without_bubblewrap_the_server_runs_in_a_container_an_engine_answers_for
 def test_without_bubblewrap_or_an_engine_with_the_image_the_server_says_what_would_fix_it(
     tmp_path: Path,
 ) -> None:
-    """docker answers but has no such image (podman is not there): the local fallback, and a
-    start line that names each engine's problem and the fix."""
+    """docker answers but has no such image (podman is not there): the local fallback (the
+    landlock provider where this kernel has Landlock, else subprocess), and a start line that
+    names each engine's problem (and, on subprocess, the fix)."""
     if (problem := engine_problem("docker")) is not None:
         unavailable(f"docker is not usable here ({problem}); run scripts/container-engines.sh")
     env = without_bubblewrap(tmp_path, "docker")
     errlog = tmp_path / "stderr.txt"
     image = "rewyn-no-such-image:0"
+    local = "landlock" if probe_landlock().works else "subprocess"
 
     async def body() -> None:
         async with stdio_server(
             tmp_path / "run.jsonl", "--image", image, errlog=errlog, env=env
         ) as client:
             listed = {tool.name: tool for tool in (await client.list_tools()).tools}
-            assert "(subprocess;" in (listed["run_python"].description or "")
+            assert f"({local};" in (listed["run_python"].description or "")
 
     run(body)
     said = errlog.read_text()
-    assert (
-        "rewyn-kernel mcp: sandboxes run on subprocess, which leaves the host's files open to "
-        "the code (bubblewrap cannot run here: bwrap is not installed (the package "
+    why = (
+        "(bubblewrap cannot run here: bwrap is not installed (the package "
         f"bubblewrap); no container engine answers with the image {image}: docker: image: "
         f"{image} is not present: docker pull {image}; podman: binary: podman is not on PATH; "
-        "nerdctl: binary: nerdctl is not on PATH). To keep them out of reach, install "
+        "nerdctl: binary: nerdctl is not on PATH)"
+    )
+    if local == "landlock":
+        assert (
+            "rewyn-kernel mcp: sandboxes run on landlock, Landlock and seccomp without "
+            f"namespaces {why}\n"
+        ) in said
+        return
+    assert (
+        "rewyn-kernel mcp: sandboxes run on subprocess, which leaves the host's files open to "
+        f"the code {why}. To keep them out of reach, install "
         "bubblewrap (Linux), or run Docker Desktop or podman with the image (docker pull "
         f"{image}, or --image NAME for one you have), then restart the server\n"
     ) in said

@@ -10,7 +10,9 @@ refuses every call. So, in this order:
 2. else a container, where an engine answers and has the image (``--image``; the engines
    ``--runtime`` names, else docker, podman and nerdctl, in that order: Docker Desktop and
    podman machine answer through these CLIs);
-3. else the subprocess provider, and the start line says why nothing better was found and what
+3. else the landlock provider, where this kernel has Landlock (the local default there, as for
+   ``create()``: a container's default seccomp profile, a host without user namespaces);
+4. else the subprocess provider, and the start line says why nothing better was found and what
    would fix it.
 
 A container is chosen by the engine's own checks (``ContainerProvider.check``: the CLI, the
@@ -26,6 +28,7 @@ from typing import Literal
 
 from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.machine import probe_bubblewrap
+from rewyn_kernel.runtime.providers.landlock import LandlockProvider
 from rewyn_kernel.settings import CONTAINER_CLIS
 
 
@@ -33,7 +36,7 @@ from rewyn_kernel.settings import CONTAINER_CLIS
 class Choice:
     """Where the sandboxes run, and the line that says so when the server starts."""
 
-    provider: Literal["bubblewrap", "container", "subprocess"]
+    provider: Literal["bubblewrap", "container", "landlock", "subprocess"]
     runtime: str | None
     """The engine's CLI, for a container."""
     said: str
@@ -61,6 +64,14 @@ def choose(
                 f"{cli} answers and has the image)",
             )
         missing.append(f"{cli}: {problems[0]}")
+    if LandlockProvider().available:
+        return Choice(
+            "landlock",
+            None,
+            f"landlock, Landlock and seccomp without namespaces (bubblewrap cannot run here: "
+            f"{found.detail}; no container engine answers with the image {image}: "
+            f"{'; '.join(missing)})",
+        )
     return Choice(
         "subprocess",
         None,

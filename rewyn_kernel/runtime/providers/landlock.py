@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -128,11 +129,17 @@ def abi_notes(version: int) -> list[str]:
     return notes
 
 
-def nproc_for(uid: int, pids: int) -> int:
+def nproc_for(uid: int, pids: int, python: str | None = None) -> int:
     """RLIMIT_NPROC for the code where no pids cgroup bounds it: the tasks the user ``uid``
     runs now, plus ``pids``. The limit counts every task of the user on the host (threads
     included), not the sandbox's: the sandbox gets ``pids`` more than there are now, fewer if
-    the user's other programs start more meanwhile."""
+    the user's other programs start more meanwhile.
+
+    The tasks are those ``/proc`` lists, or, with ``python`` (an interpreter to run as this
+    user), as many as the kernel counts if it counts more: in a container's PID namespace
+    (JupyterHub's single-user pods all run as uid 1000 on one node), or under ``hidepid``,
+    ``/proc`` shows only some of the tasks the limit counts, and a limit sized by it left the
+    code no thread to start."""
     running = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -143,7 +150,60 @@ def nproc_for(uid: int, pids: int) -> int:
             running += len(os.listdir(f"/proc/{entry.name}/task"))
         except OSError:
             continue
+    if python is not None and uid == os.getuid():
+        running = max(running, counted_tasks(python))
     return running + pids
+
+
+COUNT_TASKS = """
+import os, resource
+hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+def fits(limit):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            resource.setrlimit(resource.RLIMIT_NPROC, (limit, hard))
+            if os.fork() == 0:
+                os._exit(0)
+            os.wait()
+        except OSError:
+            os._exit(1)
+        os._exit(0)
+    return os.waitpid(pid, 0)[1] == 0
+top = 1 << 24 if hard == resource.RLIM_INFINITY else hard
+high = 64
+while not fits(high):
+    if high >= top:
+        raise SystemExit("no fork fits under the hard limit")
+    high = min(high * 4, top)
+low = 1
+while low < high:
+    middle = (low + high) // 2
+    if fits(middle):
+        high = middle
+    else:
+        low = middle + 1
+print(high - 3)
+"""
+"""Print how many tasks the kernel counts against this user's RLIMIT_NPROC, without this
+probe's: the smallest limit under which one more fork succeeds, less that fork and the probe's
+two processes (a binary search; a fork of a fork each step)."""
+
+
+def counted_tasks(python: str) -> int:
+    """The tasks of this process's user as the kernel counts them for RLIMIT_NPROC (``-1``
+    if the probe fails; 0 or less where the limit binds nothing, as for root)."""
+    try:
+        done = subprocess.run(
+            [python, "-I", "-S", "-c", COUNT_TASKS],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        return int(done.stdout) if done.returncode == 0 else -1
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return -1
 
 
 class LandlockProvider(SubprocessProvider):
@@ -309,7 +369,7 @@ class LandlockProvider(SubprocessProvider):
         program = self._filter(spec).program
         extra: LocalConfig = {"seccomp": program.hex()} if program else {}
         if spec.pids_limit is not None and not self._pids_cgroup(spec):
-            extra["nproc"] = nproc_for(os.getuid(), spec.pids_limit)
+            extra["nproc"] = nproc_for(os.getuid(), spec.pids_limit, self._python(spec))
         rules = Landlock(
             read=self._read(spec),
             write=(str(workdir), *SHARED_WRITABLE),
