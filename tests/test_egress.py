@@ -24,7 +24,7 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress import proxy
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider
 from rewyn_kernel.tools import RiskLevel
-from tests.conftest import sandboxes, unavailable
+from tests.conftest import sandboxes
 from tests.egress_servers import PACKAGE, TEST_HOSTS, Servers, local_servers
 
 

@@ -229,3 +229,98 @@ def test_bombs_are_bounded_and_nothing_outlives_close() -> None:
     while processes_of(UID) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_of(UID) == []
+
+
+BROKERED = """
+import json, os, socket, urllib.request
+out = {"proxy": os.environ["HTTPS_PROXY"]}
+try:
+    out["listed"] = urllib.request.urlopen("http://127.0.0.1:%(listed)d/p", timeout=10).read().decode()
+except OSError as exc:
+    out["listed"] = repr(exc)
+def direct(family, address):
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(address)
+            sock.sendall(b"from a direct connect\\r\\n\\r\\n")
+            return sock.recv(200).split(b"\\r\\n")[0].decode() or "closed"
+    except OSError as exc:
+        return exc.errno
+out["direct"] = direct(socket.AF_INET, ("127.0.0.1", %(unlisted)d))
+out["direct6"] = direct(socket.AF_INET6, ("::1", %(unlisted)d))
+out["elsewhere"] = direct(socket.AF_INET, ("192.0.2.1", 80))  # (TEST-NET: reaches the relay)
+for name, family, kind in (("udp", socket.AF_INET, socket.SOCK_DGRAM),
+                           ("unix", socket.AF_UNIX, socket.SOCK_STREAM)):
+    try:
+        socket.socket(family, kind).close()
+        out[name] = "made"
+    except OSError as exc:
+        out[name] = exc.errno
+try:
+    with socket.socket() as server:
+        server.listen()
+        out["listen"] = "listening"
+except OSError as exc:
+    out["listen"] = exc.errno
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def http_service() -> Iterator[int]:
+    """A plain HTTP service on the host's loopback (a local model server, a dev API)."""
+    import http.server
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the library's name)
+            body = f"hello {self.path}".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+    thread.join(5)
+
+
+def test_an_allow_list_is_kept_without_a_network_namespace(
+    http_service: int, loopback_service: tuple[int, list[bytes]]
+) -> None:
+    """Every connect() the code makes is made by its supervisor, to the proxy's relay: the
+    listed service answers through the proxy; a client that ignores the proxy variables, or
+    names an address elsewhere, reaches the proxy all the same and is refused; no other socket;
+    and no other process of the host's can use the relay."""
+    unlisted, received = loopback_service
+    with UnprivilegedHost("default", no_userns=True, network=[f"127.0.0.1:{http_service}"]) as box:
+        assert box.isolation["provider"] == "landlock"
+        assert box.isolation["network"] == "filtered", box.isolation
+        result = box.execute(BROKERED % {"listed": http_service, "unlisted": unlisted})
+        assert result["ending"] == "completed", result
+        seen = json.loads(result["stdout"])
+        relay = int(seen["proxy"].rsplit(":", 1)[1])
+        # Another process of the host's (this test's) at the relay's port: closed unheard.
+        with socket.create_connection(("127.0.0.1", relay), timeout=10) as other:
+            other.sendall(b"CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n" % http_service)
+            try:
+                answer = other.recv(100)
+            except ConnectionResetError:
+                answer = b""
+            assert answer == b""
+    assert seen["listed"] == "hello /p", seen
+    assert received == []  # the unlisted service never heard from the code
+    for name in ("direct", "direct6", "elsewhere"):
+        assert " 200" not in str(seen[name]), (name, seen)
+    assert seen["udp"] == 1, seen  # EPERM
+    assert seen["unix"] == 1, seen
+    assert seen["listen"] == 1, seen
+    attempts = result["network"]["attempts"]
+    assert [a["verdict"] for a in attempts].count("allowed") == 1, attempts

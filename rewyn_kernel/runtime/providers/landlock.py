@@ -393,9 +393,7 @@ class LandlockProvider(SubprocessProvider):
         """The supervisor's filter: sockets only with ``network="allow"`` or an allow-list (whose
         code processes add the broker's own filter), no System V IPC (no IPC namespace)."""
         brokered = spec.allow_list is not None
-        return seccomp.build(
-            sockets=spec.network == "allow" or brokered, sysv_ipc=False, broker=brokered
-        )
+        return seccomp.build(sockets=spec.network == "allow" or brokered, sysv_ipc=False)
 
     def check(self) -> Sequence[CheckItem]:
         found = self.probe()

@@ -3,18 +3,23 @@ every TCP connection the code asks for, to the relay, and to nothing else.
 
 A landlock sandbox shares the host's network. Each code process, before any code runs, loads a
 second seccomp filter (``arm``): ``socket()`` only for IPv4 and IPv6 streams, no ``listen()``,
-no TCP Fast Open (a ``sendto`` that connects), no ``pidfd_getfd``, and every ``connect()``
-reported to the supervisor (``SECCOMP_RET_USER_NOTIF``) instead of made. For each one the
-supervisor takes the code's socket (``pidfd_getfd``: the same open socket, not a copy), connects
-it itself to the relay (``relay.py``), whatever address the code named, and answers with the
-result. It reads nothing of the code's memory, so nothing the code changes meanwhile matters.
-A client that uses the proxy variables names the relay anyway; one that does not reaches the
-proxy all the same, which refuses what is no proxy request, and records it. The relay accepts
-only the connections the broker made (by their port), not another process of the host's.
+no TCP Fast Open (a ``sendto`` that connects), and every ``connect()`` reported to the
+supervisor (``SECCOMP_RET_USER_NOTIF``) instead of made. For each one the supervisor makes a
+socket of its own, connects it to the relay (``relay.py``), whatever address the code named,
+puts it in the place of the code's socket (``SECCOMP_IOCTL_NOTIF_ADDFD``, the same descriptor
+number, its blocking and close-on-exec flags kept) and answers the call as the connection went.
+What it reads of the code (the address's family, from its memory; the socket's flags, from
+``/proc``) only shapes the socket it hands over: nothing the code changes meanwhile can lead
+anywhere but the relay. A client that uses the proxy variables names the relay anyway; one that
+does not reaches the proxy all the same, which refuses what is no proxy request, and records
+it. The relay accepts only the connections the broker made (by their port), not another
+process of the host's. Options the code set on its socket before ``connect()`` do not carry
+over (``TCP_NODELAY``, say: the relay sets it on its side).
 
-The supervisor needs the code's process to be dumpable to take its socket (it is its ancestor,
-in the Landlock domain its own is nested in), so such a code process is: nothing outside the
-sandbox's domain could trace it anyway.
+The supervisor reads the code's process, so such a code process is dumpable (the supervisor is
+its ancestor, in the Landlock domain its own is nested in: nothing outside could trace it).
+``pidfd_getfd``, which would hand over the code's own socket, is refused in a container without
+CAP_SYS_PTRACE, where this must work too (JupyterHub).
 """
 
 from __future__ import annotations
@@ -35,13 +40,17 @@ SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
 SECCOMP_SYSCALL = {"x86_64": 317, "aarch64": 277}
 """``seccomp(2)``'s number (no C library wrapper): the machines this package runs on."""
-PIDFD_OPEN, PIDFD_GETFD = 434, 438
-"""The same on every architecture."""
-NOTIF_SIZE, RESP_SIZE = 80, 24
-"""``struct seccomp_notif`` and ``struct seccomp_notif_resp``."""
+NOTIF_SIZE, RESP_SIZE, ADDFD_SIZE = 80, 24, 24
+"""``struct seccomp_notif``, ``struct seccomp_notif_resp`` and ``struct seccomp_notif_addfd``."""
 NOTIF_RECV = (3 << 30) | (NOTIF_SIZE << 16) | (0x21 << 8) | 0
 NOTIF_SEND = (3 << 30) | (RESP_SIZE << 16) | (0x21 << 8) | 1
-"""``SECCOMP_IOCTL_NOTIF_RECV`` and ``_SEND`` (``_IOWR('!', 0 and 1, ...)``)."""
+NOTIF_ADDFD = (1 << 30) | (ADDFD_SIZE << 16) | (0x21 << 8) | 3
+"""``SECCOMP_IOCTL_NOTIF_RECV``, ``_SEND`` (``_IOWR('!', 0 and 1, ...)``) and ``_ADDFD``
+(``_IOW('!', 3, ...)``)."""
+ADDFD_FLAG_SETFD = 1
+"""Put the descriptor at the number given, in place of what is there."""
+O_CLOEXEC_OCTAL, O_NONBLOCK_OCTAL = 0o2000000, 0o4000
+"""The flags of ``/proc/PID/fdinfo/FD``'s ``flags:`` line (octal)."""
 MAX_PENDING = 256
 """Connections under way at once (a blocking socket's, answered once connected): more are
 refused with EAGAIN."""
@@ -95,9 +104,9 @@ class Broker:
         """Tells the relay the local port of a connection the broker made."""
         self.listeners: Dict[int, int] = {}
         """Listener descriptor -> the pid of the code process that sent it."""
-        self.pending: Dict[int, Tuple[int, int, int, socket.socket]] = {}
-        """Our copy's descriptor -> (listener, notification id, the socket's flags, the copy):
-        a blocking socket's connection under way."""
+        self.pending: Dict[int, Tuple[int, int, int, bool, socket.socket]] = {}
+        """Our socket's descriptor -> (listener, notification id, the code's descriptor, its
+        close-on-exec, our socket): a blocking socket's connection under way."""
 
     # -- listeners -------------------------------------------------------------------------
 
@@ -142,8 +151,8 @@ class Broker:
         """(In a forked code process.) Close the supervisor's listeners and copies."""
         for fd in self.listeners:
             _close(fd)
-        for _, _, _, copy in self.pending.values():
-            copy.close()
+        for _, _, _, _, sock in self.pending.values():
+            sock.close()
         self.listeners.clear()
         self.pending.clear()
 
@@ -177,49 +186,46 @@ class Broker:
             self._close_listener(fd)  # (no process under its filter is left)
             return
         notif_id, pid = struct.unpack_from("=QI", notif, 0)
-        target = struct.unpack_from("=q", notif, 32)[0]
-        result = self._connect(fd, notif_id, pid, target)
+        target, address = struct.unpack_from("=qQ", notif, 32)  # (args[0] and args[1])
+        result = self._connect(fd, notif_id, pid, target, address)
         if result is not None:
             self._answer(fd, notif_id, result)
 
-    def _connect(self, listener: int, notif_id: int, pid: int, target: int) -> Optional[int]:
-        """Connect the socket ``target`` of ``pid`` to the relay; the errno to answer with (0:
-        connected), or None where the answer waits for the connection (``pending``)."""
+    def _connect(
+        self, listener: int, notif_id: int, pid: int, target: int, address: int
+    ) -> Optional[int]:
+        """Put a socket connected to the relay in the place of ``pid``'s descriptor ``target``;
+        the errno to answer with (0: connected), or None where the answer waits for the
+        connection (``pending``)."""
         if not 0 <= target < (1 << 31):
             return errno.EBADF
-        copy = _take_fd(pid, target)
-        if copy < 0:
-            return -copy
+        facts = _socket_facts(pid, target)
+        if facts is None:
+            return errno.EBADF
+        blocking, cloexec = facts
+        family = _family_named(pid, address)
+        if len(self.pending) >= MAX_PENDING:
+            return errno.EAGAIN
         try:
-            sock = socket.socket(fileno=copy)
+            sock = socket.socket(family, socket.SOCK_STREAM)
         except OSError as exc:
-            _close(copy)
-            return exc.errno or errno.ENOTSOCK
+            return exc.errno or errno.EMFILE
         keep = False
         try:
-            if sock.family not in (socket.AF_INET, socket.AF_INET6):
-                return errno.EACCES
-            if sock.type != socket.SOCK_STREAM:
-                return errno.EACCES
-            flags = fcntl.fcntl(copy, fcntl.F_GETFL)
-            if not flags & os.O_NONBLOCK:
-                if len(self.pending) >= MAX_PENDING:
-                    return errno.EAGAIN
-                fcntl.fcntl(copy, fcntl.F_SETFL, flags | os.O_NONBLOCK)
-            host = "127.0.0.1" if sock.family == socket.AF_INET else "::ffff:127.0.0.1"
+            sock.setblocking(False)
+            host = "127.0.0.1" if family == socket.AF_INET else "::ffff:127.0.0.1"
             err = sock.connect_ex((host, self.port))
-            try:
-                self.expect(int(sock.getsockname()[1]))
-            except OSError:
-                pass
-            if flags & os.O_NONBLOCK or err != errno.EINPROGRESS:
-                if not flags & os.O_NONBLOCK:
-                    fcntl.fcntl(copy, fcntl.F_SETFL, flags)
+            self.expect(int(sock.getsockname()[1]))
+            if err not in (0, errno.EINPROGRESS):
                 return err
-            self.pending[copy] = (listener, notif_id, flags, sock)
-            self.selector.register(copy, selectors.EVENT_WRITE, self.on_connected)
-            keep = True
-            return None
+            if blocking and err == errno.EINPROGRESS:
+                self.pending[sock.fileno()] = (listener, notif_id, target, cloexec, sock)
+                self.selector.register(sock, selectors.EVENT_WRITE, self.on_connected)
+                keep = True
+                return None
+            if blocking:
+                sock.setblocking(True)
+            return _hand_over(listener, notif_id, sock.fileno(), target, cloexec) or err
         except OSError as exc:
             return exc.errno or errno.EIO
         finally:
@@ -227,14 +233,16 @@ class Broker:
                 sock.close()
 
     def on_connected(self, fd: int) -> None:
-        listener, notif_id, flags, sock = self.pending.pop(fd)
+        listener, notif_id, target, cloexec, sock = self.pending.pop(fd)
         try:
             self.selector.unregister(fd)
         except (KeyError, ValueError):
             pass
         try:
             err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+            if not err:
+                sock.setblocking(True)
+                err = _hand_over(listener, notif_id, fd, target, cloexec)
         except OSError as exc:
             err = exc.errno or errno.EIO
         sock.close()
@@ -250,26 +258,46 @@ class Broker:
             pass  # (the caller went: ENOENT)
 
 
-def _take_fd(pid: int, target: int) -> int:
-    """A descriptor of this process's for ``pid``'s descriptor ``target``, or -errno."""
-    from .system import libc
-
-    c = libc()
-    if c is None:
-        return -errno.ENOSYS
-    import ctypes
-
-    c.syscall.restype = ctypes.c_long
-    pidfd = int(c.syscall(PIDFD_OPEN, ctypes.c_int(pid), ctypes.c_uint(0)))
-    if pidfd < 0:
-        return -(ctypes.get_errno() or errno.ESRCH)
+def _socket_facts(pid: int, target: int) -> Optional[Tuple[bool, bool]]:
+    """Whether ``pid``'s descriptor ``target`` is a blocking socket, and close-on-exec; None
+    where it is no socket (or is gone)."""
     try:
-        copy = int(c.syscall(PIDFD_GETFD, ctypes.c_int(pidfd), ctypes.c_int(target), 0))
-        if copy < 0:
-            return -(ctypes.get_errno() or errno.EBADF)
-        return copy
-    finally:
-        os.close(pidfd)
+        if not os.readlink("/proc/%d/fd/%d" % (pid, target)).startswith("socket:"):
+            return None
+        with open("/proc/%d/fdinfo/%d" % (pid, target)) as handle:
+            for line in handle:
+                if line.startswith("flags:"):
+                    flags = int(line.split()[1], 8)
+                    return not flags & O_NONBLOCK_OCTAL, bool(flags & O_CLOEXEC_OCTAL)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _family_named(pid: int, address: int) -> int:
+    """The address family the code's ``connect()`` named (AF_INET unless it says AF_INET6):
+    it shapes only the socket handed over, which leads to the relay whatever it says."""
+    try:
+        with open("/proc/%d/mem" % pid, "rb", buffering=0) as memory:
+            memory.seek(address)
+            raw = memory.read(2)
+        if len(raw) == 2 and struct.unpack("=H", raw)[0] == socket.AF_INET6:
+            return socket.AF_INET6
+    except (OSError, ValueError, OverflowError):
+        pass
+    return socket.AF_INET
+
+
+def _hand_over(listener: int, notif_id: int, fd: int, target: int, cloexec: bool) -> int:
+    """Put ``fd`` in the caller's place of its descriptor ``target``; 0, or the errno."""
+    addfd = struct.pack(
+        "=QIIII", notif_id, ADDFD_FLAG_SETFD, fd, target, os.O_CLOEXEC if cloexec else 0
+    )
+    try:
+        fcntl.ioctl(listener, NOTIF_ADDFD, bytearray(addfd), True)
+    except OSError as exc:
+        return exc.errno or errno.EIO
+    return 0
 
 
 def _close(fd: int) -> None:

@@ -61,6 +61,10 @@ class SandboxSetUp(State):
             else:
                 self.relay.expect(0)
                 self.broker = Broker(self.selector, self.relay.port, self.relay.expect)
+                # (no loopback of the sandbox's own: a listed loopback address is reached
+                # through the proxy like any other)
+                for name in ("NO_PROXY", "no_proxy"):
+                    os.environ.pop(name, None)
         if config.own_ipc:
             # Still root of the sandbox's own namespaces here: bound what shared memory the
             # code can pin outside its processes (it all goes with the namespaces).

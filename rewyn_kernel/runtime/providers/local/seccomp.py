@@ -287,8 +287,7 @@ def build_broker() -> Filter:
     """The second filter of a code process whose sandbox has no network namespace and an
     allow-list (``worker/broker.py``): every ``connect()`` goes to the supervisor
     (``SECCOMP_RET_USER_NOTIF``), which makes it to the relay; ``socket()`` only for IPv4 and
-    IPv6 streams; no ``listen()``, no TCP Fast Open, no ``pidfd_getfd`` (which the
-    supervisor's own filter allows it, to take the code's sockets)."""
+    IPv6 streams; no ``listen()``, no TCP Fast Open."""
     if os.uname().sysname != "Linux":
         return Filter(None, "seccomp is Linux-only")
     try:
@@ -299,8 +298,7 @@ def build_broker() -> Filter:
         rules = seccomp.SyscallFilter(seccomp.ALLOW)
         eperm = seccomp.ERRNO(errno.EPERM)
         _add(seccomp, rules, seccomp.NOTIFY, "connect")
-        for name in ("listen", "pidfd_getfd"):
-            _add(seccomp, rules, eperm, name)
+        _add(seccomp, rules, eperm, "listen")
         for family in (SOCKET_FAMILIES["AF_UNIX"], SOCKET_FAMILIES["AF_NETLINK"]):
             _add(seccomp, rules, eperm, "socket", seccomp.Arg(0, seccomp.EQ, family))
         for kind in STREAM_ONLY.values():
@@ -324,15 +322,13 @@ def build_broker() -> Filter:
 
 
 @functools.cache
-def build(sockets: bool = True, sysv_ipc: bool = True, broker: bool = False) -> Filter:
+def build(sockets: bool = True, sysv_ipc: bool = True) -> Filter:
     """Compile the filter for this machine (once per process and kind), or say why it cannot
     be. ``sockets=False`` refuses ``socket()`` for every family: for a sandbox with no network
     namespace of its own and ``network="none"``, where a socket of any family would reach the
     host's network, its daemons' Unix sockets or another process's abstract ones.
     ``sysv_ipc=False`` refuses System V IPC (``SYSV_IPC``): for a sandbox with no IPC
-    namespace of its own. ``broker=True`` allows ``pidfd_getfd``, with which the supervisor
-    takes the code's sockets to connect them itself (``build_broker``: the code's own filter
-    refuses it)."""
+    namespace of its own."""
     if os.uname().sysname != "Linux":
         return Filter(None, "seccomp is Linux-only")
     try:
@@ -351,10 +347,6 @@ def build(sockets: bool = True, sysv_ipc: bool = True, broker: bool = False) -> 
         refused = set(SYSV_IPC) if not sysv_ipc else set()
         for names in DENIED.values():
             refused.update(names)
-        lifted = {"pidfd_getfd"} if broker else set()
-        refused -= lifted
-        for name in sorted(lifted):
-            _add(seccomp, rules, allow, name)
         for names in ALLOWED.values():
             for name in names:
                 if name not in refused and name not in CONDITIONAL:
