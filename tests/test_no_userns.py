@@ -273,7 +273,7 @@ def http_service() -> Iterator[int]:
     import http.server
 
     class Hello(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the library's name)
+        def do_GET(self) -> None:
             body = f"hello {self.path}".encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
