@@ -235,7 +235,8 @@ BROKERED = """
 import json, os, socket, urllib.request
 out = {"proxy": os.environ["HTTPS_PROXY"]}
 try:
-    out["listed"] = urllib.request.urlopen("http://127.0.0.1:%(listed)d/p", timeout=10).read().decode()
+    answer = urllib.request.urlopen("http://127.0.0.1:%(listed)d/p", timeout=10)
+    out["listed"] = answer.read().decode()
 except OSError as exc:
     out["listed"] = repr(exc)
 def direct(family, address):
