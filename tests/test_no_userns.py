@@ -325,3 +325,31 @@ def test_an_allow_list_is_kept_without_a_network_namespace(
     assert seen["listen"] == 1, seen
     attempts = result["network"]["attempts"]
     assert [a["verdict"] for a in attempts].count("allowed") == 1, attempts
+
+
+def test_without_landlock_the_subprocess_provider_still_keeps_network_none(
+    loopback_service: tuple[int, list[bytes]],
+) -> None:
+    """A kernel without Landlock (simulated: its calls fail with ENOSYS): the landlock provider
+    says why it cannot run and is not chosen; the subprocess provider that is says the host's
+    files are open, and still keeps network="none" with the filter that refuses every socket."""
+    port, received = loopback_service
+    with UnprivilegedHost("landlock", no_userns=True, no_landlock=True) as box:
+        assert any("Landlock" in note for note in box.isolation["notes"]), box.isolation
+        refused = box.execute("print('ran')")
+        assert refused["ending"] == "start_failed", refused
+        assert "has no Landlock" in refused["message"], refused
+    with UnprivilegedHost("default", no_userns=True, no_landlock=True) as box:
+        isolation = box.isolation
+        assert isolation["provider"] == "subprocess", isolation
+        assert isolation["files"] == "open"
+        assert isolation["network"] == "isolated"
+        notes = " ".join(isolation["notes"])
+        assert "nor the landlock one" in notes, notes
+        result = box.execute(
+            "import socket\ntry:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=5)\n"
+            "    print('connected')\nexcept OSError as exc:\n    print(exc.errno)"
+        )
+        assert result["stdout"] == "1\n", result  # EPERM: no socket at all
+    assert received == []

@@ -78,6 +78,10 @@ rules.add_rule(eperm, "setns")
 for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000):  # NEWUSER, NEWPID, NEWNET, NEWNS
     rules.add_rule(eperm, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
 rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+if sys.argv[1] == "--no-landlock":  # (a kernel without Landlock, as it answers then)
+    del sys.argv[1]
+    for name in ("landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"):
+        rules.add_rule(seccomp.ERRNO(errno.ENOSYS), name)
 rules.load()
 os.execv(sys.argv[1], sys.argv[1:])
 """
@@ -108,11 +112,15 @@ def unprivileged_problem() -> str | None:
 class UnprivilegedHost:
     """A sandbox made by a host process running as ``UID`` (see the module's docstring)."""
 
-    def __init__(self, provider: str, *, no_userns: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, provider: str, *, no_userns: bool = False, no_landlock: bool = False, **kwargs: Any
+    ) -> None:
         """``provider``: a name of SERVER's PROVIDERS ("default": the one ``create()`` picks);
         ``no_userns``: the host process runs under a seccomp filter that refuses new user
         namespaces as a container engine's default profile does (``NO_USERNS``), standing in
-        for a host that gives none (Ubuntu 24.04's AppArmor rule, a JupyterHub pod)."""
+        for a host that gives none (Ubuntu 24.04's AppArmor rule, a JupyterHub pod);
+        ``no_landlock`` (with ``no_userns``): Landlock's calls fail with ENOSYS too, as on a
+        kernel without it."""
         problem = unprivileged_problem()
         if problem is not None:
             if os.environ.get("CI"):
@@ -132,7 +140,13 @@ class UnprivilegedHost:
         }
         program = [python, "-c", SERVER]
         if no_userns:
-            program = [python, "-c", NO_USERNS, *program]
+            program = [
+                python,
+                "-c",
+                NO_USERNS,
+                *(["--no-landlock"] if no_landlock else []),
+                *program,
+            ]
         self.process = subprocess.Popen(
             [*prefix, *program],
             stdin=subprocess.PIPE,
