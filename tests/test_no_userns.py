@@ -353,3 +353,53 @@ def test_without_landlock_the_subprocess_provider_still_keeps_network_none(
         )
         assert result["stdout"] == "1\n", result  # EPERM: no socket at all
     assert received == []
+
+
+DISK_BOMB = """
+import os
+written = 0
+with open("bomb", "wb") as handle:
+    for _ in range(64):
+        handle.write(b"x" * (1 << 20))
+        handle.flush()
+        os.fsync(handle.fileno())
+        written += 1
+print("wrote", written)
+"""
+
+
+def test_a_disk_bomb_is_stopped_without_root() -> None:
+    """No root, so no filesystem of its own for the scratch folder: a watcher bounds it. The
+    code writing past disk_limit_mb is stopped; later workers write nothing until the code
+    removes what it made; then they write again."""
+    with UnprivilegedHost("default", no_userns=True, disk_limit_mb=16, timeout=30) as box:
+        assert box.isolation["provider"] == "landlock"
+        assert "watched" in (box.isolation["disk"] or ""), box.isolation
+        bomb = box.execute(DISK_BOMB)
+        assert "wrote 64" not in bomb["stdout"], bomb
+        assert bomb["ending"] in ("killed", "exception", "crashed"), bomb
+        held = box.execute("import os\nprint(os.path.getsize('bomb') >> 20)")
+        assert int(held["stdout"]) < 64, held
+        # The watcher looks every 0.2 s; the workers it stopped are replaced by workers that
+        # write nothing (a worker forked ahead, before it looked, is stopped if it writes).
+        probe = "import resource\nprint(resource.getrlimit(resource.RLIMIT_FSIZE)[0])"
+        for _ in range(50):
+            limit = box.execute(probe)
+            if limit["stdout"] == "0\n":
+                break
+            time.sleep(0.1)
+        assert limit["stdout"] == "0\n", limit
+        assert limit["disk_full"], limit
+        refused = box.execute("with open('more', 'wb') as handle:\n    handle.write(b'x' * 4096)")
+        assert refused["error"]["ename"] == "OSError", refused  # EFBIG: no write while over
+        assert "File too large" in refused["error"]["evalue"], refused
+        box.execute("import os\nos.remove('bomb')\nos.remove('more')")
+        # (the watcher sees the folder under its quota again within an interval or two)
+        for _ in range(50):
+            again = box.execute(
+                "with open('after', 'wb') as handle:\n    handle.write(b'x' * 4096)\nprint('wrote')"
+            )
+            if again["stdout"] == "wrote\n":
+                break
+            time.sleep(0.1)
+        assert again["stdout"] == "wrote\n", again

@@ -367,3 +367,8 @@ def _forget(cell: Path) -> None:
     """Remove an old cell's folders (its view is unmounted, its upper published and empty)."""
     with contextlib.suppress(OSError):
         remove_tree(cell)
+
+
+tree_blocks = _tree_blocks
+"""(For a scratch folder's watcher: ``providers/local/files.py``.)"""
+fs_used = _fs_used

@@ -160,6 +160,9 @@ class SandboxCore:
             door.close()
         if isinstance(cells, WorkspaceCells):
             cells.watch(worker.teardown)  # (the quota, while the code writes in its workspace)
+        watch = getattr(self.files, "watch", None)
+        if callable(watch):  # (a scratch folder bounded by a watcher: providers/local/files.py)
+            watch(worker.teardown, stateless=fork_per_exec)
         with self._lock:
             closed = self.closed()  # again: cleanup may have run while the worker started
             if not closed:

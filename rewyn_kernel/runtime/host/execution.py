@@ -288,7 +288,9 @@ class Execution:
         if disk_full:
             full = (
                 f"the scratch quota of {self.spec.disk_limit_mb} MiB is used up: "
-                "writes past it fail (No space left on device)"
+                "writes past it fail (No space left on device; where a watcher keeps it, File "
+                "too large until the code removes some, and a session writes again once "
+                "restarted)"
             )
             message = f"{message}; {full}" if message else full
         hidden = self.hidden_path(error)

@@ -39,6 +39,7 @@ from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_
 from rewyn_kernel.runtime.providers.local import (
     cgroup,
     common_notes,
+    file_size_limit,
     local_config,
     local_python,
     python_prefixes,
@@ -280,6 +281,7 @@ class BubblewrapProvider:
         return WorkerConfig(
             memory_limit_bytes=limit * 1024 * 1024 if limit else None,
             cwd=str(spec.workspace) if direct else str(workdir),
+            file_size_limit=file_size_limit(files),
             own_ipc=caps,
             own_userns=caps,
             own_cgroupns=caps,

@@ -48,6 +48,7 @@ from rewyn_kernel.runtime.providers.local import (
     LocalConfig,
     cgroup,
     common_notes,
+    file_size_limit,
     local_python,
     python_prefixes,
     seccomp,
@@ -380,6 +381,7 @@ class LandlockProvider(SubprocessProvider):
         return WorkerConfig(
             memory_limit_bytes=limit * 1024 * 1024 if limit else None,
             cwd=str(spec.workspace) if spec.workspace else str(workdir),
+            file_size_limit=file_size_limit(files),
             **extra,
             landlock=rules,
             broker=code_filter.hex() if code_filter else None,

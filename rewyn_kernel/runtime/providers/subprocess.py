@@ -14,6 +14,7 @@ An allow-list needs the network namespace its proxy's relay lives in: without on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -30,12 +31,13 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress import EGRESS_NOTE
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.base import BaseSandbox
-from rewyn_kernel.runtime.host.scratch import ensure_dir
+from rewyn_kernel.runtime.host.scratch import ensure_dir, remove_at
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles, worker_argv
 from rewyn_kernel.runtime.providers.local import (
     cgroup,
     common_notes,
+    file_size_limit,
     local_config,
     local_python,
     outermost,
@@ -116,6 +118,22 @@ def hidden_paths(needed: Sequence[Path | str]) -> Hidden:
         if not covered and real not in files and _is_socket(real):
             files.append(real)
     return Hidden(dirs=tuple(dirs), files=tuple(files))
+
+
+def remove_worker_tmp(workdir: Path, name: str) -> None:
+    """Remove the worker ``name``'s TMPDIR (``.tmp/NAME`` in the scratch folder ``workdir``),
+    never through a link the code put at ``.tmp``."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+    with contextlib.suppress(OSError):
+        root = os.open(workdir, flags)
+        try:
+            tmp = os.open(".tmp", flags | os.O_NOFOLLOW, dir_fd=root)
+            try:
+                remove_at(tmp, name)
+            finally:
+                os.close(tmp)
+        finally:
+            os.close(root)
 
 
 def network_cut_here() -> bool:
@@ -364,6 +382,7 @@ class SubprocessProvider:
         return WorkerConfig(
             memory_limit_bytes=limit * 1024 * 1024 if limit else None,
             cwd=str(spec.workspace) if spec.workspace and not namespaced else str(workdir),
+            file_size_limit=file_size_limit(files),
             own_ipc=namespaced,
             own_userns=namespaced,
             **(
@@ -459,7 +478,11 @@ class SubprocessProvider:
             cgroup=group,
             settings=settings,
             workspace=cells,
-            on_close=[mount.remove for mount in mounts],
+            # (the worker's TMPDIR goes with it: a long sandbox does not gather one per worker)
+            on_close=[
+                *(mount.remove for mount in mounts),
+                lambda: remove_worker_tmp(workdir, name),
+            ],
         )
 
     def refuse_root(self, ns: Namespaces) -> None:

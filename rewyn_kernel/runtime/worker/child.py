@@ -320,6 +320,12 @@ class CodeProcess:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         except (OSError, ValueError):
             pass
+        size = self.config.file_size_limit
+        if size is not None:
+            try:  # (Python ignores SIGXFSZ: a write past it fails with EFBIG)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+            except (OSError, ValueError):
+                pass
         nproc = self.config.nproc
         if nproc:
             try:

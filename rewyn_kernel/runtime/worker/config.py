@@ -128,6 +128,9 @@ class WorkerConfig(Record):
     caps the sandbox's memory."""
     memory_limit_mb: Optional[int] = None
     """The sandbox's memory cap, for the code's messages."""
+    file_size_limit: Optional[int] = None
+    """RLIMIT_FSIZE of the code's processes, where a watcher bounds the scratch folder (0: it
+    holds more than its quota: no file can be written until the code removes some)."""
     nproc: Optional[int] = None
     """RLIMIT_NPROC of the code's processes, where no cgroup bounds their number."""
     fork_headroom: Tuple[int, int] = (32 << 20, 20)

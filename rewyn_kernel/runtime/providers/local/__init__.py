@@ -50,6 +50,13 @@ def seccomp_config(sockets: bool = True, sysv_ipc: bool = True) -> LocalConfig:
     return {"seccomp": program.hex()} if program else {}
 
 
+def file_size_limit(files: object) -> int | None:
+    """RLIMIT_FSIZE for a new worker whose scratch folder a watcher bounds (``LocalFiles``: no
+    filesystem of its own could be made), else None."""
+    limit = getattr(files, "file_size_limit", None)
+    return limit() if callable(limit) else None
+
+
 def local_config(spec: SandboxSpec, caps: bool) -> LocalConfig:
     """The worker settings every local sandbox in user namespaces gets; ``caps``: its
     supervisor starts with capabilities in them (it can mount)."""
