@@ -479,13 +479,13 @@ def test_a_file_swapped_for_a_link_after_its_check_is_not_published(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The walk checked a regular file (and holds it open); the code puts a link to the host's
-    files in its place just before the rename: what arrives is not what was checked, and it
-    goes back."""
+    files in its place just before the copy: what is opened is not what was checked, and
+    nothing is published."""
     root, upper, secret = stage(tmp_path)
     (upper / "out.csv").write_text("fine")
     swap_once(
         monkeypatch,
-        "_rename_new",
+        "_copy_in",
         "out.csv",
         lambda: swap_for_link(upper / "out.csv", secret / "id_rsa"),
     )

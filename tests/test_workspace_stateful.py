@@ -16,6 +16,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,8 @@ class WorkspaceMachine(RuleBasedStateMachine):
         self.box = create(spec, provider=BubblewrapProvider())
         self.session = self.box.session()
         self.session.__enter__()
+        self.descriptors = len(os.listdir("/proc/self/fd"))
+        self.threads = threading.active_count()
 
     def edit(self, path: str) -> None:
         content = f"the person's {path} #{next(_counter)}\n".encode() * 3
@@ -137,6 +140,25 @@ class WorkspaceMachine(RuleBasedStateMachine):
             f"else:\n    open({path!r}, 'w').write('planted')"
         )
 
+    @rule(path=NAMES)
+    def hold(self, path: str) -> None:
+        """A descriptor kept across cells (written again by ``write_held``)."""
+        self.run(
+            f"f = open({path!r}, 'ab')\nf.write(b'h')\nf.flush()\n"
+            "globals().setdefault('held', []).append(f)"
+        )
+
+    @rule(size=st.integers(1, 50_000), later=st.booleans())
+    def write_held(self, size: int, later: bool) -> None:
+        """Write through every kept descriptor, now or from a thread after the cell."""
+        write = (
+            "def late():\n    for f in globals().get('held', []):\n        try:\n"
+            f"            f.seek(0)\n            f.write(b'H' * {size})\n            f.flush()\n"
+            "        except (OSError, ValueError):\n            pass\n"
+        )
+        start = "import threading\nthreading.Thread(target=late, daemon=True).start()"
+        self.run(write + (start if later else "late()"))
+
     # -- the person -------------------------------------------------------------------------
 
     @rule(path=st.sampled_from(["notes.txt", "data/a.csv", "mine.txt", "x/y", *sorted(PROTECTED)]))
@@ -185,6 +207,11 @@ class WorkspaceMachine(RuleBasedStateMachine):
                 if os.path.islink(path):
                     real = os.path.realpath(path)
                     assert real == base or real.startswith(base + os.sep), path
+
+    @invariant()
+    def the_host_stays_bounded(self) -> None:
+        assert len(os.listdir("/proc/self/fd")) <= self.descriptors + 16
+        assert threading.active_count() <= self.threads + 4
 
     def teardown(self) -> None:
         try:

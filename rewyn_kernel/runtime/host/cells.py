@@ -17,7 +17,7 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,6 +78,9 @@ class WorkspaceCells:
         may still write through a file or folder it opened in them)."""
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
+        self._stopping = False
+        """The watcher is stopping the worker: a ``close`` meanwhile (from the worker's
+        teardown, which that stop waits for) must not wait for the watcher."""
         self._final = FileChanges()
 
     # -- the first view ----------------------------------------------------------------------
@@ -234,7 +237,11 @@ class WorkspaceCells:
         except Exception as exc:  # (whatever it is, the code stops)
             why = f"the workspace's disk quota could not be watched ({exc!r}): the sandbox stopped"
         if why:
-            stop(why)
+            with self._lock:
+                if self._closed:  # (closed meanwhile: the code is stopped already)
+                    return
+                self._stopping = True
+            stop(why)  # (it returns once the worker is torn down, by whichever thread)
 
     def _watching(self) -> str:
         base = _fs_used(self.workspace.root)
@@ -246,7 +253,7 @@ class WorkspaceCells:
                 continue
             with self._lock:
                 uppers = [*self._pending, self._current()]
-            measured = [_tree_blocks(upper) for upper in uppers]
+            measured = [_tree_blocks(upper, self.workspace.held) for upper in uppers]
             if any(size is None for size in measured):
                 return (
                     f"the sandbox's disk quota (disk_limit_mb={limit}) cannot be measured: the "
@@ -273,6 +280,7 @@ class WorkspaceCells:
                 return FileChanges()
             self._closed = True
             self._stop.set()
+            stopping = self._stopping
             if self.view is not None:
                 self.view.remove()
             self._pending.append(self._current())
@@ -283,8 +291,8 @@ class WorkspaceCells:
             except OSError as exc:
                 changes.notes.append(f"the workspace's staging folder was not all removed: {exc}")
         watcher = self._watcher
-        if watcher is not None and watcher is not threading.current_thread():
-            watcher.join()  # (when the watcher stopped the worker, it closes it itself)
+        if watcher is not None and watcher is not threading.current_thread() and not stopping:
+            watcher.join()  # (a watcher stopping the worker ends once the teardown is done)
         return changes
 
 
@@ -318,10 +326,14 @@ def _fs_used(path: Path) -> int:
     return (info.f_blocks - info.f_bfree) * info.f_frsize + inodes * BLOCK
 
 
-def _tree_blocks(folder: Path) -> int | None:
+def _tree_blocks(
+    folder: Path, held: Mapping[tuple[int, int], tuple[tuple[int, ...], int]] | None = None
+) -> int | None:
     """What ``folder`` holds, as the budget counts it: each entry's allocated bytes, at least
-    a block (an inode is disk too); links never followed. Iterative, by descriptors, at most
-    ``MAX_DEPTH`` folders deep: None where the tree is deeper (it cannot be measured whole)."""
+    a block (an inode is disk too); links never followed; of a file ``held`` (published
+    already, kept while the code may write it: ``Workspace.held``), only what it grew by
+    since. Iterative, by descriptors, at most ``MAX_DEPTH`` folders deep: None where the tree
+    is deeper (it cannot be measured whole)."""
     total = 0
     try:
         top = os.open(folder, _DIRECTORY)
@@ -340,7 +352,8 @@ def _tree_blocks(folder: Path) -> int | None:
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 if stat.S_ISCHR(info.st_mode):  # (a whiteout is the overlay's, not data)
                     continue
-                total += allocated(info)
+                counted = held.get((info.st_dev, info.st_ino)) if held else None
+                total += allocated(info) - (counted[1] if counted else 0)
                 if stat.S_ISDIR(info.st_mode):
                     if len(stack) >= MAX_DEPTH:
                         return None
@@ -352,7 +365,7 @@ def _tree_blocks(folder: Path) -> int | None:
     finally:
         for fd, _ in stack:
             os.close(fd)
-    return total
+    return max(0, total)
 
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

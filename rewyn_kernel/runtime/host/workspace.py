@@ -3,10 +3,22 @@
 The code sees the workspace at its own path through an overlay: the person's files below, the
 code's writes above, in a staging folder on the workspace's own filesystem
 (``<workspace>/.rewyn/staging/...``). At the end of each execution (a notebook's cell, an agent's
-call) the host *publishes* what the code wrote into the folder itself, by renaming (no copy:
-a 1 GiB file costs a rename, and a file the code keeps open across cells stays the one in the
-folder), and the sandbox gets a fresh overlay for the next execution, so a file the person
-edited in between is what the code reads next.
+call) the host *publishes* what the code wrote into the folder itself, and the sandbox gets a
+fresh overlay for the next execution, so a file the person edited in between is what the code
+reads next.
+
+A file is published as a copy, never as the code's own inode (``_copy_in``): the blocks are
+shared where the filesystem can (``FICLONE``: btrfs, XFS, bcachefs), else only its data is
+copied, in the kernel (``copy_file_range``), holes kept. Renaming the code's inode in would be
+cheaper on ext4, but a descriptor of it still open (a variable, a thread, a child, a descriptor
+passed over a socket, a shared mapping, a reopen through ``/proc`` or through an old view's
+folder) would then write the person's file after the person's own edit, with no version kept
+and past the quota; no look at the sandbox's processes finds every one of those, and Linux has
+no revoke. With a copy nothing the code holds reaches the folder: it reaches its own inode,
+which stays in its upper folder while a process may still write it (a read lease, which the
+kernel grants only where no one has the inode open for writing, decides: ``_unwritten``).
+There the quota watcher measures what it grows by, and the next publication publishes it
+again if it changed, the person's version kept first (``Workspace.held``).
 
 Before the code's change to a file that was there (overwritten, truncated, replaced, deleted)
 reaches the folder, the old version is moved into ``<workspace>/.rewyn/versions/``, which the
@@ -33,6 +45,7 @@ import fnmatch
 import json
 import os
 import re
+import signal
 import stat
 import sys
 import time
@@ -357,6 +370,11 @@ class Workspace:
         self.protection = Protection(root, self.patterns)
         self.owner = owner
         self.store = root / STORE
+        self.held: dict[tuple[int, int], tuple[tuple[int, ...], int]] = {}
+        """The code's inodes published as copies and kept in their upper folders, a process of
+        the code having had them open for writing ((st_dev, st_ino) -> their ``_changes`` when
+        copied, and what the copy cost the budget): published again only once changed; the
+        quota watcher counts only what they grew by."""
         self.made: dict[str, tuple[int, ...]] = {}
         """What this workspace's publications put in the folder (relative -> the inode's facts
         then): a version of one of them, unchanged since, is the code's own (the store may
@@ -916,11 +934,18 @@ class _Publishing:
         elif not stat.S_ISREG(info.st_mode):
             self.refuse(source, name, f"{relative}: not a regular file, folder or link")
             return
-        size = info.st_size if stat.S_ISREG(info.st_mode) else 0
-        cost = allocated(info) if stat.S_ISREG(info.st_mode) else BLOCK
+        regular = stat.S_ISREG(info.st_mode)
+        held = self.workspace.held.get((info.st_dev, info.st_ino)) if regular else None
+        if held is not None and held[0] == _changes(info):
+            self.release(source, name, info, held[1])  # (published already, unchanged since)
+            return
+        size = info.st_size if regular else 0
+        cost = allocated(info) if regular else BLOCK
         before = self.budget.own.get(relative, 0) if self.budget is not None else 0
         if self.left is not None and cost - before > self.left:
-            self.refuse(source, name, f"{relative}: over the disk quota (disk_limit_mb)")
+            self.changes.add("refused", f"{relative}: over the disk quota (disk_limit_mb)")
+            if not regular or _unwritten(source, name, info, remove=True):
+                _remove_at(source, name)  # (else it stays, measured, while it is written)
             self.over(relative, size)
             return
         found = None
@@ -935,7 +960,19 @@ class _Publishing:
             except _StoreFull as exc:
                 self.refuse(source, name, f"{relative}: {exc.strerror} (not changed)")
                 return
-        if there is None and _rename_new(source, name, target, name):
+        if regular:
+            # A copy of the inode checked, beside it under a name of the host's first.
+            arriving = f".rewyn-publish-{uuid.uuid4().hex}"
+            copy = _copy_in(source, name, target, arriving, info)
+            cost = allocated(copy)
+            try:
+                if self.replace(entry, arriving, found):
+                    there = there or info
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(arriving, dir_fd=target)
+                raise
+        elif there is None and _rename_new(source, name, target, name):
             _arrived(target, name, source, info)  # (no name of the host's was in the way)
         else:
             # Beside it under a name of the host's first; on only once it is the one checked.
@@ -960,6 +997,30 @@ class _Publishing:
         self.changes.bytes_written += size
         if self.budget is not None:
             self.budget.record(relative, cost)
+        if regular:
+            self.release(source, name, info, cost)
+
+    def replace(self, entry: _Entry, arriving: str, found: _Survey | None) -> bool:
+        """Put the copy ``arriving`` (in the workspace's folder) in place of ``entry.name``,
+        what is there kept as a version first; whether something was there."""
+        target, name = entry.target, entry.name
+        if entry.there is None and _rename_new(target, arriving, target, name):
+            return False
+        replaced = entry.there is not None or _lstat(target, name) is not None
+        if replaced:
+            self.version.keep(target, name, entry.relative, "changed by the code", found)
+        os.rename(arriving, name, src_dir_fd=target, dst_dir_fd=target)
+        return replaced
+
+    def release(self, source: int, name: str, copied: os.stat_result, cost: int) -> None:
+        """The code's inode ``name`` of the upper folder ``source``, published as it was when
+        ``copied``: removed where no process of the code has it open for writing and it is
+        unchanged since; else kept there, held (``Workspace.held``)."""
+        key = (copied.st_dev, copied.st_ino)
+        if _unwritten(source, name, copied, remove=True):
+            self.workspace.held.pop(key, None)
+        else:
+            self.workspace.held[key] = (_changes(copied), cost)
 
     def check_links(self, root: int) -> None:
         """Each link this walk published, resolved in the final state of the folder: one
@@ -1083,6 +1144,129 @@ def _arrived(
     if (arrived.st_dev, arrived.st_ino) != (checked.st_dev, checked.st_ino):
         os.rename(name, back or name, src_dir_fd=target, dst_dir_fd=source)
         raise OSError(errno.EAGAIN, "it changed while it was published")
+
+
+FICLONE = 0x40049409
+"""The ioctl that makes a file share another's blocks (btrfs, XFS, bcachefs; not ext4)."""
+F_SETSIG = 10
+F_SETLEASE = 1024
+COPY_CHUNK = 1 << 24
+
+
+def _changes(info: os.stat_result) -> tuple[int, ...]:
+    """What tells that an inode of the code's was written since a look at it."""
+    return (info.st_size, info.st_blocks, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _copy_in(
+    source: int, name: str, target: int, new: str, checked: os.stat_result
+) -> os.stat_result:
+    """Copy the regular file ``name`` of ``source`` into a new file ``new`` of ``target``: its
+    data (its blocks shared where the filesystem can; else its data segments, in the kernel,
+    its holes kept: a sparse file stays sparse), its mode (no set-id bit), its times. Return
+    the copy's stat. Raise (nothing left in ``target``) unless the inode opened is ``checked``.
+    (``O_NONBLOCK``: a lease the code holds on it makes the open fail, never wait.)"""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        src = os.open(name, flags, dir_fd=source)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENXIO):  # (a link, gone, a socket)
+            raise OSError(errno.EAGAIN, "it changed while it was published") from exc
+        raise
+    try:
+        opened = os.fstat(src)
+        if (opened.st_dev, opened.st_ino) != (checked.st_dev, checked.st_ino):
+            raise OSError(errno.EAGAIN, "it changed while it was published")
+        dst = os.open(
+            new,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=target,
+        )
+        try:
+            _copy_data(src, dst, opened.st_size)
+            os.fchmod(dst, stat.S_IMODE(opened.st_mode) & 0o777)
+            os.utime(dst, ns=(opened.st_atime_ns, opened.st_mtime_ns))
+            return os.fstat(dst)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(new, dir_fd=target)
+            raise
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+
+
+def _copy_data(src: int, dst: int, size: int) -> None:
+    with contextlib.suppress(OSError):
+        fcntl.ioctl(dst, FICLONE, src)
+        return
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(src, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # (no data past offset: a hole to the end)
+                break
+            raise
+        if start >= size:
+            break
+        end = min(os.lseek(src, start, os.SEEK_HOLE), size)
+        _copy_range(src, dst, start, end)
+        offset = end
+    os.ftruncate(dst, size)
+
+
+def _copy_range(src: int, dst: int, start: int, end: int) -> None:
+    while start < end:
+        count = min(end - start, COPY_CHUNK)
+        try:
+            done = os.copy_file_range(src, dst, count, start, start)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            data = os.pread(src, min(count, 1 << 20), start)
+            done = len(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.pwrite(dst, view, start + done - len(view)) :]
+        if done == 0:  # (the code shortened it meanwhile: published again once changed)
+            return
+        start += done
+
+
+def _unwritten(source: int, name: str, seen: os.stat_result, *, remove: bool = False) -> bool:
+    """Whether no process has the inode ``seen`` (``name`` of ``source``) open for writing and
+    it is unchanged since ``seen``; with ``remove``, it is then removed, under the lease (an
+    open for writing meanwhile waits for it). The kernel grants a read lease only where no
+    one has the inode open for writing (a descriptor of any process, one in flight over a
+    socket, a shared mapping); any error says False (kept: failing closed). A lease broken in
+    the instant it is held signals ``SIGURG``, which is ignored unless handled."""
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=source
+        )
+    except OSError:
+        return False
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != (seen.st_dev, seen.st_ino):
+            return False
+        fcntl.fcntl(fd, F_SETSIG, signal.SIGURG)
+        fcntl.fcntl(fd, F_SETLEASE, fcntl.F_RDLCK)
+        try:
+            if _changes(os.fstat(fd)) != _changes(seen):
+                return False
+            if remove:
+                os.unlink(name, dir_fd=source)
+            return True
+        finally:
+            fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _lstat(folder: int, name: str) -> os.stat_result | None:
