@@ -75,6 +75,13 @@ def test_the_code_works_in_the_workspace_as_on_ipykernel(
         assert where.stdout == (f"{project}\n['.git', 'analysis.ipynb', 'data', 'notes.txt']\n"), (
             where.stderr
         )
+        if box.isolation.workspace == "read_only":  # (landlock: no view, so nothing written)
+            refused = session.execute("open('summary_by_region.csv', 'w')")
+            assert refused.error is not None
+            assert refused.error.ename == "PermissionError", refused
+            assert session.execute("print(open('notes.txt').read())").stdout == "v1\n\n"
+            assert not (project / "summary_by_region.csv").exists()
+            return
         wrote = session.execute(
             "open('summary_by_region.csv', 'w').write('region,total\\n')\n"
             "open('notes.txt', 'a').write('from the code\\n')\n"
