@@ -276,3 +276,27 @@ def test_a_comm_handlers_text_goes_out_at_once_then_merged_in_order() -> None:
         assert sent == [("stdout", "a"), ("stdout", "bc"), ("stderr", "d"), ("stdout", "e")]
 
     asyncio.run(main())
+
+
+def test_a_comm_frame_over_the_wires_limit_is_refused_and_the_state_kept(
+    kc: BlockingKernelClient,
+) -> None:
+    """A widget whose model is larger than one frame may hold (more than 100,000 JSON objects:
+    plotly's FigureWidget, an anywidget with a big state) is not opened, with a note, as a
+    display over the limit is shown as a note; the session and its variables live on."""
+    assert run_cell(kc, "kept = 'still here'").status == "ok"
+    cell = run_cell(
+        kc,
+        "from comm import create_comm\n"
+        "huge = create_comm(target_name='jupyter.widget', data={'state': "
+        "{'_model_name': 'DOMWidgetModel', 'rows': [{} for _ in range(100_001)]}, "
+        "'buffer_paths': []})\n"
+        "print('made')",
+    )
+    assert cell.status == "ok", cell.reply
+    assert cell.stream() == "made\n"
+    assert "rows" not in repr(cell.of_type("comm_open"))
+    assert "JSON objects" in cell.stream("stderr"), cell.stream("stderr")
+    after = run_cell(kc, "print(kept)")
+    assert after.status == "ok", after.reply
+    assert after.stream() == "still here\n"
