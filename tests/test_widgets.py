@@ -300,3 +300,28 @@ def test_a_comm_frame_over_the_wires_limit_is_refused_and_the_state_kept(
     after = run_cell(kc, "print(kept)")
     assert after.status == "ok", after.reply
     assert after.stream() == "still here\n"
+
+
+def test_state_lost_in_a_widgets_callback_is_said_in_the_next_cell(
+    kc: BlockingKernelClient,
+) -> None:
+    """A widget's callback, delivered between cells, that ends the code's process: the next
+    cell runs in a fresh sandbox, and says so first, in words, with the cause."""
+    cell = run_cell(
+        kc,
+        "import os, ipywidgets\nlost_here = 1\n"
+        "ender = ipywidgets.IntSlider()\n"
+        "ender.observe(lambda change: os._exit(3), 'value')\n"
+        "print(ender.comm.comm_id)",
+    )
+    assert cell.status == "ok", cell.reply
+    state = {"value": 1}
+    send(kc, "comm_msg", {"comm_id": cell.stream().strip(), "data": {"method": "update",
+         "state": state, "buffer_paths": []}})  # fmt: skip
+    after = run_cell(kc, "lost_here")
+    assert after.reply["content"]["ename"] == "NameError"
+    said = after.stream("stderr")
+    assert "state was lost" in said, said
+    assert "exited with code 3" in said, said  # (the cause)
+    assert "widget" in said, said
+    assert run_cell(kc, "lost_here = 1").status == "ok"  # (the session goes on)
