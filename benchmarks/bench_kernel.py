@@ -2,8 +2,9 @@
 
 Never asserts on timings. Measures start to ready (``kernel_info_reply`` and a first iopub
 message, as ``start_new_kernel`` waits for) and shutdown; trivial cells (``1``, ``print(1)``)
-to reply and idle; a widget's round trip (a slider moved in the frontend to its callback's
-output); 50 MiB printed in 1 KiB lines (wall, stream bytes and messages, the kernel
+to reply and idle, and ``x = 1`` after ``import pandas, matplotlib.pyplot, scipy.stats`` (undo's
+checkpoints on, the default); a widget's round trip (a slider moved in the frontend to its
+callback's output); 50 MiB printed in 1 KiB lines (wall, stream bytes and messages, the kernel
 process's VmRSS); interrupt of ``time.sleep(30)`` to the error reply, and survival after it.
 
     python -m benchmarks.bench_kernel            # 9 starts, 200 cells, 50 MiB, 5 interrupts
@@ -40,6 +41,7 @@ After = tuple[float, Callable[[], object]] | None
 FLOOD = "for _ in range({lines}):\n    print('x' * 1023)"
 NOTEBOOKS = tempfile.gettempdir()
 """Where each kernel gets a directory to start in (main makes it a temporary one)."""
+IMPORTS = "import pandas, matplotlib.pyplot, scipy.stats"
 PLOT = "plt.plot(range(100), [n * n for n in range(100)])\nplt.title('squares')\nplt.show()"
 
 
@@ -272,6 +274,16 @@ def bench(starts: int, cells: int, flood_mib: int, interrupts: int, log: IO[str]
                 times[k].extend([seconds] if i >= 10 else [])
         note = f"comm_msg to the callback's output, of {cells}"
         row("widget round trip p50", pcts(times), ms, target="<= 1.5x", note=note)
+
+        for kernel in both:  # (the usual libraries, imported once: the process's mappings grow)
+            assert status(kernel.kc, IMPORTS) == "ok", "pandas, matplotlib and scipy are needed"
+        times = [[], []]
+        for i in range(cells + 10):  # 10 warm-ups each, interleaved
+            for k, kernel in enumerate(both):
+                seconds = execute(kernel.kc, "x = 1").seconds
+                times[k].extend([seconds] if i >= 10 else [])
+        note = f"of {cells}, after {IMPORTS!r}, checkpoints on"
+        row("cell 'x = 1' after imports p50", pcts(times), ms, target="<= 1.1x", note=note)
 
         records = [
             len(

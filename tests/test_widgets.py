@@ -276,3 +276,52 @@ def test_a_comm_handlers_text_goes_out_at_once_then_merged_in_order() -> None:
         assert sent == [("stdout", "a"), ("stdout", "bc"), ("stderr", "d"), ("stdout", "e")]
 
     asyncio.run(main())
+
+
+def test_a_comm_frame_over_the_wires_limit_is_refused_and_the_state_kept(
+    kc: BlockingKernelClient,
+) -> None:
+    """A widget whose model is larger than one frame may hold (more than 100,000 JSON objects:
+    plotly's FigureWidget, an anywidget with a big state) is not opened, with a note, as a
+    display over the limit is shown as a note; the session and its variables live on."""
+    assert run_cell(kc, "kept = 'still here'").status == "ok"
+    cell = run_cell(
+        kc,
+        "from comm import create_comm\n"
+        "huge = create_comm(target_name='jupyter.widget', data={'state': "
+        "{'_model_name': 'DOMWidgetModel', 'rows': [{} for _ in range(100_001)]}, "
+        "'buffer_paths': []})\n"
+        "print('made')",
+    )
+    assert cell.status == "ok", cell.reply
+    assert cell.stream() == "made\n"
+    assert "rows" not in repr(cell.of_type("comm_open"))
+    assert "JSON objects" in cell.stream("stderr"), cell.stream("stderr")
+    after = run_cell(kc, "print(kept)")
+    assert after.status == "ok", after.reply
+    assert after.stream() == "still here\n"
+
+
+def test_state_lost_in_a_widgets_callback_is_said_in_the_next_cell(
+    kc: BlockingKernelClient,
+) -> None:
+    """A widget's callback, delivered between cells, that ends the code's process: the next
+    cell runs in a fresh sandbox, and says so first, in words, with the cause."""
+    cell = run_cell(
+        kc,
+        "import os, ipywidgets\nlost_here = 1\n"
+        "ender = ipywidgets.IntSlider()\n"
+        "ender.observe(lambda change: os._exit(3), 'value')\n"
+        "print(ender.comm.comm_id)",
+    )
+    assert cell.status == "ok", cell.reply
+    state = {"value": 1}
+    send(kc, "comm_msg", {"comm_id": cell.stream().strip(), "data": {"method": "update",
+         "state": state, "buffer_paths": []}})  # fmt: skip
+    after = run_cell(kc, "lost_here")
+    assert after.reply["content"]["ename"] == "NameError"
+    said = after.stream("stderr")
+    assert "state was lost" in said, said
+    assert "exited with code 3" in said, said  # (the cause)
+    assert "widget" in said, said
+    assert run_cell(kc, "lost_here = 1").status == "ok"  # (the session goes on)

@@ -103,6 +103,8 @@ class Execution:
     rich_bytes: int = 0
     state_lost: bool = False
     """This execution runs in a fresh worker: the previous one was lost with its state."""
+    lost_why: str = ""
+    """How the previous worker was lost (``state_lost``), in words: what it ran, and how."""
     cancel: threading.Event = field(default_factory=threading.Event)
     _sent: bool = False
     _interrupt_asked: bool = False
@@ -305,7 +307,11 @@ class Execution:
                 if self.callbacks.on_stream:
                     _call(self.callbacks.on_stream, "stderr", f"[rewyn: {note}]\n")
         if self.state_lost:
-            lost = "the previous sandbox was lost, so this ran in a fresh one without earlier state"
+            why = f" ({self.lost_why})" if self.lost_why else ""
+            lost = (
+                f"the previous sandbox was lost{why}, so this ran in a fresh one without "
+                "earlier state"
+            )
             message = f"{lost}; {message}" if message else lost
         out, err = self.streams["stdout"], self.streams["stderr"]
         return SandboxResult(

@@ -164,6 +164,7 @@ class Session(Closeable):
         self._count = 0
         self._used = False
         self._state_lost = False
+        self._lost_why = ""  # (how, in words: said by the next execution)
         self._closed = False
         self.ready: ReadyFrame | None = None
         if _branch is None:
@@ -284,12 +285,22 @@ class Session(Closeable):
             started = time.monotonic()
             if not _comm:  # (the next cell's to say: a comm delivery shows no ending)
                 execution.state_lost, self._state_lost = self._state_lost, False
+                execution.lost_why = self._lost_why
             execution.cancel = _cancel or threading.Event()
             raised: BaseException | None = None
             restarted = False
             files: WorkspaceFiles | None = None
             network: NetworkLog | None = None
             taken = self._cancelled() if execution.cancel.is_set() else self._take(execution)
+            if execution.state_lost and not _comm:
+                # Said first, in words, before anything the code prints: its variables are gone.
+                why = execution.lost_why or "its sandbox ended"
+                execution.note(
+                    f"[rewyn: the session's state was lost: {why}. This runs in a fresh "
+                    "sandbox, without the variables and imports of the "
+                    "code run before.]\n"
+                )
+                self._lost_why = ""
             if isinstance(taken, Outcome):
                 outcome = taken
             else:
@@ -318,7 +329,7 @@ class Session(Closeable):
                 finally:
                     with self._lock:
                         self._current = None
-                restarted = self._after(worker, outcome)
+                restarted = self._after(worker, outcome, comm=_comm)
                 files = published(worker, execution.id[:8]) if not _comm else None
                 if worker.egress is not None and not _comm:  # (a comm's: the next cell's)
                     network = worker.egress.take()
@@ -721,7 +732,9 @@ class Session(Closeable):
         worker = self._next
         if isinstance(worker, LiveWorker) and worker.ended and worker.ready is not None:
             # It died while idle (a background thread called os._exit, say): start afresh.
-            execution.state_lost = execution.state_lost or (self.keep_state and self._used)
+            if self.keep_state and self._used and not execution.state_lost:
+                execution.state_lost = True
+                execution.lost_why = f"it ended between executions: {ended_how(worker)}"
             worker.kill("it ended between executions")
             worker = None
         if worker is None:
@@ -763,12 +776,15 @@ class Session(Closeable):
                 why = f"{why}; it said: {text[:MAX_REASON_CHARS]}"
         return Outcome("start_failed", info.exit_code, f"the sandbox did not start: {why}")
 
-    def _after(self, worker: LiveWorker, outcome: Outcome) -> bool:
+    def _after(self, worker: LiveWorker, outcome: Outcome, *, comm: bool = False) -> bool:
         """Keep, or retire and replace, the worker once an execution is over; True: replaced."""
         if not (outcome.worker_lost or worker.ended):
             return False
+        how = outcome.message or ended_how(worker)
         worker.kill("it was retired after the execution")
         self._state_lost = self.keep_state
+        what = "a widget's callback (a comm message from the frontend)" if comm else "the code"
+        self._lost_why = f"{how}, in {what} run before" if how else ""
         self._next = None
         self._fill(background=True)
         return True
@@ -809,6 +825,18 @@ class Session(Closeable):
             return worker.request(ask, f"{ask.t}_reply", timeout)
         finally:
             self._exec_lock.release()
+
+
+def ended_how(worker: LiveWorker) -> str:
+    """How ``worker`` (or its branch) ended, in words, as far as the host knows."""
+    end = worker._port_end or worker._root._ended  # (the channel's record of the end)
+    if end is not None and end.gone:
+        return end.gone
+    if end is not None and end.error is not None:
+        return str(end.error)
+    if worker.kill_reason:
+        return f"the host ended it: {worker.kill_reason}"
+    return "its process ended"
 
 
 def published(worker: LiveWorker, label: str) -> WorkspaceFiles | None:

@@ -116,10 +116,21 @@ class Output:
         is too large for the host, becomes a note in stderr."""
         try:
             body = encode_header(header)
-            if len(body) > self.max_bytes or body.count(b",") + body.count(b":") > MAX_JSON_ITEMS:
+            if len(body) > self.max_bytes:
                 raise ValueError("%d bytes, over the limit of %d" % (len(body), self.max_bytes))
+            # (the host's limits per frame: a frame past them would break the protocol and
+            # end the sandbox, with every variable in it)
+            if body.count(b"{") + body.count(b"[") > MAX_JSON_CONTAINERS:
+                raise ValueError("more than %d JSON objects and arrays" % MAX_JSON_CONTAINERS)
+            if body.count(b",") + body.count(b":") > MAX_JSON_ITEMS:
+                raise ValueError("more than %d JSON values" % MAX_JSON_ITEMS)
         except (TypeError, ValueError, RecursionError) as exc:
-            sys.stderr.write("[rewyn: a %s frame was dropped: %s]\n" % (header.get("t"), exc))
+            what = "a %s frame" % header.get("t")
+            if header.get("msg_type") == "comm_open":
+                what = "a widget (its comm was not opened in the frontend, so it shows nothing)"
+            elif header.get("t") == "comm":
+                what = "a widget's %s message" % header.get("msg_type")
+            sys.stderr.write("[rewyn: %s was dropped: %s]\n" % (what, exc))
             return
         self.sender.send(header, body=body)
 
