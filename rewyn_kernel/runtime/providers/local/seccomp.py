@@ -306,19 +306,13 @@ def build_broker() -> Filter:
         fast = seccomp.MASKED_EQ, MSG_FASTOPEN, MSG_FASTOPEN
         for name, flags_arg in (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)):
             _add(seccomp, rules, eperm, name, seccomp.Arg(flags_arg, *fast))
-        with tempfile.TemporaryFile() as handle:
-            rules.export_bpf(handle)
-            handle.seek(0)
-            program = handle.read()
+        return _exported(
+            rules,
+            "every TCP connection the code asks for is made by the supervisor, to the relay of "
+            "the host's proxy, and to nothing else; no other socket, no listen()",
+        )
     except (OSError, ValueError, RuntimeError) as exc:
         return Filter(None, f"libseccomp could not build the broker's filter ({exc})")
-    if not program or len(program) % 8:
-        return Filter(None, "libseccomp exported no filter")
-    return Filter(
-        program,
-        "every TCP connection the code asks for is made by the supervisor, to the relay of the "
-        "host's proxy, and to nothing else; no other socket, no listen()",
-    )
 
 
 @functools.cache
@@ -378,15 +372,20 @@ def build(sockets: bool = True, sysv_ipc: bool = True) -> Filter:
             _add(seccomp, rules, unsupported, "socket", seccomp.Arg(0, seccomp.GE, MAX_FAMILY))
         else:
             _add(seccomp, rules, eperm, "socket")
-        with tempfile.TemporaryFile() as handle:
-            rules.export_bpf(handle)
-            handle.seek(0)
-            program = handle.read()
+        return _exported(rules, describe(sockets, sysv_ipc))
     except (OSError, ValueError, RuntimeError) as exc:
         return Filter(None, f"libseccomp could not build the filter ({exc})")
+
+
+def _exported(rules: object, detail: str) -> Filter:
+    """``rules`` as the BPF program the supervisor loads, said to do ``detail``."""
+    with tempfile.TemporaryFile() as handle:
+        rules.export_bpf(handle)  # type: ignore[attr-defined]
+        handle.seek(0)
+        program = handle.read()
     if not program or len(program) % 8:
         return Filter(None, "libseccomp exported no filter")
-    return Filter(program, describe(sockets, sysv_ipc))
+    return Filter(program, detail)
 
 
 def _add(seccomp: object, rules: object, action: int, name: str, *args: object) -> None:
