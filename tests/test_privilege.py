@@ -403,7 +403,7 @@ def held_by_cgroup_of(pid: int) -> int:
 
 
 @pytest.mark.providers("bubblewrap")
-def test_one_send_per_connection_stays_under_the_memory_cap(
+def test_socket_buffers_of_one_send_per_connection_stay_under_the_memory_cap(
     make_box: Callable[..., Sandbox],
 ) -> None:
     """The kernel lets each connection queue its first buffers past any limit (it forces that
