@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -356,6 +357,75 @@ def test_socket_buffers_count_against_the_memory_cap(make_box: Callable[..., San
     assert result.ending in ("completed", "oom"), result
     if result.ending == "completed":
         assert int(result.stdout) < 128, result.stdout
+
+
+ONE_SEND_EACH = """
+import resource, socket
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20100), hard))
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)  # (a wide window: big segments)
+server.bind(("127.0.0.1", 0))
+server.listen(4096)
+peers, queued = [], 0
+chunk = b"x" * (1 << 20)
+while queued < 640 << 20 and len(peers) < 10000:
+    try:
+        client = socket.create_connection(server.getsockname())
+        peers.append((client, server.accept()[0]))
+    except OSError:  # (out of descriptors)
+        break
+    client.setblocking(False)
+    try:
+        queued += client.send(chunk)  # one send, never read
+    except OSError:
+        pass
+print(len(peers), queued >> 20)
+"""
+
+
+def held_by_cgroup_of(pid: int) -> int:
+    """What the memory cgroup of the host process ``pid`` holds now, read from its files:
+    memory, and under cgroup v1 the TCP buffers, counted apart (forced charges included)."""
+    from rewyn_kernel.runtime.providers.local.cgroup import ROOT, cgroups_of
+
+    found = cgroups_of(pid)
+    if "memory" in found:  # (cgroup v1)
+        group = ROOT / "memory" / found["memory"].lstrip("/")
+    else:
+        group = ROOT / found[""].lstrip("/")
+    total = 0
+    for name in ("memory.current", "memory.usage_in_bytes", "memory.kmem.tcp.usage_in_bytes"):
+        if (group / name).exists():
+            total += int((group / name).read_text())
+    assert total > 0, group  # (so that the check can fail)
+    return total
+
+
+@pytest.mark.providers("bubblewrap")
+def test_socket_buffers_of_one_send_per_connection_stay_under_the_memory_cap(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    """The kernel lets each connection queue its first buffers past any limit (it forces that
+    charge, so that a connection always makes progress): 10,000 loopback connections, one send
+    each, pinned 451 MiB under a 128 MiB cap, all but 16 MiB past memory.kmem.tcp.limit_in_bytes
+    (cgroup v1). The code is stopped, or what it holds stays under the cap."""
+    from rewyn_kernel.runtime.providers.local.cgroup import cgroup_support
+
+    from .conftest import unavailable
+
+    if (support := cgroup_support()).parent is None:
+        unavailable(f"no memory cgroup can be made here ({support.detail})")
+    box = make_box(memory_limit_mb=128, timeout=120)
+    with box.session() as session:
+        result = session.execute(ONE_SEND_EACH)
+        assert result.ending in ("completed", "oom"), result
+        if result.ending == "completed":  # (its worker, and its sockets, still alive)
+            worker: Any = session._next.process  # type: ignore[union-attr]
+            held = held_by_cgroup_of(worker.pid)
+            assert held <= 128 << 20, (held >> 20, result.stdout)
+        else:
+            assert result.memory_exceeded, result
 
 
 @pytest.mark.providers("docker", "docker+runsc", "podman")

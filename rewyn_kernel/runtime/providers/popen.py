@@ -13,7 +13,13 @@ from typing import TypedDict
 
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
 from rewyn_kernel.runtime.providers.base import ExitInfo
-from rewyn_kernel.runtime.providers.local.cgroup import WorkerCgroup, move_tree
+from rewyn_kernel.runtime.providers.local.cgroup import (
+    TCP_WATCH,
+    WorkerCgroup,
+    move_tree,
+    read_counter,
+    watch_threshold,
+)
 from rewyn_kernel.runtime.worker.config import Clean, Egress, WorkspaceSetting
 
 
@@ -66,6 +72,10 @@ class PopenWorker:
         """The cgroup's OOM kills, as last read (it is removed at close)."""
         self._farewell = farewell
         self._mover: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._overrun = ""
+        """Why the watcher killed the sandbox (it held too much, see ``_watch``), or ""."""
         gate = door = None
         if cgroup is not None:
             # The supervisor reads its go from ``gate`` before it forks any code (see _move).
@@ -100,6 +110,22 @@ class PopenWorker:
                 self._release()
                 raise
             self._mover = mover
+        if cgroup is not None and cgroup.watched:
+            watcher = threading.Thread(
+                target=self._watch, args=(cgroup,), name="rewyn-memory", daemon=True
+            )
+            try:
+                watcher.start()
+            except BaseException:  # (unwatched, the cap would not hold: no sandbox)
+                self.signal_group(signal.SIGKILL)
+                self._popen.wait()
+                self._closing.set()
+                if self._mover is not None:
+                    self._mover.join()
+                cgroup.remove()
+                self._release()
+                raise
+            self._watcher = watcher
         assert self._popen.stdin is not None
         assert self._popen.stdout is not None
         assert self._popen.stderr is not None
@@ -142,6 +168,38 @@ class PopenWorker:
                     os.write(door, answer)
             finally:
                 os.close(door)
+
+    def _watch(self, group: WorkerCgroup) -> None:
+        """(The watcher thread, under cgroup v1.) Kill the sandbox once what it holds, memory
+        and TCP buffers together (``WorkerCgroup.held``), comes within ``watch_threshold`` of
+        its cap: the kernel lets each connection queue its first buffers past the TCP limit,
+        and kills nothing for it (see local/cgroup.py)."""
+        cap = group.limit_bytes
+        assert cap is not None
+        most = watch_threshold(cap)
+        fds: list[int] = []
+        try:
+            with contextlib.suppress(OSError):  # (none: each look reads the files by path)
+                for path in group.counters:
+                    fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+            counters = fds if len(fds) == len(group.counters) else group.counters
+            while not self._closing.wait(TCP_WATCH) and self._popen.poll() is None:
+                try:
+                    held = sum(read_counter(counter) for counter in counters)
+                    if held > most:  # (an upper bound: then less the cache it can drop)
+                        held = group.held()
+                except (OSError, ValueError):
+                    continue  # (the cgroup is being removed; or a torn read: look again)
+                if held > most:
+                    self._overrun = (
+                        f"it held {held >> 20} MiB, socket buffers included: within "
+                        f"{(cap - most) >> 20} MiB of its cap of {cap >> 20} MiB"
+                    )
+                    self.signal_group(signal.SIGKILL)
+                    return
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def on_ready(self) -> None:
         """Called by the channel once the sandbox is up, before any code runs in it."""
@@ -193,12 +251,14 @@ class PopenWorker:
 
     def exit_info(self) -> ExitInfo:
         code = self._popen.returncode
-        oom = self._read_oom_kills() > 0
+        oom = self._read_oom_kills() > 0 or bool(self._overrun)
+        note = self._overrun
         if code is None:
             return ExitInfo(exit_code=-1)
         if code < 0:
-            return ExitInfo(exit_code=128 - code, signal=-code, oom_killed=oom)
-        return ExitInfo(exit_code=code, oom_killed=oom and code == 128 + signal.SIGKILL)
+            return ExitInfo(exit_code=128 - code, signal=-code, oom_killed=oom, note=note)
+        oom = oom and code == 128 + signal.SIGKILL
+        return ExitInfo(exit_code=code, oom_killed=oom, note=note if oom else "")
 
     def close(self) -> None:
         for stream in self._streams:
@@ -207,6 +267,10 @@ class PopenWorker:
         if self._mover is not None:  # (its passes end once the processes are gone)
             self._mover.join()
             self._mover = None
+        self._closing.set()
+        if self._watcher is not None:
+            self._watcher.join()
+            self._watcher = None
         if self._cgroup is not None:
             self._read_oom_kills()
             self._cgroup.remove()

@@ -14,7 +14,14 @@ Socket buffers count too. cgroup v2 charges them to the memory cgroup with the r
 charges TCP buffers only once ``memory.kmem.tcp.limit_in_bytes`` is written for the cgroup, and
 then to a counter of their own: so under v1 an eighth of the cap is that TCP limit and the rest
 is ``memory.limit_in_bytes`` (without it, code filling loopback connections pinned 1 GiB past a
-128 MiB cap, and then the host's whole ``tcp_mem``: every process's TCP stalled).
+128 MiB cap, and then the host's whole ``tcp_mem``: every process's TCP stalled). That limit
+refuses no connection its first segment, though: the kernel forces the charge of the first
+buffer queued on each side of a connection, past any limit, so that it always makes progress
+(under v2 the next allocation then meets the cap, and the OOM killer). 10,000 loopback
+connections, one send each, pinned 451 MiB under a 128 MiB cap that way. So under v1 the host
+watches what the sandbox holds, memory and TCP buffers together (``held``, every ``TCP_WATCH``
+seconds, ``PopenWorker``), and kills the sandbox once it comes within 1/``WATCH_SLACK`` of its
+cap: the result says ``ending="oom"`` (the same connections stopped at 124 to 126 MiB of 128).
 
 Where a cgroup comes from:
 
@@ -59,6 +66,18 @@ class CgroupSupport:
 
 TCP_SHARE = 8
 """Under cgroup v1, 1/TCP_SHARE of a memory cap is the limit of its TCP buffers (see above)."""
+TCP_WATCH = 0.01
+"""Seconds between two looks at what a cgroup v1 sandbox holds, TCP buffers included (``held``):
+code that opens connections as fast as it can pinned about 150 MiB a second on these machines,
+1.5 MiB a look."""
+WATCH_SLACK = 32
+"""The watcher stops a cgroup v1 sandbox once it holds more than its cap less 1/WATCH_SLACK of
+it (4 MiB of 128): what more it pins before the look after is still under the cap."""
+
+
+def watch_threshold(limit_bytes: int) -> int:
+    """What a watched sandbox may hold (``WorkerCgroup.held``) before the host kills it."""
+    return limit_bytes - limit_bytes // WATCH_SLACK
 
 
 @dataclass(frozen=True)
@@ -105,6 +124,35 @@ class WorkerCgroup:
             raise OSError("no memory cgroup")
         return memory_usage(self.memory, self.version)
 
+    @property
+    def watched(self) -> bool:
+        """Whether the host must watch this cgroup's TCP buffers (``held``): cgroup v1, where
+        the kernel forces some of their charges past the limit and kills nothing for it."""
+        return self.version == 1 and self.memory is not None and self.limit_bytes is not None
+
+    @property
+    def counters(self) -> list[Path]:
+        """The files whose sum is what the sandbox's processes hold now: their memory and,
+        under cgroup v1, their TCP buffers (counted apart there, the charges the kernel forced
+        past their limit included). Cheap to read (``read_counter``), never less than
+        ``held``."""
+        if self.memory is None:
+            return []
+        if self.version == 2:
+            return [self.memory / "memory.current"]
+        return [
+            self.memory / "memory.usage_in_bytes",
+            self.memory / "memory.kmem.tcp.usage_in_bytes",
+        ]
+
+    def held(self) -> int:
+        """What the sandbox's processes hold now (``counters``), less the file cache the kernel
+        can drop at once (as ``memory_usage``); OSError when unreadable."""
+        if self.memory is None:
+            raise OSError("no memory cgroup")
+        used, _ = memory_usage(self.memory, self.version)
+        return used + sum(read_counter(path) for path in self.counters[1:])
+
     def remove(self, wait: float = 2.0) -> bool:
         """Remove the cgroups once their processes are gone (they may take a moment to exit
         after a kill). True when they are gone."""
@@ -147,6 +195,14 @@ def memory_usage(path: Path, version: int) -> tuple[int, int | None]:
         if key == inactive and value.isdigit():
             used = max(0, used - int(value))
     return used, cap
+
+
+def read_counter(counter: Path | int) -> int:
+    """The number in a cgroup file, by path or by a descriptor open on it (read from its
+    start); OSError or ValueError when it cannot be read."""
+    if isinstance(counter, int):
+        return int(os.pread(counter, 64, 0))
+    return int(counter.read_text())
 
 
 def read_oom_kills(path: Path) -> int | None:
