@@ -577,6 +577,100 @@ def test_on_another_kernel_the_same_widgets_run_and_fetch(
     )
 
 
+PLOTLY_CELL = (
+    "import plotly.express as px\npx.bar(x=['a', 'b', 'c'], y=[1, 3, 2], title='three bars').show()"
+)
+ALTAIR_CELL = (
+    "import altair as alt, pandas as pd\n"
+    "alt.renderers.enable('mimetype')  # (JupyterLab's: Altair's default loads Vega from a CDN)\n"
+    "frame = pd.DataFrame({'a': ['x', 'y', 'z'], 'b': [1, 3, 2]})\n"
+    "alt.Chart(frame).mark_bar().encode(x='a', y='b', tooltip=['a', 'b']).interactive()"
+)
+HOSTILE_CHARTS_CELL = (
+    "import plotly.graph_objects as go\n"
+    "from IPython.display import display\n"
+    "cursor = 'cursor:url(/api/contents?rewyn-pwned=plotly_cursor),auto'\n"
+    "fig = go.Figure(go.Scatter(x=[1, 2], y=[1, 2], mode='markers+text',\n"
+    "    text=[f'<span style=\"{cursor}\">hover me</span>'] * 2))\n"
+    "fig.add_layout_image(source='/api/contents?rewyn-pwned=plotly_image', x=0, y=1,\n"
+    "    sizex=1, sizey=1, xref='paper', yref='paper')\n"
+    "fig.add_annotation(text='<a href=\"/api/contents?rewyn-pwned=plotly_link\">link</a>',\n"
+    "    x=1.5, y=1.5)\n"
+    "fig.show()\n"
+    "spec = {'data': {'url': '/api/contents?rewyn-pwned=vega_data'}, 'mark': 'point',\n"
+    "    'encoding': {'x': {'field': 'a', 'type': 'quantitative'}}}\n"
+    "display({'application/vnd.vegalite.v5+json': spec, 'text/plain': 'vega'}, raw=True)\n"
+)
+CHART_VECTORS = ("plotly_image", "vega_data")
+"""What the hostile charts make any page fetch on sight (the control below shows it)."""
+
+
+def links_out(cell: Any) -> int:
+    """Links (HTML's or SVG's, whose href plotly.js writes as xlink:href) to the hostile URL."""
+    count: int = cell.evaluate(
+        "node => [...node.querySelectorAll('a')].filter(a => (a.getAttribute('href') || "
+        "a.getAttribute('xlink:href') || '').includes('rewyn-pwned')).length"
+    )
+    return count
+
+
+def test_a_plotly_figure_and_an_altair_chart_are_drawn(
+    server: JupyterServer, page: Watched
+) -> None:
+    """The sandbox's charts reach plotly.js (jupyterlab-plotly, from the plotly wheel) and
+    vega-embed (JupyterLab's vega5 extension), which draw them."""
+    cells = [("code", PLOTLY_CELL), ("code", ALTAIR_CELL)]
+    start(server, page, "charts.ipynb", "lab", kernel=PATIENT_KERNEL, cells=cells)
+    run_cells(page.page, [0, 1])
+    wait_for_records(page.page, [1, 2], timeout=90, endings=["completed", "completed"])
+    notebook = current_notebook(page.page)
+    plot = notebook.locator(".jp-Cell").nth(0)
+    plot.locator(".plot-container svg.main-svg").first.wait_for(timeout=30_000)
+    assert plot.locator(".trace.bars g.point").count() == 3  # (its three bars)
+    assert "three bars" in (plot.locator(".gtitle").text_content() or "")
+    chart = notebook.locator(".jp-Cell").nth(1)
+    chart.locator(".vega-embed canvas, .vega-embed svg.marks").first.wait_for(timeout=30_000)
+    assert "rewyn: dropped" not in notebook.inner_text()
+    assert page.hostile_requests() == set()
+
+
+def test_a_hostile_chart_fetches_nothing_and_links_nowhere(
+    server: JupyterServer, page: Watched
+) -> None:
+    cells = [("code", HOSTILE_CHARTS_CELL)]
+    start(server, page, "hostile-charts.ipynb", "lab", kernel=PATIENT_KERNEL, cells=cells)
+    run_cells(page.page, [0])
+    wait_for_records(page.page, [1], timeout=90, endings=["completed"])
+    cell = current_notebook(page.page).locator(".jp-Cell").nth(0)
+    cell.locator(".plot-container svg.main-svg").first.wait_for(timeout=30_000)
+    page.page.wait_for_timeout(1000)  # time for an image or data to load
+    hover_outputs(page.page)
+    page.page.wait_for_timeout(500)
+    assert page.hostile_requests() == set()
+    # (plotly's drag layer covers its text, so no pointer rests on it: the style is checked)
+    assert "hover me" in cell.inner_text()
+    assert cell.locator("[style*='rewyn-pwned']").count() == 0
+    assert links_out(cell) == 0  # (the annotation's link)
+    assert "link" in (cell.locator(".annotation").text_content() or "")  # (its text kept)
+    assert "remote data or an image" in cell.inner_text()  # (the refused spec, said)
+
+
+def test_on_another_kernel_the_same_charts_fetch(server: JupyterServer, page: Watched) -> None:
+    """The control: ipykernel relays the charts as they are; the page loads what they name."""
+    cells = [("code", HOSTILE_CHARTS_CELL)]
+    start(server, page, "hostile-charts-other.ipynb", "lab", kernel=OTHER_KERNEL, cells=cells)
+    run_cells(page.page, [0])
+    cell = current_notebook(page.page).locator(".jp-Cell").nth(0)
+    cell.locator(".plot-container svg.main-svg").first.wait_for(timeout=60_000)
+    wait_until(
+        lambda: set(CHART_VECTORS) <= page.hostile_requests(),
+        15.0,
+        lambda: f"requests from the charts: {page.hostile_requests()}",
+    )
+    assert links_out(cell) >= 1
+    assert cell.locator("[style*='rewyn-pwned']").count() >= 1
+
+
 def test_a_hostile_event_output_renders_as_inert_text(server: JupyterServer, page: Watched) -> None:
     """The status line treats the saved event as untrusted: a notebook from anywhere can hold
     any JSON under the event's MIME type."""

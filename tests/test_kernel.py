@@ -287,6 +287,60 @@ def test_an_inline_plot_is_a_png_as_on_ipykernel(kernel: Kernel) -> None:
     assert "image/png" in result["content"]["data"]
 
 
+PLOTLY = "application/vnd.plotly.v1+json"
+
+
+def test_a_plotly_figure_is_its_plotly_bundle_as_on_ipykernel(kernel: Kernel) -> None:
+    """``fig.show()`` and a bare ``fig``: plotly's JupyterLab bundle, data and layout intact
+    (before the filter, plotly.js's bundle was dropped whole)."""
+    _, kc = kernel
+    code = (
+        "import plotly.express as px\n"
+        "fig = px.bar(x=['a', 'b', 'c'], y=[1, 3, 2], title='three bars')\n"
+        "fig.show()"
+    )
+    cell = run_cell(kc, code, timeout=120)
+    assert cell.status == "ok", cell.reply
+    assert cell.stream("stderr") == ""  # (no note of anything dropped)
+    (shown,) = cell.of_type("display_data")
+    figure = shown["content"]["data"][PLOTLY]
+    assert figure["data"][0]["type"] == "bar"
+    assert figure["data"][0]["x"] == ["a", "b", "c"]
+    assert figure["layout"]["title"]["text"] == "three bars"
+    assert figure["config"]["typesetMath"] is False
+    bare = run_cell(kc, "fig")  # (shown by its _ipython_display_, as on ipykernel)
+    (result,) = bare.of_type("display_data")
+    assert result["content"]["data"][PLOTLY]["data"] == figure["data"]
+    assert bare.stream("stderr") == ""
+
+
+def test_a_plotly_map_is_refused_with_a_note_that_says_why(kernel: Kernel) -> None:
+    _, kc = kernel
+    code = "import plotly.express as px\npx.scatter_geo(lat=[48.85], lon=[2.35])"
+    cell = run_cell(kc, code, timeout=120)
+    (result,) = cell.of_type("display_data")
+    assert PLOTLY not in result["content"]["data"]
+    assert "base map or tiles plotly.js would fetch" in cell.stream("stderr")
+
+
+def test_an_altair_chart_is_its_vega_lite_bundle(kernel: Kernel) -> None:
+    """Altair's JupyterLab renderer ("mimetype"): the Vega-Lite 5 spec, its data inline."""
+    _, kc = kernel
+    code = (
+        "import altair as alt, pandas as pd\n"
+        "alt.renderers.enable('mimetype')\n"
+        "frame = pd.DataFrame({'a': ['x', 'y'], 'b': [1, 2]})\n"
+        "alt.Chart(frame).mark_bar().encode(x='a', y='b')"
+    )
+    cell = run_cell(kc, code, timeout=120)
+    assert cell.status == "ok", cell.reply
+    assert cell.stream("stderr") == ""
+    (result,) = cell.of_type("execute_result")
+    spec = result["content"]["data"]["application/vnd.vegalite.v5+json"]
+    assert spec["mark"] == {"type": "bar"}
+    assert list(spec["datasets"].values()) == [[{"a": "x", "b": 1}, {"a": "y", "b": 2}]]
+
+
 def test_completion_inspection_and_is_complete(kernel: Kernel) -> None:
     _, kc = kernel
     run_cell(kc, "def sandbox_helper(a: int) -> int:\n    'Add one.'\n    return a + 1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from html.parser import HTMLParser
 from typing import Any
@@ -541,9 +542,8 @@ def test_oversized_svg_is_dropped() -> None:
         "application/ecmascript",
         "application/vnd.jupyter.widget-view+json",
         "application/vnd.jupyter.widget-state+json",
-        "application/vnd.plotly.v1+json",
         "application/vnd.bokehjs_exec.v0+json",
-        "application/vnd.vegalite.v5+json",
+        "application/geo+json",  # (its renderer draws it on map tiles it fetches)
         "application/pdf",
         "image/webp",
         "text/x-unknown",
@@ -828,3 +828,320 @@ def test_inline_style_keeps_the_same_properties_as_a_stylesheet() -> None:
         'style="color: #123456; background-color: rgb(1, 2, 3); border: 1px solid red; '
         'font-weight: bold; text-align: right; width: 4em"'
     ) in markup
+
+
+# -- charts: plotly ---------------------------------------------------------------------------
+
+PLOTLY = "application/vnd.plotly.v1+json"
+VEGALITE = "application/vnd.vegalite.v5+json"
+
+
+def plotly_figure() -> dict[str, Any]:
+    """A real plotly figure as plotly.py sends it (``fig.to_plotly_json()`` through JSON)."""
+    import json
+
+    import plotly.express as px
+
+    figure = px.scatter(
+        x=[1, 2, 3], y=[4, 1, 2], color=["a", "b", "a"], title="<b>Bold</b> title<br><sup>sub</sup>"
+    )
+    figure.add_annotation(x=2, y=1, text="<i>low</i> point", showarrow=True)
+    figure.update_layout(
+        updatemenus=[{"buttons": [{"method": "restyle", "args": ["mode", "lines"]}]}]
+    )
+    value: dict[str, Any] = json.loads(figure.to_json())
+    value["config"] = {"displaylogo": False, "responsive": True}
+    return value
+
+
+KEPT_PLOTLY_TAG = r"</?(br|b|i|sup|span|extra)( style='[^'<>]*'| style=\"[^\"<>]*\")?>"
+
+
+def plotly_strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [text for item in value for text in plotly_strings(item)]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in plotly_strings(item)]
+    return []
+
+
+def test_a_plotly_figure_is_kept_with_its_data_layout_and_display_options() -> None:
+    figure = plotly_figure()
+    result = filter_bundle({PLOTLY: figure, "text/html": "<div>no js</div>"}, {})
+    assert result.dropped == ()
+    kept = result.data[PLOTLY]
+    assert kept["data"] == figure["data"]  # (its hover templates: <br>, <extra></extra>)
+    assert kept["layout"] == figure["layout"]  # (its template, title tags, annotation, menu)
+    # Its display options stay; MathJax does not typeset its text.
+    assert kept["config"] == {"displaylogo": False, "responsive": True, "typesetMath": False}
+
+
+def test_a_plotly_figure_loses_its_links_and_fetched_images_and_keeps_the_rest() -> None:
+    pixel = f"data:image/png;base64,{PNG}"
+    figure = {
+        "data": [
+            {
+                "type": "scatter",
+                "x": [1, 2],
+                "y": [3, 4],
+                "hovertemplate": '<a href="https://e.example/?d=1">click</a> %{x}<extra></extra>',
+                # A tag made of two values a template puts together ("%{customdata[0]}..."):
+                "customdata": [["<", "a href='https://o.example/'>x"], ["<a", ">"]],
+                "text": [
+                    '<span style="color:red;cursor:url(https://e.example/c),auto">red</span>',
+                    "<span style='color: blue'>blue</span> <A HREF=\"https://e.example/\">A</A>",
+                ],
+            },
+            {"type": "image", "source": "https://e.example/i.png"},
+            {"type": "image", "source": pixel},
+        ],
+        "layout": {
+            "title": {"text": "x < y > z"},
+            "images": [{"source": "https://e.example/logo.png"}, {"source": pixel}],
+            "template": {"layout": {"images": [{"source": "//e.example/t.png"}]}},
+            "updatemenus": [
+                {"buttons": [{"method": "relayout", "args": [{"images[0].source": "/api/x"}]}]}
+            ],
+        },
+        "config": {
+            "topojsonURL": "https://e.example/topo/",
+            "plotlyServerURL": "https://e.example/",
+            "showLink": True,
+            "showEditInChartStudio": True,
+            "typesetMath": True,
+            "scrollZoom": True,
+        },
+        "unknown": {"x": 1},
+    }
+    result = filter_bundle({PLOTLY: figure}, {})
+    assert result.dropped == ()
+    assert result.sanitised == (PLOTLY,)
+    kept = result.data[PLOTLY]
+    text = json.dumps(kept)
+    assert "e.example" not in text
+    assert "/api/x" not in text
+    assert "url(" not in text
+    for string in plotly_strings(kept):  # no link, in any case; no < that opens a tag of its own
+        assert "<a" not in string.lower(), string
+        assert "<" not in re.sub(KEPT_PLOTLY_TAG, "", string), string
+    trace = kept["data"][0]
+    assert trace["hovertemplate"] == "click %{x}<extra></extra>"
+    assert trace["customdata"] == [["&lt;", "a href='https://o.example/'&gt;x"], ["&lt;a", "&gt;"]]
+    assert trace["text"][0] == '<span style="color: red">red</span>'
+    assert trace["text"][1] == '<span style="color: blue">blue</span> A'
+    assert "source" not in kept["data"][1]
+    assert kept["data"][2]["source"] == pixel
+    assert kept["layout"]["title"]["text"] == "x &lt; y &gt; z"
+    assert kept["layout"]["images"] == [{}, {"source": pixel}]
+    assert kept["layout"]["template"]["layout"]["images"] == [{}]
+    assert kept["config"] == {"scrollZoom": True, "typesetMath": False}
+    assert "unknown" not in kept
+
+
+@pytest.mark.parametrize(
+    ("figure", "reason"),
+    [
+        ({"data": [{"type": "scattermapbox", "lat": [1], "lon": [2]}]}, "map"),
+        ({"data": [{"type": "scattermap", "lat": [1], "lon": [2]}]}, "map"),
+        ({"data": [{"type": "choropleth", "locations": ["FRA"], "z": [1]}]}, "map"),
+        ({"data": [{"type": "densitymap", "lat": [1], "lon": [2]}]}, "map"),
+        ({"data": [{"type": "scatter"}], "frames": [{"data": [{"type": "scattergeo"}]}]}, "map"),
+        (
+            {
+                "data": [{"type": "scatter"}],
+                "layout": {
+                    "updatemenus": [
+                        {"buttons": [{"method": "restyle", "args": [{"type": "scattergeo"}]}]}
+                    ]
+                },
+            },
+            "map",
+        ),
+        ({"data": [{"type": "evil-plugin"}]}, "type"),
+        ({"data": "not a list"}, "list"),
+        ([1, 2], "object"),
+        ({"data": [], "layout": {"big": "x" * MAX_VALUE_BYTES}}, "too large"),
+    ],
+)
+def test_a_plotly_figure_that_would_fetch_is_refused_with_a_note(figure: Any, reason: str) -> None:
+    result = filter_bundle({PLOTLY: figure, "text/plain": "Figure"}, {})
+    assert result.data == {"text/plain": "Figure"}
+    [dropped] = result.dropped
+    assert dropped.startswith(PLOTLY + " (")
+    assert reason in dropped
+    assert reason in drop_note(result.dropped)
+
+
+def test_a_deeply_nested_chart_is_refused() -> None:
+    value: Any = {"x": 1}
+    for _ in range(100_000):
+        value = {"a": value}
+    for mime in (PLOTLY, VEGALITE):
+        result = filter_bundle({mime: {"data": [], "layout": value}}, {})
+        [dropped] = result.dropped
+        assert "nested deeper than" in dropped
+    # (the default template of plotly.py is nowhere near the bound)
+    assert filter_bundle({PLOTLY: plotly_figure()}, {}).dropped == ()
+
+
+# -- charts: Vega-Lite ------------------------------------------------------------------------
+
+
+def altair_spec() -> dict[str, Any]:
+    """A real Altair chart's Vega-Lite spec: inline data, an interactive selection, tooltips."""
+    import altair as alt
+    import pandas as pd
+
+    frame = pd.DataFrame({"a": ["x", "y", "z"], "b": [1, 3, 2], "url": ["u1", "u2", "u3"]})
+    brush = alt.selection_point(fields=["a"], on="pointerover")
+    chart = (
+        alt.Chart(frame, title="bars")
+        .mark_bar(cursor="pointer")
+        .encode(
+            x="a:N",
+            y="b:Q",
+            color=alt.condition(brush, alt.value("steelblue"), alt.value("grey")),
+            tooltip=["a", "b", "url"],
+        )
+        .add_params(brush)
+        .interactive()
+    )
+    spec: dict[str, Any] = chart.to_dict()
+    return spec
+
+
+def test_an_altair_chart_with_inline_data_is_kept_unchanged() -> None:
+    spec = altair_spec()
+    assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/v5")
+    for mime in (VEGALITE, "application/vnd.vegalite.v4+json", "application/vnd.vega.v5+json"):
+        result = filter_bundle({mime: spec}, {mime: {"embed_options": {"loader": {}}}})
+        assert result.data == {mime: spec}
+        assert result.dropped == ()
+        assert result.metadata == {}  # (vega-embed's options come only from the kernel: none)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"data": {"url": "https://e.example/data.csv"}}, "URL"),
+        ({"data": {"url": "/api/contents/secret.csv"}}, "URL"),
+        ({"mark": "image", "encoding": {"url": {"field": "u"}}}, "URL"),
+        ({"mark": {"type": "image", "url": "https://e.example/i.png"}}, "URL"),
+        ({"transform": [{"calculate": "datum.b * 2", "as": "c"}]}, "expression"),
+        ({"transform": [{"filter": "datum.b > 1"}]}, "expression"),
+        ({"transform": [{"filter": {"and": [{"field": "b", "gt": 1}, "datum.b"]}}]}, "expression"),
+        ({"encoding": {"color": {"condition": {"test": "datum.b", "value": "red"}}}}, "expression"),
+        ({"params": [{"name": "p", "expr": "window.location"}]}, "expression"),
+        ({"mark": {"type": "bar", "opacity": {"expr": "1"}}}, "expression"),
+        ({"params": [{"name": "s", "select": {"type": "point", "on": "click[event.x]"}}]}, "event"),
+        ({"signals": [{"name": "s", "init": "window"}]}, "expression"),
+        ({"mark": {"type": "bar", "cursor": "url(https://e.example/c.png), auto"}}, "url()"),
+        ({"config": {"background": "u\\72 l(/api/x)"}}, "url()"),
+    ],
+)
+def test_a_vega_lite_spec_that_fetches_or_runs_an_expression_is_refused(
+    change: dict[str, Any], reason: str
+) -> None:
+    spec = {**altair_spec(), **change}
+    result = filter_bundle({VEGALITE: spec, "text/plain": "alt.Chart(...)"}, {})
+    assert result.data == {"text/plain": "alt.Chart(...)"}
+    [dropped] = result.dropped
+    assert dropped.startswith(VEGALITE + " (")
+    assert reason in dropped
+
+
+def test_a_vega_lite_spec_loses_its_links_embed_options_and_foreign_schema() -> None:
+    spec = altair_spec()
+    hostile = {
+        **spec,
+        "$schema": "https://e.example/schema.json",
+        "usermeta": {"embedOptions": {"loader": {"baseURL": "https://e.example/"}}},
+        "encoding": {**spec["encoding"], "href": {"field": "url"}},
+        "params": [
+            *spec["params"],
+            {"name": "n", "value": 1, "bind": {"input": "range", "element": "#main"}},
+        ],
+    }
+    result = filter_bundle({VEGALITE: hostile}, {})
+    assert result.dropped == ()
+    kept = result.data[VEGALITE]
+    assert "$schema" not in kept
+    assert "usermeta" not in kept
+    assert "href" not in kept["encoding"]
+    assert kept["params"][-1] == {"name": "n", "value": 1, "bind": {"input": "range"}}
+    assert {
+        **kept,
+        "$schema": spec["$schema"],
+        "encoding": spec["encoding"],
+        "params": spec["params"],
+    } == spec
+
+
+# -- inline SVG in HTML, LaTeX tables ---------------------------------------------------------
+
+# seaborn's palette (seaborn.palettes._ColorPalette._repr_html_), as it writes it.
+PALETTE_HTML = (
+    '<svg  width="110" height="55">'
+    '<rect x="0" y="0" width="55" height="55" style="fill:#1f77b4;'
+    'stroke-width:2;stroke:rgb(255,255,255)"/>'
+    '<rect x="55" y="0" width="55" height="55" style="fill:#ff7f0e;'
+    'stroke-width:2;stroke:rgb(255,255,255)"/></svg>'
+)
+
+
+@pytest.mark.parametrize(
+    "markup",
+    [PALETTE_HTML, '\n<SVG viewBox="0 0 1 1" onload="alert(1)"><script>alert(2)</script></SVG>\n'],
+)
+def test_html_that_is_an_svg_shows_as_an_image_of_it(markup: str) -> None:
+    result = filter_bundle({"text/html": markup, "text/plain": "palette"}, {})
+    assert result.dropped == ()
+    assert result.sanitised == ("text/html",)
+    [(tag, attrs)] = parse_tags(result.data["text/html"])
+    assert tag == "img"
+    prefix = "data:image/svg+xml;base64,"
+    assert attrs["src"].startswith(prefix)
+    document = base64.b64decode(attrs["src"][len(prefix) :]).decode()
+    # An image's SVG must be in the SVG namespace, which inline SVG in HTML need not say.
+    assert document.startswith('<svg xmlns="http://www.w3.org/2000/svg"') or document.startswith(
+        '<SVG xmlns="http://www.w3.org/2000/svg"'
+    )
+    assert document.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1) == markup.strip()
+    assert_inert(result.data["text/html"])
+
+
+def test_html_with_an_svg_among_other_markup_is_sanitised_as_html() -> None:
+    markup = "<p>text</p>" + PALETTE_HTML
+    assert filter_bundle({"text/html": markup}, {}).data == {"text/html": "<p>text</p>"}
+
+
+# statsmodels' summary table as text/latex (SimpleTable.as_latex_tabular, booktabs rules).
+STATSMODELS_LATEX = r"""\begin{center}
+\begin{tabular}{lclc}
+\toprule
+\textbf{Dep. Variable:}    &        y         & \textbf{  R-squared:         } &     0.933   \\
+\textbf{Model:}            &       OLS        & \textbf{  Adj. R-squared:    } &     0.931   \\
+\midrule
+                & \textbf{coef} & \textbf{std err} & \textbf{t} & \textbf{P$> |$t$|$} \\
+\midrule
+\textbf{x\_1}  &       0.4687  &        0.026     &    17.751  &         0.000        \\
+\cmidrule(lr){2-3}
+\bottomrule
+\end{tabular}
+%\caption{OLS Regression Results}
+\end{center}"""
+
+
+def test_a_statsmodels_latex_table_is_kept() -> None:
+    result = filter_bundle({"text/latex": STATSMODELS_LATEX, "text/plain": "summary"}, {})
+    assert result.dropped == ()
+    assert result.data["text/latex"] == STATSMODELS_LATEX
+
+
+def test_a_latex_table_with_a_link_or_style_is_still_dropped() -> None:
+    for hostile in ("\\href{javascript:alert(1)}{x}", "\\class{jp-Dialog}{x}", "\\unicode{x}"):
+        table = STATSMODELS_LATEX.replace("\\toprule", "\\toprule " + hostile)
+        result = filter_bundle({"text/latex": table, "text/plain": "summary"}, {})
+        assert result.data == {"text/plain": "summary"}, hostile

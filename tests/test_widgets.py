@@ -184,7 +184,11 @@ def test_what_a_widget_would_render_as_html_passes_the_html_filter(
     [
         (
             "import ipywidgets as w\nw.Image(value=b'https://e.example/i.png', format='url')",
-            "load its value from a URL",
+            "an Image widget that would load its value from a URL",
+        ),
+        (
+            "import ipywidgets as w\nw.Video(value=b'https://e.example/v.mp4', format='url')",
+            "a Video widget that would load its value from a URL",
         ),
         (
             "from comm import create_comm\ncreate_comm(target_name='evil', data={'x': 1})",

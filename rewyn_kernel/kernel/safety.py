@@ -27,7 +27,7 @@ from typing import Any
 
 import nh3
 
-from rewyn_kernel.kernel import css, tex
+from rewyn_kernel.kernel import charts, css, tex
 
 __all__ = [
     "FilteredOutput",
@@ -60,6 +60,11 @@ _SCRIPT_URL = re.compile(r"(?:java|vb)script:")
 # A link destination that is a data: URL (inline, autolink, reference), after _URL_NOISE went.
 _DATA_LINK = re.compile(r"(?:\]\(|<|\]:)data:")
 _DROP: Any = object()  # not None: JSON null is a value
+# HTML that is one <svg> element (and whatever follows it up to a last </svg>: all of it goes
+# into the image, where nothing runs or loads).
+_INLINE_SVG = re.compile(r"\s*<svg(?=[\s>/])[^>]*>.*</svg>\s*", re.IGNORECASE | re.DOTALL)
+_SVG_NAMESPACE = 'xmlns="http://www.w3.org/2000/svg"'
+_XLINK_NAMESPACE = 'xmlns:xlink="http://www.w3.org/1999/xlink"'
 
 # ammonia's defaults (no script, style, iframe, object, embed, form, svg, math, meta, base, link;
 # URLs limited to known schemes; no event handlers) plus what DataFrame HTML and captions use.
@@ -116,6 +121,9 @@ def filter_bundle(
             clean = _filter_value(mime, value)
         if clean is _DROP:
             dropped.append(_display_name(mime))
+            continue
+        if isinstance(clean, charts.Refused):
+            dropped.append(f"{_display_name(mime)} ({clean.reason})")
             continue
         kept[mime] = clean
         if clean != value:
@@ -180,6 +188,9 @@ def _filter_value(mime: str, value: object) -> Any:
     if mime in _TEXT_TYPES:
         if not isinstance(value, str) or _utf8_size(value) > MAX_VALUE_BYTES:
             return _DROP
+        if mime == "text/html" and _INLINE_SVG.fullmatch(value):
+            # (an element of its own, such as seaborn's palettes: shown as image/svg+xml is)
+            return _svg_as_img(_svg_document(value), None) if len(value) <= MAX_SVG_BYTES else _DROP
         if mime in ("text/html", "text/markdown", "text/latex"):
             if mime == "text/latex":
                 # (typeset by MathJax, as plain text otherwise: no markup)
@@ -199,6 +210,8 @@ def _filter_value(mime: str, value: object) -> Any:
         chars = len(value) - value.count("\n") - value.count("\r")
         plausible = chars > 0 and chars % 4 == 0 and _BASE64.fullmatch(value) is not None
         return value if plausible else _DROP
+    if charts.is_chart(mime):
+        return charts.filter_chart(mime, value, MAX_VALUE_BYTES)
     if mime == "application/json":
         try:
             text = json.dumps(value, allow_nan=False)
@@ -323,6 +336,18 @@ def _clean_markdown(source: str) -> Any:
     if _SCRIPT_URL.search(bare) or _DATA_LINK.search(bare):
         return _DROP
     return cleaned
+
+
+def _svg_document(svg: str) -> str:
+    """Inline SVG (HTML's, in no namespace) as an SVG document: an image needs the namespace."""
+    svg = svg.strip()
+    root = svg[: svg.index(">")]
+    declared = ""
+    if "xmlns=" not in root:
+        declared += " " + _SVG_NAMESPACE
+    if "xlink:" in svg and "xmlns:xlink=" not in root:
+        declared += " " + _XLINK_NAMESPACE
+    return svg[:4] + declared + svg[4:]
 
 
 def _svg_as_img(svg: str, metadata: object) -> str:

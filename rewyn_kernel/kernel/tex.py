@@ -106,11 +106,17 @@ _FONTS = (
     "texttt textnormal textup textmd emph mbox hbox vbox tiny scriptsize footnotesize small "
     "normalsize large Large LARGE huge Huge operatorname"
 )
+# The tables of text/latex outputs (statsmodels' summaries: tabular with booktabs' rules). MathJax
+# draws none of them (an undefined command shows as an error in the math, or nbconvert's LaTeX
+# typesets them): rules, spans and captions, which can carry no style, attribute or link.
+_TABLES = "toprule midrule bottomrule cmidrule addlinespace multicolumn multirow caption centering"
 _COLOR = "color textcolor colorbox fcolorbox"
 """Colour macros: allowed, with their arguments checked (see ``_COLOR_ARGUMENT``)."""
 
 _GROUPS = (_GREEK, _SYMBOLS, _OPERATORS, _RELATIONS, _ARROWS, _DELIMITERS, _FUNCTIONS)
-ALLOWED: frozenset[str] = frozenset(" ".join((*_GROUPS, _STRUCTURE, _FONTS, _COLOR)).split())
+ALLOWED: frozenset[str] = frozenset(
+    " ".join((*_GROUPS, _STRUCTURE, _FONTS, _TABLES, _COLOR)).split()
+)
 """The control sequences (made of letters) that may reach MathJax."""
 
 _CONTROL = re.compile(r"\\(?:([A-Za-z]+)|.)", re.DOTALL)

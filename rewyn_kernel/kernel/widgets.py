@@ -165,7 +165,9 @@ class WidgetPolicy:
                 if key.endswith("_module") and value is not None and value not in MODULES:
                     return f"a widget that moved to {str(value)[:80]!r}"
             if key == "format" and comm.model in URL_MEDIA and value == "url":
-                return f"an {comm.model[:-5]} widget that would load its value from a URL"
+                kind = comm.model[:-5]
+                article = "an" if kind[:1] in "AEIOU" else "a"
+                return f"{article} {kind} widget that would load its value from a URL"
             checked[key] = self._trait(comm, key, value)
         if "description_allow_html" in checked:
             comm.allow_html = checked["description_allow_html"] is True
