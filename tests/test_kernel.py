@@ -324,11 +324,11 @@ def test_a_plotly_map_is_refused_with_a_note_that_says_why(kernel: Kernel) -> No
 
 
 def test_an_altair_chart_is_its_vega_lite_bundle(kernel: Kernel) -> None:
-    """Altair's JupyterLab renderer ("mimetype"): the Vega-Lite 5 spec, its data inline."""
+    """Altair's JupyterLab renderer ("mimetype", which the sandbox enables as Altair is
+    imported: its default HTML loads Vega from a CDN): the Vega-Lite 5 spec, its data inline."""
     _, kc = kernel
     code = (
         "import altair as alt, pandas as pd\n"
-        "alt.renderers.enable('mimetype')\n"
         "frame = pd.DataFrame({'a': ['x', 'y'], 'b': [1, 2]})\n"
         "alt.Chart(frame).mark_bar().encode(x='a', y='b')"
     )

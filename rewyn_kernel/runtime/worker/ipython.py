@@ -98,6 +98,7 @@ class IPythonRunner:
         self.installs = Installs(network)
         self.backend_noted = False
         sys.meta_path.insert(0, InlineBackends(self))
+        sys.meta_path.insert(0, AltairAsData())
         self.shell = _make_shell(self, namespace_module)
         self.reported = False  # this cell's error went out through the traceback hook
 
@@ -298,6 +299,34 @@ class InlineBackends:
 
     def exec_module(self, module: Any) -> None:
         pass
+
+
+class AltairAsData:
+    """Altair, once imported, draws with its ``mimetype`` renderer: the Vega-Lite spec as data,
+    which JupyterLab renders and the output filter checks. Its default renderer is HTML that
+    loads Vega from a CDN, which the filter strips (no chart at all); code that enables a
+    renderer of its own keeps it."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "altair":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        real = spec.loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            real(module)
+            try:
+                module.renderers.enable("mimetype")
+            except Exception:
+                pass
+
+        # (this spec's loader: a new one per import)
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def _without_worker_frames(error: Any, tb: Any) -> Any:
