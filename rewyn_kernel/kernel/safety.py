@@ -180,6 +180,7 @@ def _filter_value(mime: str, value: object) -> Any:
     if mime in _TEXT_TYPES:
         if not isinstance(value, str) or _utf8_size(value) > MAX_VALUE_BYTES:
             return _DROP
+        value = _unicode(value)
         if mime in ("text/html", "text/markdown", "text/latex"):
             if mime == "text/latex":
                 # (typeset by MathJax, as plain text otherwise: no markup)
@@ -212,6 +213,16 @@ def _utf8_size(text: str) -> int:
     if len(text) * 4 <= MAX_VALUE_BYTES:  # cheap bound: no need to encode small strings
         return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _unicode(text: str) -> str:
+    """``text`` with each unpaired surrogate replaced by U+FFFD: nh3 (and any encoder after
+    it) refuses them, and the filter must not raise."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _clean_html(source: str) -> str:
