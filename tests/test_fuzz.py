@@ -14,6 +14,8 @@ import json
 import os
 import re
 import socket
+import threading
+import tracemalloc
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from html.parser import HTMLParser
@@ -28,7 +30,15 @@ from rewyn_kernel.errors import ProtocolError
 from rewyn_kernel.kernel.safety import WIDGET_VIEW_MIME, FilteredOutput, clean_html, filter_bundle
 from rewyn_kernel.runtime.egress.policy import NetworkPolicy
 from rewyn_kernel.runtime.egress.proxy import SERVICE, Door
-from rewyn_kernel.runtime.host.protocol import decode_header
+from rewyn_kernel.runtime.host.channel import ChannelEnded, Frame, LiveWorker
+from rewyn_kernel.runtime.host.protocol import (
+    HEADER,
+    MAX_HEADER_BYTES,
+    MAX_PAYLOAD_BYTES,
+    TruncatedFrameError,
+    decode_header,
+)
+from rewyn_kernel.runtime.providers.base import ExitInfo
 from rewyn_kernel.runtime.worker.codeframes import CHILD_KINDS
 from rewyn_kernel.runtime.worker.wire import frame_kind
 
@@ -638,3 +648,155 @@ def test_formatting_elements_reopened_do_not_grow_html_quadratically() -> None:
     source = "<p>" + "".join(f"<b title={i}>" for i in range(300)) + "</p><p>x" * 300
     kept = clean_html(source)
     assert len(kept) <= GROWTH * len(source) + 4096, (len(kept), len(source))
+
+
+# -- the host's frame reader ----------------------------------------------------------------
+#
+# ``LiveWorker``'s I/O thread reads the sandbox's stdout: ``>II`` lengths, a JSON header, a
+# payload, the first frame a ``ready``. Driven here through a pipe this test writes (a process
+# of its own, with nothing behind it): whatever the bytes, the consumer gets frames and then a
+# clean end (EOF, or a ProtocolError naming what was wrong), never the catch-all that says the
+# reading thread met an exception, never a wait past the stream's end, and the memory traced
+# while reading is bounded by the stream, not by the lengths it announces.
+
+READY = {
+    "t": "ready", "pid": 1, "python": "3.11", "implementation": "cpython",
+    "executable": "/x", "platform": "linux",
+}  # fmt: skip
+READER_WAIT = 30.0
+"""Seconds the end may take after the last byte is written before it counts as a hang."""
+
+
+class PipeProcess:
+    """A WorkerProcess whose stdout is a pipe the test writes; nothing runs behind it."""
+
+    def __init__(self) -> None:
+        self.stdin_r, self._stdin = os.pipe()
+        self._stdout, self.stdout_w = os.pipe()
+        self._stderr, self.stderr_w = os.pipe()
+        os.close(self.stderr_w)
+
+    pid = 0
+
+    @property
+    def stdin(self) -> int:
+        return self._stdin
+
+    @property
+    def stdout(self) -> int:
+        return self._stdout
+
+    @property
+    def stderr(self) -> int:
+        return self._stderr
+
+    def poll(self) -> int | None:
+        return 0
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return 0
+
+    def kill(self) -> None:
+        pass
+
+    def exit_info(self) -> ExitInfo:
+        return ExitInfo(exit_code=0)
+
+    def close(self) -> None:
+        for fd in (self.stdin_r, self._stdin, self._stdout, self._stderr):
+            with suppress(OSError):
+                os.close(fd)
+
+
+def framed(header: bytes, payload: bytes = b"") -> bytes:
+    return HEADER.pack(len(header), len(payload)) + header + payload
+
+
+def as_json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+@st.composite
+def frame_streams(draw: st.DrawFn) -> bytes:
+    """A stream of frames, well formed or not: lengths at and past the limits, headers cut,
+    keys twice, kinds unknown, branch and gone frames, payloads, raw bytes between."""
+    parts = [framed(as_json(READY))] if draw(st.integers(0, 9)) else []
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.integers(0, 9))
+        if kind <= 2:
+            header = draw(frame_headers())
+            parts.append(framed(header, draw(st.binary(max_size=64))))
+        elif kind == 3:  # a key twice (the second "t" must not win)
+            text = '{"t":"out","s":"stdout","t":"done"}'
+            parts.append(framed(draw(st.sampled_from([text, '{"t":"b","b":1,"b":2}'])).encode()))
+        elif kind == 4:
+            number = draw(st.sampled_from([b"0", b"1", b"99999999999", b"-1", b"", b"1.5"]))
+            parts.append(framed(b'{"t":"b","b":' + number + b"}"))
+        elif kind == 5:
+            gone = {"t": "gone", "b": draw(st.sampled_from([0, 1, -1, 2**40, "x"]))}
+            parts.append(framed(as_json(gone)))
+        elif kind == 6:  # lengths announced that never come, at and past the limits
+            header_len = draw(st.sampled_from([0, 1, MAX_HEADER_BYTES, MAX_HEADER_BYTES + 1]))
+            payload_len = draw(st.sampled_from([0, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES + 1]))
+            parts.append(HEADER.pack(header_len, payload_len) + draw(st.binary(max_size=32)))
+        elif kind == 7:
+            out = {"t": "out", "s": "stdout"}
+            parts.append(framed(as_json(out), draw(st.binary(max_size=256))))
+        elif kind == 8:
+            parts.append(draw(st.binary(max_size=16)))
+        else:
+            deep = b"[" * draw(st.sampled_from([10, 5000, 100_001])) + b"]"
+            parts.append(framed(b'{"t":"display","data":{"x":' + deep + b'},"metadata":{}}'))
+    stream = b"".join(parts)
+    return stream[: draw(st.integers(0, len(stream)))] if draw(st.booleans()) else stream
+
+
+def read_all(stream: bytes) -> list[Frame | ChannelEnded]:
+    """What a consumer of a worker whose stdout is ``stream`` gets, up to the end."""
+    process = PipeProcess()
+    worker = LiveWorker(process, b"", startup_timeout=5.0)
+    worker.want("fuzz")
+
+    def write() -> None:
+        view = memoryview(stream)
+        with suppress(OSError):  # (the reader may stop before it has all)
+            while view:
+                view = view[os.write(process.stdout_w, view) :]
+        os.close(process.stdout_w)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    got: list[Frame | ChannelEnded] = []
+    try:
+        while True:
+            item = worker.next_frame(READER_WAIT)
+            assert item is not None, f"no frame and no end {READER_WAIT} s after {stream[:200]!r}"
+            got.append(item)
+            if isinstance(item, ChannelEnded):
+                return got
+            assert len(got) <= len(stream), "more frames than bytes"
+    finally:
+        worker.teardown("the test is over")
+        writer.join(READER_WAIT)
+
+
+@FILTER_RUN
+@given(stream=st.one_of(frame_streams(), st.binary(max_size=256)))
+def test_any_stream_from_the_sandbox_is_frames_then_a_clean_end(stream: bytes) -> None:
+    tracemalloc.start()
+    try:
+        got = read_all(stream)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    end = got[-1]
+    assert isinstance(end, ChannelEnded), end
+    if end.error is not None:
+        assert type(end.error) in (ProtocolError, TruncatedFrameError), repr(end.error)
+        assert not str(end.error).startswith("reading the sandbox's channel failed"), end.error
+    for item in got[:-1]:
+        assert isinstance(item, tuple), item
+        _header, payload, size = item
+        assert size <= MAX_HEADER_BYTES, size
+        assert len(payload) <= MAX_PAYLOAD_BYTES, len(payload)
+    assert peak <= 16 * len(stream) + (32 << 20), (peak, len(stream))
