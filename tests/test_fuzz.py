@@ -492,8 +492,8 @@ def assert_markup_inert(markup: str, *, svg_image: bool = False) -> None:
             assert not name.startswith("on"), (tag, name, markup[:300])
             assert name not in {"srcdoc", "target", "formaction", "http-equiv"}, (tag, name)
             url = bare_url(value)
-            assert "javascript:" not in url, (tag, name, value)
-            assert "vbscript:" not in url, (tag, name, value)
+            if name not in ("class", "id", "style"):  # (names and CSS, never followed)
+                assert not url.startswith(("javascript:", "vbscript:")), (tag, name, value)
             if name in AUTOLOAD:
                 svg = svg_images and url.startswith("data:image/svg+xml;base64,")
                 assert (tag, name) == ("img", "src"), (tag, name, value)
