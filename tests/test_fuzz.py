@@ -1,7 +1,8 @@
 """Fuzzing what the code's bytes reach on the host, bounded for CI (Hypothesis, a fixed number
 of examples): the proxy's HTTP request heads (h11) and SOCKS5, through a real door of the
-proxy, and the worker's frame headers. Any bytes get a clean refusal or error of the kind each
-documents, never another exception or a hang.
+proxy, the worker's frame headers, the host's frame reader (a stream through a pipe) and the
+output filter (hostile display bundles). Any bytes get a clean refusal or error of the kind each
+documents, never another exception or a hang; what the filter keeps cannot script the page.
 
 The door's allow-list is one loopback port, so whatever a request names, nothing but loopback
 is ever connected to: a name is refused before it is resolved, an address other than
