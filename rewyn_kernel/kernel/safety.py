@@ -188,6 +188,7 @@ def _filter_value(mime: str, value: object) -> Any:
     if mime in _TEXT_TYPES:
         if not isinstance(value, str) or _utf8_size(value) > MAX_VALUE_BYTES:
             return _DROP
+        value = _unicode(value)
         if mime == "text/html" and _INLINE_SVG.fullmatch(value):
             # (an element of its own, such as seaborn's palettes: shown as image/svg+xml is)
             return _svg_as_img(_svg_document(value), None) if len(value) <= MAX_SVG_BYTES else _DROP
@@ -225,6 +226,16 @@ def _utf8_size(text: str) -> int:
     if len(text) * 4 <= MAX_VALUE_BYTES:  # cheap bound: no need to encode small strings
         return len(text)
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _unicode(text: str) -> str:
+    """``text`` with each unpaired surrogate replaced by U+FFFD: nh3 (and any encoder after
+    it) refuses them, and the filter must not raise."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
 
 
 def _clean_html(source: str) -> str:
