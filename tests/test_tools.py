@@ -17,6 +17,7 @@ from rewyn_kernel.runtime import ContainerProvider, create, sandbox_tool
 from rewyn_kernel.runtime._tool import risk_of
 from rewyn_kernel.runtime.sandbox import (
     BubblewrapProvider,
+    LandlockProvider,
     Sandbox,
     SandboxSpec,
     SubprocessProvider,
@@ -253,7 +254,12 @@ def test_a_container_sandbox_is_low_risk_and_making_the_tool_starts_nothing() ->
         (SubprocessProvider(), {"env": {"DATA_DIR": "/tmp"}}, RiskLevel.MEDIUM),
         (SubprocessProvider(), {"env": {"API_TOKEN": "x"}}, RiskLevel.HIGH),
         (SubprocessProvider(), {"network": "allow"}, RiskLevel.CRITICAL),
-        (SubprocessProvider(namespaces=False), {}, RiskLevel.CRITICAL),
+        # (no namespace, but network="none" kept by the filter: the user's files, no way out)
+        (SubprocessProvider(namespaces=False), {}, RiskLevel.MEDIUM),
+        (SubprocessProvider(namespaces=False), {"network": "allow"}, RiskLevel.CRITICAL),
+        (LandlockProvider(), {}, RiskLevel.LOW),
+        (LandlockProvider(), {"network": "allow"}, RiskLevel.HIGH),
+        (LandlockProvider(), {"network": ["pypi.org"]}, RiskLevel.MEDIUM),
     ],
 )
 def test_the_risk_table(maker: Any, limits: dict[str, Any], level: RiskLevel) -> None:
@@ -274,8 +280,10 @@ def test_a_local_sandbox_without_its_seccomp_filter_is_not_low_risk() -> None:
     unfiltered = isolation.model_copy(update={"seccomp": None})
     assert risk_of(unfiltered, spec) is RiskLevel.MEDIUM
     container = ContainerProvider(image=TEST_IMAGE).isolation(spec)
-    assert container.seccomp is None  # (its engine's profile, not this one)
+    assert container.seccomp is not None  # (its engine's profile, and this one on top)
     assert risk_of(container, spec) is RiskLevel.LOW
+    # (without this one, the engine's profile still stands: a container stays LOW)
+    assert risk_of(container.model_copy(update={"seccomp": None}), spec) is RiskLevel.LOW
 
 
 def test_a_model_shaped_tool_call_is_parsed_checked_run_and_answered(box: Sandbox) -> None:
