@@ -18,10 +18,15 @@ from pathlib import Path
 
 from rewyn_kernel.kernel import kernelspec
 from rewyn_kernel.mcp.provider_choice import choose
-from rewyn_kernel.runtime import BubblewrapProvider, create, local_provider, registry
+from rewyn_kernel.runtime import (
+    BubblewrapProvider,
+    LandlockProvider,
+    create,
+    local_provider,
+    registry,
+)
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
 from rewyn_kernel.runtime.machine import cgroup_support
-from rewyn_kernel.runtime.providers.landlock import LandlockProvider
 from rewyn_kernel.runtime.sandbox import (
     CheckItem,
     SandboxProvider,

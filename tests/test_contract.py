@@ -90,6 +90,7 @@ def test_the_contract_imports_nothing_above_it() -> None:
         f"{RUNTIME}._spec",
         f"{RUNTIME}._result",
         f"{RUNTIME}.egress.policy",  # (the spec's network field)
+        f"{RUNTIME}.printable",  # (the result's network records name hosts escaped)
         f"{RUNTIME}.worker.config",
         f"{RUNTIME}.worker.record",
     }
@@ -112,7 +113,7 @@ def test_the_built_in_providers_are_registered_as_the_registry_says() -> None:
         p for p in entry_points(group=registry.GROUP) if p.dist and p.dist.name == "rewyn-kernel"
     ]
     assert {point.name: point.value for point in ours} == dict(registry.BUILTIN)
-    assert list(registry.names())[:3] == ["bubblewrap", "subprocess", "container"]
+    assert list(registry.names())[:4] == ["bubblewrap", "landlock", "subprocess", "container"]
     assert registry.problems() == ()
 
 
@@ -135,7 +136,7 @@ def test_a_provider_registered_by_a_package_is_made_by_name_and_runs_code() -> N
 
 
 def test_an_unknown_provider_name_says_which_are_known() -> None:
-    with pytest.raises(ValueError, match="known ones are auto, bubblewrap, subprocess"):
+    with pytest.raises(ValueError, match="known ones are auto, bubblewrap, landlock, subprocess"):
         registry.make("no-such-provider")
     with pytest.raises(ValueError, match="is no provider here: use one of auto, bubblewrap"):
         KernelSettings(provider="no-such-provider")

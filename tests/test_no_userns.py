@@ -184,6 +184,10 @@ def test_the_code_reaches_none_of_the_users_files_services_or_processes(
         assert seen[label + ":mem"] == 13, seen
 
 
+ALONE = UID + 1
+"""The uid of the test that counts the user's processes: no other test runs as it."""
+
+
 def processes_of(uid: int) -> list[int]:
     found = []
     for entry in os.scandir("/proc"):
@@ -197,7 +201,7 @@ def processes_of(uid: int) -> list[int]:
 
 
 def test_bombs_are_bounded_and_nothing_outlives_close() -> None:
-    assert processes_of(UID) == []  # (the control: nothing of the user's runs before)
+    assert processes_of(ALONE) == []  # (the control: nothing of the user's runs before)
     fork_bomb = (
         "import os, time\n"
         "made = 0\n"
@@ -211,7 +215,7 @@ def test_bombs_are_bounded_and_nothing_outlives_close() -> None:
         "    print('refused after', made, exc.errno)\n"
     )
     with UnprivilegedHost(
-        "default", no_userns=True, pids_limit=32, memory_limit_mb=256, timeout=20
+        "default", no_userns=True, uid=ALONE, pids_limit=32, memory_limit_mb=256, timeout=20
     ) as box:
         assert box.isolation["provider"] == "landlock"
         assert "RLIMIT_NPROC" in box.isolation["pids"], box.isolation
@@ -224,11 +228,11 @@ def test_bombs_are_bounded_and_nothing_outlives_close() -> None:
         assert memory["ending"] in ("exception", "killed"), memory
         assert box.execute("print('after')")["stdout"] == "after\n"
         # (the control: the forks are there until close)
-        assert len(processes_of(UID)) > int(words[2]), processes_of(UID)
+        assert len(processes_of(ALONE)) > int(words[2]), processes_of(ALONE)
     deadline = time.monotonic() + 10
-    while processes_of(UID) and time.monotonic() < deadline:
+    while processes_of(ALONE) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert processes_of(UID) == []
+    assert processes_of(ALONE) == []
 
 
 BROKERED = """

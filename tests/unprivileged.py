@@ -113,21 +113,28 @@ class UnprivilegedHost:
     """A sandbox made by a host process running as ``UID`` (see the module's docstring)."""
 
     def __init__(
-        self, provider: str, *, no_userns: bool = False, no_landlock: bool = False, **kwargs: Any
+        self,
+        provider: str,
+        *,
+        no_userns: bool = False,
+        no_landlock: bool = False,
+        uid: int = UID,
+        **kwargs: Any,
     ) -> None:
         """``provider``: a name of SERVER's PROVIDERS ("default": the one ``create()`` picks);
         ``no_userns``: the host process runs under a seccomp filter that refuses new user
         namespaces as a container engine's default profile does (``NO_USERNS``), standing in
         for a host that gives none (Ubuntu 24.04's AppArmor rule, a JupyterHub pod);
         ``no_landlock`` (with ``no_userns``): Landlock's calls fail with ENOSYS too, as on a
-        kernel without it."""
+        kernel without it; ``uid``: another ordinary uid than ``UID`` (a test that counts the
+        user's processes, while others of ``UID`` run beside it)."""
         problem = unprivileged_problem()
         if problem is not None:
             if os.environ.get("CI"):
                 pytest.fail(f"cannot run an unprivileged host: {problem}")
             pytest.skip(f"cannot run an unprivileged host: {problem}")
         if os.geteuid() == 0:
-            prefix = ["setpriv", f"--reuid={UID}", f"--regid={UID}", "--clear-groups"]
+            prefix = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
             python = PYTHON
         else:
             prefix, python = [], sys.executable

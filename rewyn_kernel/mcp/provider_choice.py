@@ -26,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from rewyn_kernel.runtime import LandlockProvider
 from rewyn_kernel.runtime.container import ContainerProvider
 from rewyn_kernel.runtime.machine import probe_bubblewrap
-from rewyn_kernel.runtime.providers.landlock import LandlockProvider
 from rewyn_kernel.settings import CONTAINER_CLIS
 
 
