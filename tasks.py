@@ -227,12 +227,12 @@ declares (the floors it promises)."""
 
 LOWEST_TOOLS = [
     *("pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "jupyter_kernel_test>=0.7"),
-    *("matplotlib>=3.8", "pandas>=2.1", "jinja2>=3.1"),
+    *("matplotlib>=3.8", "pandas>=2.1", "jinja2>=3.1", "plotly>=5.18", "altair>=5.4,<6"),
 ]
 """What the lowest-versions run needs beside the pins: the test tools (it runs on two
 processes too, as these tests do in the main suite), matplotlib (the kernel's tests draw an
 inline plot in the sandbox), pandas and jinja2 (the output filter's tests check a real Styler's
-HTML)."""
+HTML), plotly and altair (the output filter's and the kernel's chart tests)."""
 
 
 def lowest_pins() -> list[str]:
