@@ -40,7 +40,6 @@ from typing import Literal
 from rewyn_kernel.runtime._result import Isolation
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress import EGRESS_NOTE
-from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.host.views import HostMount
 from rewyn_kernel.runtime.providers.base import CheckItem, SandboxFiles
 from rewyn_kernel.runtime.providers.bubblewrap import ETC, SYSTEM_LINKS
@@ -59,7 +58,6 @@ from rewyn_kernel.runtime.providers.local.identity import identity
 from rewyn_kernel.runtime.providers.subprocess import (
     Namespaces,
     SubprocessProvider,
-    SubprocessSandbox,
 )
 from rewyn_kernel.runtime.worker import landlock
 from rewyn_kernel.runtime.worker.config import Landlock, WorkerConfig
@@ -403,11 +401,6 @@ class LandlockProvider(SubprocessProvider):
             CheckItem("python", os.access(self.python, os.X_OK), self.python),
             CheckItem("landlock", found.works, found.detail),
         ]
-
-    def create(
-        self, spec: SandboxSpec | None = None, *, listeners: Sequence[EventListener] = ()
-    ) -> SubprocessSandbox:
-        return SubprocessSandbox(self, spec or SandboxSpec(), listeners)
 
     def __repr__(self) -> str:
         return f"LandlockProvider(python={self.python!r})"
