@@ -8,6 +8,7 @@ records, and nothing one branch does after the fork reaches another.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -169,6 +170,85 @@ def test_restore_brings_back_the_state_of_a_checkpoint(make_box: Callable[..., S
     with pytest.raises(ForkError, match="gone"):
         session.restore(other)
     assert text(session.execute("print(n)")) == "1"
+
+
+def test_a_checkpoint_not_waited_for_holds_the_state_before_the_next_execution(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    # The kernel asks for each cell's checkpoint as the cell before ends and sends the next
+    # cell at once: the code's process forks before it reads the cell, whatever the timing.
+    session = make_box().session()
+    for n in range(12):
+        assert session.execute(f"x = {n}").ok
+        checkpoint = session.checkpoint(wait=False)
+        assert session.execute("x = -1; changed = True").ok
+        session.restore(checkpoint)
+        assert checkpoint.taken is True
+        assert text(session.execute("print(x, 'changed' in globals())")) == f"{n} False"
+
+
+LIMIT_TASKS = """
+import os, resource
+def tasks():
+    count = 0
+    for pid in filter(str.isdigit, os.listdir('/proc')):
+        try:
+            if os.stat('/proc/' + pid).st_uid == os.getuid():
+                count += len(os.listdir('/proc/%s/task' % pid))
+        except OSError:
+            pass
+    return count
+hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+resource.setrlimit(resource.RLIMIT_NPROC, (tasks() + {extra}, hard))
+x = 1
+"""
+
+
+@pytest.mark.providers("bubblewrap")  # (its own user namespace: the count is the sandbox's)
+@pytest.mark.parametrize(
+    ("extra", "which"),
+    [(0, "the code's process could not fork"), (1, "the process in between could not fork")],
+    ids=["its-own-fork-fails", "the-second-fork-fails"],
+)
+def test_a_checkpoint_the_sandbox_cannot_make_says_why_and_the_session_lives_on(
+    make_box: Callable[..., Sandbox], extra: int, which: str
+) -> None:
+    # At the process limit the code's process cannot fork (0), or the process in between
+    # cannot fork the branch (1): either says why, and nothing of the session is lost.
+    session = make_box().session()
+    assert session.execute(LIMIT_TASKS.format(extra=extra)).ok
+    checkpoint = session.checkpoint(wait=False)
+    ran = session.execute("x = 2; print('ran')")
+    assert (ran.stdout, ran.state_lost) == ("ran\n", False), ran
+    deadline = time.monotonic() + 15
+    while checkpoint.taken is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert checkpoint.taken is False
+    assert not checkpoint.alive
+    assert f"{which}: Resource temporarily unavailable" in (checkpoint.lost or "")
+    with pytest.raises(ForkError, match="gone: it could not be made"):
+        session.restore(checkpoint)
+    with pytest.raises(ForkError, match="could not fork: Resource temporarily unavailable"):
+        session.checkpoint()
+    after = session.execute("print(x)")
+    assert (after.stdout, after.state_lost) == ("2\n", False), after
+
+
+@pytest.mark.providers("bubblewrap", "docker")  # (a PID namespace: /proc lists the sandbox's)
+def test_a_checkpoint_dropped_before_it_is_made_is_killed_as_it_comes(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    session = make_box().session()
+    count = "import os; print(sum(p.isdigit() for p in os.listdir('/proc')))"
+    before = text(session.execute(count))
+    for _ in range(3):
+        checkpoint = session.checkpoint(wait=False)
+        checkpoint.close()  # (the sandbox reads the close after the ask: never a leftover)
+    deadline = time.monotonic() + 15
+    while text(session.execute(count)) != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert text(session.execute(count)) == before
+    assert session.checkpoint().alive
 
 
 def test_a_checkpoint_is_paused_and_goes_first_when_memory_runs_out(

@@ -77,13 +77,17 @@ class Undo:
         self._points: list[Point] = []  # oldest first
         self._why_none = "no cell has run since the kernel started"
         self._ready: asyncio.Task[Checkpoint] | None = None
-        """The next cell's checkpoint, taken as the last cell ended (``prepare``)."""
+        """The next cell's checkpoint, asked for as the last cell ended (``prepare``)."""
 
     # -- around each cell ----------------------------------------------------------------------
 
     async def before(self, session: Session, cell: int) -> list[str]:
         """Keep the state as it is before ``cell`` runs; return notes for the person (a
-        checkpoint skipped, an older one dropped to make room, one the OOM killer took)."""
+        checkpoint skipped, an older one dropped to make room, one the OOM killer took).
+
+        Nothing here waits for the fork: the checkpoint is asked for (by ``prepare``, as the
+        cell before ended), and the sandbox makes it before it takes up the cell. Whether it
+        was made is read as the cell ends (``lost``)."""
         if not self.keep:
             return []
         notes = self.lost()
@@ -91,7 +95,7 @@ class Undo:
         while True:
             try:
                 if prepared is None:
-                    prepared = await asyncio.to_thread(session.checkpoint)
+                    prepared = await asyncio.to_thread(session.checkpoint, wait=False)
                 checkpoint = prepared
                 break
             except Exception as exc:  # (ForkError says why; whatever it is, the cell runs)
@@ -121,12 +125,13 @@ class Undo:
         return notes
 
     def prepare(self, session: Session) -> None:
-        """As a cell ends: take the next cell's checkpoint now, while the person reads the
-        output, so that its fork is not on the next cell's way (``before`` waits for it
-        if that cell comes at once). ``stale`` drops it when the state changes meanwhile."""
+        """As a cell ends: ask for the next cell's checkpoint now, while the reply goes out and
+        the next request comes in, so that its fork is made meanwhile (``before`` waits only
+        for the ask to be sent; the sandbox forks before it reads the next cell). ``stale``
+        drops it when the state changes meanwhile."""
         if self.keep and self._ready is None:
             loop = asyncio.get_running_loop()
-            self._ready = loop.create_task(asyncio.to_thread(session.checkpoint))
+            self._ready = loop.create_task(asyncio.to_thread(session.checkpoint, wait=False))
 
     async def stale(self) -> None:
         """The state changed between cells (a widget's callback, a silent request, an undo):
@@ -160,8 +165,8 @@ class Undo:
                     cells[index] = (cell, files)
 
     def lost(self) -> list[str]:
-        """Forget the checkpoints the OOM killer took (their cells join the point before, whose
-        undo now covers them); a note for each."""
+        """Forget the checkpoints the sandbox could not make and those the OOM killer took
+        (their cells join the point before, whose undo now covers them); a note for each."""
         notes = []
         for index in range(len(self._points) - 1, -1, -1):
             point = self._points[index]
@@ -171,6 +176,18 @@ class Undo:
             del self._points[index]
             if index > 0:
                 self._points[index - 1].cells += point.cells
+            if point.checkpoint.taken is False:
+                why = why.removeprefix("it could not be made: ")
+                self._why_none = f"the state before cell [{point.first}] could not be kept: {why}"
+                if index > 0:
+                    again = f"cells [{self._points[index - 1].first}] to [{point.cells[-1][0]}]"
+                    notes.append(
+                        f"cell [{point.first}] cannot be undone alone: {why} (an undo now goes "
+                        f"back over {again})"
+                    )
+                else:
+                    notes.append(f"cell [{point.first}] cannot be undone: {why}")
+                continue
             self._why_none = f"the state kept to undo cell [{point.first}] was dropped: {why}"
             notes.append(
                 f"the state kept to undo cell [{point.first}] is gone: {why} (checkpoints are "

@@ -82,6 +82,7 @@ SMALL_FRAME = 128
 that a branch is gone (the supervisor's own frames, which the I/O thread acts on)."""
 BRANCH_PREFIX = b'{"t":"b","b":'
 GONE_PREFIX = b'{"t":"gone",'
+FORKED_PREFIX = b'{"t":"forked",'
 MEMORY_WATCH_SECONDS = 0.01
 """How often the sandbox's memory is read while code runs beside a checkpoint (see
 ``watch_memory``): a read of one cgroup file, about 50 us."""
@@ -101,7 +102,45 @@ class ChannelEnded:
     gone: str | None = None
 
 
-Request = CompleteFrame | InspectFrame | ViewFrame | ForkFrame
+class Forking:
+    """A fork the sandbox was asked for (``LiveWorker.begin_fork``): its port exists from the
+    ask on, and the supervisor's ``forked`` says, later, whether the branch was made. The I/O
+    thread settles it as that answer is read (or as the channel ends); ``result`` waits."""
+
+    def __init__(self, port: LiveWorker, request: str) -> None:
+        self.port = port
+        self.id = request
+        self.reply: ForkedFrame | None = None
+        self.done = threading.Event()
+
+    @property
+    def settled(self) -> bool:
+        return self.done.is_set()
+
+    @property
+    def made(self) -> bool | None:
+        """Whether the branch was made; None while the answer has not come."""
+        if not self.done.is_set():
+            return None
+        return self.reply is not None and self.reply.ok
+
+    def result(self, timeout: float) -> LiveWorker:
+        """Wait for the answer: the new branch's port, or ForkError saying why not (one that
+        does not come in ``timeout`` is given up, and its branch closed if it comes later)."""
+        if not self.done.wait(timeout):
+            self.port._root._give_up(self, f"no answer in {timeout:g} s")
+        reply = self.reply
+        if reply is None or not reply.ok:
+            why = reply.detail if reply is not None else ""
+            if not why:
+                end = self.port._port_end
+                why = (end.gone if end is not None else None) or "the sandbox is gone"
+            memory = reply is not None and reply.memory
+            raise ForkError(f"the session could not be forked: {why}", memory=memory)
+        return self.port
+
+
+Request = CompleteFrame | InspectFrame | ViewFrame
 """A frame the worker answers (``request``), by its ``id``."""
 Frame = tuple[WorkerFrame, bytes, int]
 """A parsed frame: the header model, its raw payload, and the header's size in bytes."""
@@ -186,6 +225,7 @@ class LiveWorker:
         self._port_end: ChannelEnded | None = None  # this branch alone is over
         self._port_reason: str | None = None
         self._checkpoints: list[LiveWorker] = []  # (under _cond) paused branches, oldest first
+        self._forks: dict[str, Forking] = {}  # (under _cond) forks asked for, not yet answered
         # The I/O thread writes the program first, holding the write lock taken here: no frame
         # can go before it, and the caller need not wait for the sandbox's interpreter to start.
         self._write_lock.acquire()
@@ -352,6 +392,15 @@ class LiveWorker:
         same sandbox, and return its port; ``pause``: it is stopped until ``resume`` (a
         checkpoint). Raise ForkError, saying why, when it cannot be: this branch runs code, the
         memory cap leaves too little, the sandbox refused or did not answer."""
+        return self.begin_fork(pause=pause, reseed=reseed, timeout=timeout).result(timeout)
+
+    def begin_fork(
+        self, *, pause: bool = False, reseed: bool = False, timeout: float = 30.0
+    ) -> Forking:
+        """Ask for ``fork`` and return at once, the answer to come (``Forking``). The code's
+        process forks before it reads anything sent after this: an execution sent next runs
+        in it after the fork, whose branch holds the state from before. Raise ForkError when
+        the ask cannot go (the memory cap leaves too little, the sandbox is gone)."""
         root = self._root
         self._check_headroom()
         with root._cond:
@@ -364,25 +413,56 @@ class LiveWorker:
             root._ports[number] = port  # (before the ask: its first frames have a home)
             if pause:
                 root._checkpoints.append(port)
-        ask = ForkFrame(id=uuid.uuid4().hex, n=number, pause=pause, reseed=reseed)
-        reply = None
+            forking = Forking(port, uuid.uuid4().hex)
+            root._forks[forking.id] = forking
+        ask = ForkFrame(id=forking.id, n=number, pause=pause, reseed=reseed)
+        if not self.send(ask, timeout=timeout):
+            why = (
+                "the sandbox is gone" if self.ended else f"it did not read the ask in {timeout:g} s"
+            )
+            root._give_up(forking, why)
+            raise ForkError(f"the session could not be forked: {why}")
+        return forking
+
+    def _give_up(self, forking: Forking, why: str) -> None:
+        """(On the root.) ``forking`` is not waited for any longer: its port ends, and the branch,
+        should it come after all, is closed as it comes (the supervisor kills it)."""
+        with self._cond:
+            if forking.done.is_set():
+                return
+            self._forks.pop(forking.id, None)
+            forking.port._end_port_locked(ChannelEnded(gone=f"it was not made: {why}"))
+            forking.done.set()
+        if not self.ended:
+            self.send(CloseFrame(b=forking.port.branch), timeout=1.0)
+
+    def _settle(self, body: bytes) -> ChannelEnded | None:
+        """(The I/O thread.) The supervisor's answer to a fork: settle it. A branch that was
+        not made ends its port, saying why; one that nobody waits for any more was closed
+        already (``_give_up``)."""
         try:
-            reply = self.request(ask, "forked", timeout)
-        finally:
-            if not isinstance(reply, ForkedFrame) or not reply.ok:
-                with root._cond:
-                    root._ports.pop(number, None)
-                    if port in root._checkpoints:
-                        root._checkpoints.remove(port)
-                if reply is None:  # (it may still come: nothing would own it)
-                    self.send(CloseFrame(b=number), timeout=1.0)
-        if not isinstance(reply, ForkedFrame) or not reply.ok:
-            why = reply.detail if isinstance(reply, ForkedFrame) else ""
-            if not why:
-                why = "the sandbox is gone" if self.ended else f"no answer in {timeout:g} s"
-            memory = isinstance(reply, ForkedFrame) and reply.memory
-            raise ForkError(f"the session could not be forked: {why}", memory=memory)
-        return port
+            reply = decode_header(body)
+        except ProtocolError as exc:
+            return ChannelEnded(exc)
+        if not isinstance(reply, ForkedFrame):
+            return ChannelEnded(ProtocolError("the sandbox sent a malformed 'forked' frame"))
+        with self._cond:
+            forking = self._forks.pop(reply.id, None)
+            if forking is None:
+                return None
+            forking.reply = reply
+            if not reply.ok:
+                why = f"it could not be made: {reply.detail or 'the sandbox refused'}"
+                forking.port._end_port_locked(ChannelEnded(gone=why))
+            forking.done.set()
+        return None
+
+    def _settle_all_locked(self) -> None:
+        """(With ``_cond`` held, on the root.) The channel is over: no fork is answered now."""
+        forks, self._forks = list(self._forks.values()), {}
+        for forking in forks:
+            forking.port._end_port_locked(ChannelEnded(gone="the sandbox ended first"))
+            forking.done.set()
 
     def resume(self) -> bool:
         """Let a paused branch (a checkpoint) run again; False if it is gone."""
@@ -578,6 +658,7 @@ class LiveWorker:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             with self._cond:
+                self._settle_all_locked()
                 for port in dict.fromkeys([self, *self._ports.values()]):
                     port._drop_queued()
                     if not port._inbox:
@@ -695,6 +776,7 @@ class LiveWorker:
                     frame.keep = (
                         self.ready is None
                         or (body_len <= SMALL_FRAME and not payload_len)
+                        or bool(self._forks)  # (an answer to a fork may say at length why not)
                         or (port is not None and port._wanted is not None)
                     )
                     if port is not None and port._full(frame):
@@ -757,6 +839,8 @@ class LiveWorker:
             return None
         if body.startswith(GONE_PREFIX):
             return self._gone(body)
+        if body.startswith(FORKED_PREFIX):
+            return self._settle(body)
         with self._cond:
             port = self._ports.get(self._reading)
             if port is None or not frame.keep or port._wanted is None:
@@ -798,6 +882,7 @@ class LiveWorker:
         with self._cond:
             if self._ended is None:
                 self._ended = end
+                self._settle_all_locked()
                 for port in dict.fromkeys([self, *self._ports.values()]):
                     if port is self or port._port_end is None:
                         port._inbox.append(end)

@@ -36,7 +36,7 @@ from rewyn_kernel.runtime._result import (
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import EventListener, emit
 from rewyn_kernel.runtime.host.cells import WorkspaceCells
-from rewyn_kernel.runtime.host.channel import LiveWorker
+from rewyn_kernel.runtime.host.channel import Forking, LiveWorker
 from rewyn_kernel.runtime.host.drive import DEATH_WAIT_SECONDS, Outcome, drive, output_frame
 from rewyn_kernel.runtime.host.execution import (
     Callbacks,
@@ -108,17 +108,33 @@ class Checkpoint:
     same sandbox (``Session.checkpoint``), which ``Session.restore`` makes the session's
     state again. It shares memory with the session until either writes; the kernel drops it
     first when memory runs short (its process is then gone: ``alive`` is False, ``lost`` says
-    how). Files are not part of it."""
+    how). Files are not part of it.
+
+    One taken with ``checkpoint(wait=False)`` may still be in the making: ``taken`` is None
+    until the sandbox says whether it was made (False: it was not, ``lost`` says why), and
+    ``restore`` waits for that word."""
 
     worker: LiveWorker
     session_id: str
     execution_count: int
     taken_at: float
     used: bool = False
+    forking: Forking | None = None
 
     @property
     def alive(self) -> bool:
+        """Not used, dropped or killed, nor refused by the sandbox (one in the making is)."""
         return not self.used and not self.worker.ended
+
+    @property
+    def taken(self) -> bool | None:
+        """Whether the sandbox made it (None: its word has not come yet)."""
+        return True if self.forking is None else self.forking.made
+
+    def settle(self, timeout: float) -> None:
+        """Wait for the sandbox's word on it; ForkError if it was not made."""
+        if self.forking is not None:
+            self.forking.result(timeout)
 
     @property
     def lost(self) -> str | None:
@@ -575,14 +591,27 @@ class Session(Closeable):
         """``fork`` without blocking the event loop."""
         return await run_in_thread(lambda: self.fork(n, reseed=reseed), lambda: None)
 
-    def checkpoint(self) -> Checkpoint:
+    def checkpoint(self, *, wait: bool = True) -> Checkpoint:
         """Keep this session's state as it is now (between executions), paused, to
         ``restore`` later: a fork that runs nothing and that the kernel kills first when
-        memory runs short. Raise ForkError when it cannot be taken."""
+        memory runs short. Raise ForkError when it cannot be taken.
+
+        ``wait=False`` returns once the sandbox has been asked, before the fork is made: an
+        execution started after it runs once the state is kept (the code's process forks
+        before it reads the execution), so the fork is never on its way for longer than the
+        fork itself. Whether it was made comes later (``Checkpoint.taken``, ``lost``);
+        ForkError is raised here only for what is known at once (the memory cap's room, a
+        sandbox that is gone)."""
+        timeout = self._core.spec.startup_timeout
         with self._exec_lock, self._fork_turn():
             worker = self._live_worker()
-            paused = worker.fork(pause=True, timeout=self._core.spec.startup_timeout)
-            return Checkpoint(paused, self.id, self._count, time.monotonic())
+            forking = worker.begin_fork(pause=True, timeout=timeout)
+        checkpoint = Checkpoint(
+            forking.port, self.id, self._count, time.monotonic(), forking=forking
+        )
+        if wait:
+            checkpoint.settle(timeout)
+        return checkpoint
 
     @contextlib.contextmanager
     def _fork_turn(self) -> Iterator[None]:
@@ -603,6 +632,8 @@ class Session(Closeable):
                 raise SandboxClosedError("this session is closed; open a new one with session()")
             if checkpoint.session_id != self.id:
                 raise ForkError("that checkpoint is another session's")
+            with contextlib.suppress(ForkError):  # (one not made is not alive: said below)
+                checkpoint.settle(self._core.spec.startup_timeout)
             if not checkpoint.alive or not checkpoint.worker.resume():
                 why = checkpoint.lost or "it was used or dropped"
                 raise ForkError(f"the checkpoint is gone: {why}")

@@ -69,20 +69,23 @@ class Branches(State):
         return self.spare  # (None, or what a failed hand-over forked from here)
 
     def await_spare(self) -> Optional[Child]:
-        """(One-shot.) Wait for the template's answer to the spare's fork (the host sent an
-        execution before it came): the spare, or None if it did not come."""
-        template = self.template
-        deadline = time.monotonic() + FORK_WAIT
-        while template is not None and template.forking is not None and self.spare is None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not self.registered(template.frm):
+        """(One-shot.) Wait for the spare the template is forking to say it is set up (the
+        host sent an execution before it did): the spare, or None if it did not come."""
+        while self.spare is None:
+            pending = [new for new in self.starting if new.origin is not None]
+            if not pending:
                 break
-            if select.select([template.frm], [], [], left)[0]:
+            new = pending[0]
+            left = new.origin[3] - time.monotonic() if new.origin is not None else 0.0
+            if left <= 0 or not self.registered(new.frm):
+                self.fork_failed(new, "the template's fork did not set up in time")
+                continue
+            if select.select([new.frm], [], [], left)[0]:
                 for _ in range(FRAME_READS):
-                    if not self.read_frames(template):
+                    if not self.read_frames(new):
                         break
-        if self.spare is None and template is not None and template.forking is not None:
-            self.fork_failed(template, "the template did not fork in time")
+                if not self.registered(new.frm):
+                    self.fork_failed(new, "the template's fork ended as it started")
         return self.spare
 
     def on_fork(self, frame: ForkFrame, source: Optional[Child]) -> None:
@@ -90,9 +93,11 @@ class Branches(State):
 
         The new branch's pipes are made here and handed to ``source`` over its socket; it
         forks twice, so that the branch is this process's child (as the first process of the
-        PID namespace, or its subreaper), and answers ``forked`` with the branch's pid, which
-        is taken only if it is a child of this process and no other branch's (see
-        ``on_status``). The host hears ``forked`` in any case, ``ok`` or not.
+        PID namespace, or its subreaper), and goes on at once: the branch itself says it is
+        set up (``forked``, with its pid, on its own pipe), and is taken only if it is a child
+        of this process and no other branch's (``on_forked``). Meanwhile ``source`` may run
+        the host's next execution, which it reads after this: the branch holds the state from
+        before it. The host hears ``forked`` in any case, ``ok`` or not.
         """
         request, number = frame.id[:200], frame.n
         why = ""
@@ -102,8 +107,6 @@ class Branches(State):
             why = "it is paused (a checkpoint): resume it first"
         elif source.exec_id is not None:
             why = "it is running code: a session forks between executions"
-        elif source.forking is not None:
-            why = "it is forking already"
         elif not 0 < number < 2**31 or self.taken(number):
             why = "the new branch's number is taken or out of range"
         elif len(self.branches) + len(self.starting) >= MAX_BRANCHES:
@@ -116,7 +119,7 @@ class Branches(State):
             self.send_host(refused, frame.b)
             return
         assert source is not None
-        asked = ForkSelfFrame(reseed=frame.reseed, pause=frame.pause)
+        asked = ForkSelfFrame(n=number, reseed=frame.reseed, pause=frame.pause)
         self.begin_fork(source, request, number, asked)
 
     def begin_fork(self, source: Child, request: str, number: int, asked: ForkSelfFrame) -> None:
@@ -128,14 +131,14 @@ class Branches(State):
         fds_r, fds_w = socket_pair()
         theirs = [ctl_r, frm_w, out_w, err_w, fds_r]
         new = Child(0, ctl_w, frm_r, out_r, err_r, branch=number, fds=fds_w)
+        new.origin = (source, request, asked.pause, time.monotonic() + FORK_WAIT)
         self.starting.append(new)
         self.watch(new)
-        source.forking = (request, new, asked.pause)
         handed = self.hand_fds(source, theirs)
         for fd in theirs:
             close_quietly(fd)
         if not handed:
-            self.fork_failed(source, "its socket for the branch's pipes is full or closed")
+            self.fork_failed(new, "its socket for the branch's pipes is full or closed")
             return
         self.to_child(source, asked, 0)
 
@@ -159,11 +162,28 @@ class Branches(State):
         finally:
             carrier.close()
 
-    def fork_failed(self, source: Child, why: str) -> None:
-        if source.forking is None:
+    def fork_deadline(self) -> Optional[float]:
+        """When the first branch being forked is late (None: none is being forked)."""
+        deadlines = [new.origin[3] for new in self.starting if new.origin is not None]
+        return min(deadlines) if deadlines else None
+
+    def forks_late(self) -> None:
+        """Fail the forks whose branch did not say it is set up in time (it is killed)."""
+        now = time.monotonic()
+        for new in list(self.starting):
+            if new.origin is not None and new.origin[3] <= now:
+                self.fork_failed(new, "the new branch did not set up in %g s" % FORK_WAIT)
+
+    def forks_from(self, source: Child) -> List[Child]:
+        """The branches being forked from ``source``."""
+        return [new for new in self.starting if new.origin is not None and new.origin[0] is source]
+
+    def fork_failed(self, new: Child, why: str) -> None:
+        """The fork that was to make ``new`` failed: its pipes are closed, the host told."""
+        if new.origin is None:
             return
-        request, new, _ = source.forking
-        source.forking = None
+        source, request, _, _ = new.origin
+        new.origin = None
         if new in self.starting:
             self.starting.remove(new)
         self.close_child(new)
@@ -176,37 +196,54 @@ class Branches(State):
         failed = {"t": "forked", "id": request, "ok": False, "detail": why[:500]}
         self.send_host(failed, source.branch)
 
-    def on_forked(self, source: Child, status: Dict[str, Any]) -> None:
-        """The code's process says it forked (or could not): check and take the branch."""
-        if source.forking is None:
+    def on_fork_status(self, child: Child, status: Dict[str, Any]) -> None:
+        """A fork's word: the source's that it could not fork, or the new branch's that it
+        is set up (or that the process in between could not make it)."""
+        if child.origin is not None:
+            self.on_forked(child, status)
+        elif status.get("status") == "fork_failed":
+            # (the source could not fork: it names the branch it was asked for)
+            for new in self.forks_from(child):
+                if new.branch == status.get("n"):
+                    self.fork_failed(new, str(status.get("detail") or "the fork failed"))
+                    break
+
+    def on_forked(self, new: Child, status: Dict[str, Any]) -> None:
+        """The new branch says it is set up (or that it could not be made): check and take it."""
+        if new.origin is None:
             return  # nothing was asked of it
         if status.get("status") == "fork_failed":
-            self.fork_failed(source, str(status.get("detail") or "the fork failed"))
+            self.fork_failed(new, str(status.get("detail") or "the fork failed"))
             return
         pid = status.get("pid")
         known = [child.pid for child in self.children()]
         if not isinstance(pid, int) or pid <= 1 or pid == os.getpid() or pid in known:
-            self.fork_failed(source, "it named no process of its own")
+            self.fork_failed(new, "it named no process of its own")
             return
         ended = self.early.pop(pid, None)
         if ended is None:
             mine = adopted(pid)
             if mine is None:
-                self.fork_failed(source, "it named a process that is not a branch")
+                self.fork_failed(new, "it named a process that is not a branch")
                 return
             if not mine:
                 ended = 0
         if ended is not None:
-            self.fork_failed(source, "the branch ended as it started")
+            self.fork_failed(new, "the branch ended as it started")
             return
-        request, new, pause = source.forking
-        source.forking = None
+        source, request, pause, _ = new.origin
+        new.origin = None
         self.starting.remove(new)
         new.pid, new.ready, new.paused = pid, True, pause
         if source is self.template:
             self.spare = new
             return
         self.branches[new.branch] = new
+        if new.closing:  # (the host dropped it before it was made)
+            self.signal_child(new, signal.SIGKILL)
+            closed = {"t": "forked", "id": request, "ok": False, "detail": "it was closed"}
+            self.send_host(closed, source.branch)
+            return
         if pause:
             self.signal_child(new, signal.SIGSTOP)
         forked = {"t": "forked", "id": request, "ok": True, "n": new.branch, "pid": pid}

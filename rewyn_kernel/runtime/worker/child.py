@@ -27,7 +27,6 @@ import os
 import queue
 import select
 import signal
-import struct
 import sys
 import termios
 import threading
@@ -53,7 +52,7 @@ from .frontend import Output, Questions, complete, inspect
 from .ipython import IPythonRunner
 from .ipython import available as ipython_available
 from .record import WireError
-from .wire import CHUNK, Reader, Sender
+from .wire import CHUNK, HEADER, Reader, Sender, encode_header
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
@@ -69,6 +68,9 @@ BRANCH_FDS = 5
 QUIET_WAIT = 2.0
 """At most this long a fork waits for the process's other threads to stop running (see
 ``quiet_threads``)."""
+QUIET_LOOK = 0.00005
+"""How often ``quiet_threads`` looks again (this process's control thread, which handed over the
+request, runs on for some microseconds: a fork waits no longer than that for it)."""
 RELAY_WAIT = 0.2
 """Seconds a frame waits for the output printed before it to be read (a program that writes
 without pause keeps a pipe from ever being empty)."""
@@ -86,6 +88,7 @@ class CodeProcess:
         self.fds = fds  # where a fork's pipes come from (a session's process only)
         self.carrier = -1  # where its seccomp listener goes (broker.py), until sent
         self.oom_adj: Optional[bytes] = None  # what it was before a checkpoint raised it
+        self.middles: List[int] = []  # processes in between this one and its branches, to reap
         self.forked = False  # True in a copy made by the code's own fork()
         self.sender = Sender(frm)
         self.requests: "queue.Queue[Optional[Tuple[Frame, bytes]]]" = queue.Queue()
@@ -356,19 +359,20 @@ class CodeProcess:
         """Fork this process into a new branch of the session (the supervisor asked, between
         executions): the same variables, imports and figures, in a process whose parent is the
         supervisor (this process forks twice; the one in between exits at once). True in the
-        new branch, which then serves its own pipes; False here, once the supervisor knows."""
+        new branch, which then serves its own pipes; False here, at once.
+
+        Nothing here waits for the branch: this process goes on to the next request (the
+        host's next execution, as a checkpoint is taken between cells) as soon as its own
+        fork returns, and the branch says on its own pipe when it is set up (or the process in
+        between says there that it could not make it): the state it holds is this one's
+        before anything read after the fork."""
         fds = self.take_fds()
         if len(fds) != BRANCH_FDS:
             for fd in fds:
                 os.close(fd)
-            self.sender.send(
-                {"t": "status", "id": None, "status": "fork_failed", "detail": "no pipes came"}
-            )
+            failed = {"status": "fork_failed", "n": asked.n, "detail": "no pipes came"}
+            self.sender.send({"t": "status", "id": None, **failed})
             return False
-        # The process in between says the branch's pid on one pipe, the branch that it is set
-        # up on another (one pipe would let the branch's word come first).
-        news_r, news_w = os.pipe()
-        ready_r, ready_w = os.pipe()
         # (``random`` reseeds itself in every fork: the branch puts its state back)
         chance = sys.modules.get("random")
         state = chance.getstate() if chance is not None else None
@@ -379,42 +383,48 @@ class CodeProcess:
             quiet_threads()
             middle = os.fork()
         except OSError as exc:
-            middle, why = -1, "the fork failed: %s" % (exc.strerror or exc)
+            middle, why = -1, "the code's process could not fork: %s" % (exc.strerror or exc)
         finally:
             sys.setswitchinterval(switch)
         if middle == 0:
             try:
-                os.close(news_r)
-                os.close(ready_r)
-                branch = os.fork()
-                if branch != 0:
-                    os.write(news_w, struct.pack("=i", branch))
+                try:
+                    branch = os.fork()
+                except OSError as exc:
+                    how = exc.strerror or exc
+                    say_failed(fds[1], "the process in between could not fork: %s" % how)
                     os._exit(0)
-                os.close(news_w)
+                if branch != 0:
+                    os._exit(0)
                 self.become_branch(fds, asked)
                 if chance is not None and not asked.reseed:
                     chance.setstate(state)
-                os.write(ready_w, b"R")  # set up: the supervisor may take it
-                os.close(ready_w)
+                self.sender.send(
+                    {"t": "status", "id": None, "status": "forked", "pid": os.getpid()}
+                )
                 return True
             except BaseException:
                 os._exit(70)
-        for fd in [news_w, ready_w, *fds]:
-            os.close(fd)
-        pid = 0
-        if middle > 0:
-            why, pid = hear_branch(news_r, ready_r)
-            try:
-                os.waitpid(middle, 0)
-            except ChildProcessError:
-                pass
-        os.close(news_r)
-        os.close(ready_r)
         if why:
-            self.sender.send({"t": "status", "id": None, "status": "fork_failed", "detail": why})
-        else:
-            self.sender.send({"t": "status", "id": None, "status": "forked", "pid": pid})
+            say_failed(fds[1], why)
+        for fd in fds:
+            os.close(fd)
+        if not why:
+            # (reaped as this process next looks up from its work: a thread of its own to wait
+            # could fail to start, at the process limit, and a fork must not cost the session)
+            self.middles.append(middle)
         return False
+
+    def reap_middles(self) -> None:
+        """Reap the processes in between this one and its branches that have exited (the code's
+        own ``os.wait()`` may have taken one: it is gone either way)."""
+        for pid in list(self.middles):
+            try:
+                done = os.waitpid(pid, os.WNOHANG)[0] == pid
+            except ChildProcessError:
+                done = True
+            if done:
+                self.middles.remove(pid)
 
     def take_fds(self) -> List[int]:
         """The descriptors the supervisor sent for a fork (all of them, or none)."""
@@ -442,6 +452,7 @@ class CodeProcess:
         fork does not copy: this process's own threads, and locks they may have held."""
         ctl, frm, out, err, sock = fds
         self.forked = False
+        self.middles = []  # (its source's, not its own)
         self.ctl, self.frm, self.fds = ctl, frm, sock
         self.sender.fd = frm
         self.sender.lock = threading.Lock()
@@ -589,6 +600,8 @@ class CodeProcess:
         """Answer requests until the control stream ends (or, one-shot, after one execution)."""
         while True:
             try:
+                if self.middles:
+                    self.reap_middles()
                 request = self.requests.get()
                 if request is None:
                     os._exit(0)  # the supervisor is gone
@@ -651,36 +664,15 @@ class CodeProcess:
             os._exit(exit_code & 0xFF)
 
 
-def hear_branch(news: int, ready: int) -> Tuple[str, int]:
-    """The branch's pid (from the process in between), then its word that it is set up:
-    why not, else ''. A branch that does not set up in time is killed."""
-    deadline = time.monotonic() + FORK_WAIT
-    told = read_within(news, 4, deadline)
-    pid = struct.unpack("=i", told)[0] if len(told) == 4 else 0
-    if pid > 0 and read_within(ready, 1, deadline) == b"R":
-        return "", pid
-    if pid > 0:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    if time.monotonic() >= deadline:
-        return "the new branch did not set up in %g s" % FORK_WAIT, 0
-    return "the new branch ended as it started (the process limit reached?)", 0
-
-
-def read_within(fd: int, size: int, deadline: float) -> bytes:
-    """Up to ``size`` bytes from ``fd``, less if it ends or ``deadline`` passes first."""
-    got = b""
-    while len(got) < size:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            break
-        chunk = os.read(fd, size - len(got))
-        if not chunk:
-            break
-        got += chunk
-    return got
+def say_failed(pipe: int, why: str) -> None:
+    """Say on a new branch's pipe, where the supervisor waits for the branch, that it could not
+    be made (before the pipe's end: the supervisor reads the word first). Written whole, at
+    once: in the process in between no lock of this process's can be trusted."""
+    body = encode_header({"t": "status", "id": None, "status": "fork_failed", "detail": why})
+    try:
+        os.write(pipe, HEADER.pack(len(body), 0) + body)
+    except OSError:
+        pass  # (the supervisor gave up on it: it reads the pipe's end as the same)
 
 
 def quiet_threads() -> None:
@@ -722,7 +714,7 @@ def quiet_threads() -> None:
     # Python thread can take the GIL meanwhile; one that computes shows as running.)
     deadline = time.perf_counter() + QUIET_WAIT
     while any(running(tid) for tid in others) and time.perf_counter() < deadline:
-        pause = time.perf_counter() + 0.0005
+        pause = time.perf_counter() + QUIET_LOOK
         while time.perf_counter() < pause:
             pass
 

@@ -46,8 +46,9 @@ class Child:
         self.paused = False
         self.closing = False  # the host closed it: its end is no news
         self.muted = False  # what it sends is read and dropped (a one-shot sandbox's template)
-        self.forking: Optional[Tuple[str, Child, bool]] = None
-        """A fork it was asked for: the request's id, the new branch, whether it is paused."""
+        self.origin: Optional[Tuple[Child, str, bool, float]] = None
+        """(A branch being forked, in ``starting``.) What it is forked from, the request's id,
+        whether it is paused, and by when it must say it is set up (``on_forked``)."""
         # The frame being read from ``frm``: bytes so far, and how many it needs.
         self.head = b""
         self.body_len = -1

@@ -105,6 +105,8 @@ class CodeFrames(State):
     def read_frames(self, child: Child) -> bool:
         """Read once from the code's frame stream; False when nothing was there (or it ended)."""
         fd = child.frm
+        if fd < 0:
+            return False  # (closed by what the last frame did: a fork that failed)
         try:
             if child.body_len < 0:
                 data = os.read(fd, HEADER.size - len(child.head))
@@ -112,6 +114,8 @@ class CodeFrames(State):
                     self.unregister(fd)
                     if child.head:
                         self.violate(child, "its frame stream ended in the middle of a frame")
+                    if child.origin is not None:  # (a branch being forked: it never set up)
+                        self.fork_failed(child, "the new branch ended as it started")
                     return False
                 child.head += data
                 if len(child.head) < HEADER.size:
@@ -172,8 +176,10 @@ class CodeFrames(State):
             if status.get("note"):
                 self.notes.append(str(status["note"])[:1000])
             return
-        if name in FORK_STATUSES and (not self.once or child is self.template):
-            self.on_forked(child, status)
+        if name in FORK_STATUSES and (
+            child.origin is not None or not self.once or child is self.template
+        ):
+            self.on_fork_status(child, status)
             return
         if name not in STATUSES or not -(2**31) <= exit_code < 2**31:
             self.violate(child, "it sent a malformed status frame")

@@ -135,8 +135,10 @@ class ResumeFrame(HostFrame, kind="resume"):
 
 class ForkSelfFrame(Frame, kind="fork_self"):
     """(Supervisor to a code process.) Fork yourself: the new branch's pipes come over your
-    socket; ``once``: it runs one one-shot execution (forked from a preloaded template)."""
+    socket; ``once``: it runs one one-shot execution (forked from a preloaded template);
+    ``n``: the new branch's number (a fork that fails here says it)."""
 
+    n: int = 0
     reseed: bool = False
     pause: bool = False
     once: bool = False

@@ -138,8 +138,6 @@ class Processes(State):
         self.drain(child, to_end=False)
         if child.exec_id is not None:
             self.finish_exec(child)
-        if child.forking is not None:
-            self.fork_failed(child, "the process it was forked from ended")
         status = child.wait_status
         if child.paused and not child.closing and status is not None and os.WIFSIGNALED(status):
             self.dropped += 1  # (the kernel's OOM kill of a checkpoint: see finish_exec)

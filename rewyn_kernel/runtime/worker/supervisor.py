@@ -39,6 +39,7 @@ import os
 import selectors
 import signal
 import sys
+import time
 
 from . import system
 from .branches import Branches
@@ -132,9 +133,16 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
 
     def step(self) -> None:
         watching = self.watching()
-        events = self.selector.select(MEMORY_WATCH if watching else None)
+        wait = MEMORY_WATCH if watching else None
+        late = self.fork_deadline()
+        if late is not None:
+            until = max(0.0, late - time.monotonic())
+            wait = until if wait is None else min(wait, until)
+        events = self.selector.select(wait)
         if watching:
             self.watch_memory()
+        if late is not None:
+            self.forks_late()
         # Frames first: the code sends a frame only once its pipes are empty (what it printed
         # before was relayed already: see CodeProcess.finish_output), so output in this batch
         # was printed after the frame, and stays after it. Then stdout before stderr: the code
@@ -198,6 +206,9 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
             if child is not None and not self.once:
                 child.closing = True
                 self.signal_child(child, signal.SIGKILL)
+            for new in self.starting:  # (one being forked is killed as it comes: on_forked)
+                if new.branch == frame.b and not self.once:
+                    new.closing = True
         elif isinstance(frame, ResumeFrame):
             self.skip(payload_len)
             if child is not None and child.paused:
