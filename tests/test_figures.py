@@ -2,21 +2,28 @@
 
 The first tests play real ipympl traffic (a figure made, drawn, resized, zoomed and saved by
 ipympl and matplotlib in a process of their own, recording what they send) and hostile
-variants of it through ``WidgetPolicy``.
+variants of it through ``WidgetPolicy``; the last ones run real sandbox kernels (jupyter_client)
+and play the page's side of a figure: its events go in, frames come back.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from jupyter_client.blocking.client import BlockingKernelClient
 
 from rewyn_kernel.kernel.widgets import Relayed, WidgetPolicy
 from rewyn_kernel.runtime.sandbox import CommFrame
+
+from .kernel_client import Cell, run_cell, running_kernel, write_spec
+from .test_widgets import WIDGET_VIEW, notes, opened, send
 
 pytest.importorskip("ipympl", reason="ipympl is a test dependency: pip install -e '.[dev]'")
 
@@ -338,3 +345,126 @@ def test_the_widget_libraries_refused_are_named_with_why(
     refused = WidgetPolicy().outgoing(frame)
     assert isinstance(refused, str)
     assert said in refused, refused
+
+
+# -- a real kernel: the page's side played by the test --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BlockingKernelClient]:
+    """The default kernel (bubblewrap), with ipympl in the sandbox's Python."""
+    root = tmp_path_factory.mktemp("figures")
+    write_spec(root, "rewyn-figures")
+    folder = root / "notebook"
+    folder.mkdir()
+    os.chown(folder, 1000, 1000)  # (a person's notebook folder)
+    with running_kernel(root, "rewyn-figures", cwd=folder) as (_, client):
+        yield client
+
+
+FIGURE_CELL = "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 3, 2])\n"
+
+
+def figure_ids(cell: Cell) -> dict[str, str]:
+    return {
+        state["_model_name"]: comm_id
+        for comm_id, state in opened(cell).items()
+        if state["_model_module"] == "jupyter-matplotlib"
+    }
+
+
+def event(kc: BlockingKernelClient, comm_id: str, **content: Any) -> list[dict[str, Any]]:
+    """Send what ipympl's page sends for a canvas's event; return what the kernel sent back."""
+    data = {"method": "custom", "content": content}
+    return send(kc, "comm_msg", {"comm_id": comm_id, "data": data})
+
+
+def sent_to_page(replies: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(type, bytes of its buffer) of each canvas message in ``replies``."""
+    found = []
+    for reply in replies:
+        data = reply["content"].get("data", {})
+        if reply["msg_type"] == "comm_msg" and data.get("method") == "custom":
+            sizes = [len(buffer) for buffer in reply.get("buffers", [])]
+            found.append((json.loads(data["content"]["data"])["type"], sum(sizes)))
+    return found
+
+
+def test_a_widget_figure_opens_in_the_page_and_answers_its_events(
+    kc: BlockingKernelClient,
+) -> None:
+    """``%matplotlib widget``: ipympl's models reach the page, and the page's events (ready,
+    draw, resize, a zoom with the toolbar) run matplotlib in the sandbox, which sends frames
+    back: the figure redraws at the new size, and the zoom changes the axes."""
+    assert run_cell(kc, "%matplotlib widget").status == "ok"
+    cell = run_cell(kc, FIGURE_CELL, timeout=120)
+    assert cell.status == "ok", cell.reply
+    assert notes(cell) == []
+    ids = figure_ids(cell)
+    assert set(ids) == {"MPLCanvasModel", "ToolbarModel"}
+    shown = [m["content"]["data"] for m in cell.of_type("display_data")]
+    views = [data[WIDGET_VIEW]["model_id"] for data in shown if WIDGET_VIEW in data]
+    assert views == [ids["MPLCanvasModel"]]
+    canvas = ids["MPLCanvasModel"]
+
+    ready = sent_to_page(event(kc, canvas, type="initialized"))
+    assert ("resize", 0) in ready, ready
+    drawn = sent_to_page(event(kc, canvas, type="draw"))
+    assert [kind for kind, size in drawn if size > 1000] == ["binary"], drawn
+    resized = event(kc, canvas, type="resize", width=320, height=240)
+    sizes = [
+        json.loads(r["content"]["data"]["content"]["data"])
+        for r in resized
+        if ("resize", 0) in sent_to_page([r])
+    ]
+    assert sizes, resized
+    assert sizes[-1]["size"] == [320, 240], sizes
+    redrawn = sent_to_page(event(kc, canvas, type="draw"))
+    assert [kind for kind, size in redrawn if size > 1000] == ["binary"], redrawn
+
+    before = run_cell(kc, "print(ax.get_xlim())").stream()
+    assert event(kc, ids["ToolbarModel"], type="toolbar_button", name="zoom") is not None
+    pointer = {"button": 0, "buttons": 1, "modifiers": [], "guiEvent": {}}
+    for kind, x, y in (("button_press", 90, 60), ("motion_notify", 200, 150)):
+        event(kc, canvas, type=kind, x=x, y=y, **pointer)
+    released = sent_to_page(event(kc, canvas, type="button_release", x=200, y=150, **pointer))
+    assert ("history_buttons", 0) in released or ("draw", 0) in released, released
+    after = run_cell(kc, "print(ax.get_xlim())").stream()
+    assert after != before, (before, after)
+
+
+def test_the_notebook_backend_is_ipympls_here_with_a_note(kc: BlockingKernelClient) -> None:
+    """``%matplotlib notebook`` (nbagg) draws through a JavaScript output, which the filter
+    refuses: ipympl's widget backend stands in, and the cell says so once."""
+    chosen = run_cell(kc, "%matplotlib notebook")
+    assert chosen.status == "ok", chosen.reply
+    (note,) = notes(chosen)
+    assert "ipympl" in note, note
+    assert "'notebook'" in note, note
+    cell = run_cell(kc, FIGURE_CELL, timeout=120)
+    assert set(figure_ids(cell)) == {"MPLCanvasModel", "ToolbarModel"}
+    assert [m for m in cell.messages if "javascript" in json.dumps(m["content"]).lower()] == []
+    assert notes(cell) == []
+
+
+def test_a_figure_the_code_makes_hostile_is_refused_with_a_note(
+    kc: BlockingKernelClient,
+) -> None:
+    """Code that sets a figure's traits to what would fetch (a cursor image, an image URL) or
+    sends the page a download it did not ask for: not relayed, said once."""
+    run_cell(kc, "%matplotlib widget")
+    cell = run_cell(
+        kc,
+        FIGURE_CELL
+        + "fig.canvas._cursor = 'url(/api/contents?rewyn-pwned=cursor), auto'\n"
+        + "fig.canvas._data_url = '/api/contents?rewyn-pwned=data_url'\n"
+        + "fig.canvas.download()\n",
+        timeout=120,
+    )
+    assert cell.status == "ok", cell.reply
+    assert "rewyn-pwned" not in json.dumps(
+        [m["content"] for m in cell.messages if m["msg_type"].startswith("comm")]
+    )
+    said = "\n".join(notes(cell))
+    for why in ("'_cursor'", "'_data_url'", "not asked for"):
+        assert why in said, said
