@@ -333,19 +333,17 @@ def test_the_widget_backend_without_ipympl_fails_as_on_ipykernel(
 @pytest.mark.parametrize(
     "choose",
     [
-        "%matplotlib notebook",
-        "%matplotlib widget",
         "%matplotlib qt",
-        "import matplotlib; matplotlib.use('nbagg')",
         "import matplotlib; matplotlib.use('webagg')",
-        "import matplotlib; matplotlib.use('nbagg')\nimport matplotlib.pyplot as plt; plt.ion()",
+        "import matplotlib; matplotlib.use('QtAgg')\nimport matplotlib.pyplot as plt; plt.ion()",
     ],
 )
 def test_an_interactive_matplotlib_backend_draws_inline_with_one_note(
     kernel_root: Path, choose: str
 ) -> None:
-    """ipykernel draws these through comms and JavaScript (or a window), which a sandbox does
-    not relay: the figure is drawn inline instead, said once, and the cells after it work."""
+    """ipykernel draws these in a window or through a web server of matplotlib's own, which a
+    sandbox does not have: the figure is drawn inline instead, said once, and the cells after
+    it work."""
     with running_kernel(kernel_root, "parity-bubblewrap") as (_, kc):
         first = run_cell(kc, choose)
         assert first.status == "ok", [m["content"] for m in first.messages]
@@ -356,6 +354,38 @@ def test_an_interactive_matplotlib_backend_draws_inline_with_one_note(
         said = notes(first) + notes(plot) + notes(again)
         assert len(said) == 1, said
         assert "shown inline" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("choose", "noted"),
+    [
+        ("%matplotlib notebook", True),
+        ("%matplotlib widget", False),
+        ("import matplotlib; matplotlib.use('nbagg')\nimport matplotlib.pyplot as plt", True),
+        (
+            "import matplotlib as m; m.use('nbagg')\nimport matplotlib.pyplot as plt; plt.ion()",
+            True,
+        ),
+    ],
+)
+def test_the_browsers_backends_draw_interactive_figures_through_ipympl(
+    kernel_root: Path, choose: str, noted: bool
+) -> None:
+    """ipympl's figures are widgets, relayed as ipykernel relays them (the same MIME types);
+    nbagg, whose JavaScript output a sandbox cannot relay, is ipympl's here, said once."""
+    with running_kernel(kernel_root, "parity-bubblewrap") as (_, kc):
+        first = run_cell(kc, choose)
+        assert first.status == "ok", [m["content"] for m in first.messages]
+        # (shown by plt.show(), and after the cell where interactive: ion(), %matplotlib)
+        show = "" if "%" in choose or "ion()" in choose else "; plt.show()"
+        plot = run_cell(kc, "import matplotlib.pyplot as plt\nplt.plot([1, 3])" + show)
+        views = [tuple(sorted(m["content"]["data"])) for m in plot.of_type("display_data")]
+        assert len(views) == 1, shape(plot)
+        assert "application/vnd.jupyter.widget-view+json" in views[0], views
+        said = notes(first) + notes(plot)
+        assert len(said) == int(noted), said
+        if noted:
+            assert "ipympl" in said[0], said
 
 
 @pytest.mark.parametrize("where", SANDBOXES)

@@ -7,8 +7,13 @@ typesets, a URL an ``Image`` loads (``format='url'``) and CSS its layout and sty
 kernel relays the comms of ipywidgets' own models only, and checks what they carry:
 
 - targets ``jupyter.widget``, ``jupyter.widget.control`` and ``jupyter.widget.version``, and
-  models and views of ``@jupyter-widgets/base``, ``controls`` and ``output`` (``MODULES``);
-  anything else is refused, and the cell says so once;
+  models and views of ``@jupyter-widgets/base``, ``controls`` and ``output`` (``MODULES``) and
+  ipympl's figures (``jupyter-matplotlib``, every trait and message checked in ``figures``);
+  anything else is refused, and the cell says so once, naming why for the libraries people use
+  (``REFUSED``: anywidget's models are JavaScript, which the page would run);
+- the states the control comm sends back when a page (re)loads the widgets (``update_states``:
+  the page makes models of them, or sets an open model's state, as it is) checked as the same
+  models' are when they open, and only for models already relayed;
 - HTML through the same sanitiser as ``text/html`` (``safety.clean_html``), math through the
   same TeX rules, CSS values of layouts and styles through ``css.safe_value``, an ``Output``
   widget's outputs through ``filter_bundle``; no media loaded from a URL; no class of
@@ -27,16 +32,41 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewyn_kernel.kernel import css, tex
+from rewyn_kernel.kernel import css, figures, tex
 from rewyn_kernel.kernel.safety import clean_html, filter_bundle
 from rewyn_kernel.runtime.sandbox import CommFrame
 
-__all__ = ["MAX_BUFFERS", "MAX_BUFFER_BYTES", "MODULES", "TARGETS", "Relayed", "WidgetPolicy"]
+__all__ = [
+    "MAX_BUFFERS",
+    "MAX_BUFFER_BYTES",
+    "MODULES",
+    "REFUSED",
+    "TARGETS",
+    "Relayed",
+    "WidgetPolicy",
+]
 
 TARGETS = frozenset({"jupyter.widget", "jupyter.widget.control", "jupyter.widget.version"})
 MODULES = frozenset(
     {"@jupyter-widgets/base", "@jupyter-widgets/controls", "@jupyter-widgets/output"}
 )
+REFUSED = {
+    "anywidget": (
+        "an anywidget widget{name}: its model is JavaScript (_esm) the page would run, which a "
+        "sandbox cannot relay; shown as its text"
+    ),
+    "bqplot": (
+        "a bqplot figure: its models carry CSS styles, HTML tooltips and images the page would "
+        "apply and load, which the kernel does not check yet; shown as its text (matplotlib "
+        "with %matplotlib widget, or plotly's fig.show(), draw interactive figures here)"
+    ),
+    "bqscales": "",  # (bqplot's scales: the figure's note says it)
+    "jupyter-leaflet": (
+        "an ipyleaflet map: the page would fetch its tiles from the servers it names; shown as "
+        "its text"
+    ),
+}
+"""Widget libraries people use that are not relayed, and why (a note said once per cell)."""
 MAX_BUFFERS = 64
 MAX_BUFFER_BYTES = 16 * 1024 * 1024
 MAX_COMMS = 10_000
@@ -56,6 +86,8 @@ _TEX_REMOVED = "[rewyn: math removed: it asked MathJax to style itself or load]"
 class _Comm:
     target: str
     model: str = ""
+    module: str = ""
+    """``figures.MODULE`` for ipympl's models, '' for ipywidgets' own."""
     opened_by_code: bool = True
     description: str = ""
     allow_html: bool = False
@@ -76,6 +108,7 @@ class WidgetPolicy:
     """The comms of one kernel: what the code opened, and what may pass each way."""
 
     comms: dict[str, _Comm] = field(default_factory=dict)
+    figures: figures.Figures = field(default_factory=figures.Figures)
 
     def models(self) -> set[str]:
         """The ids of the widget models relayed so far (what a widget view may name)."""
@@ -110,12 +143,27 @@ class WidgetPolicy:
         if frame.msg_type == "comm_close":
             self.comms.pop(comm_id, None)
             return Relayed("comm_close", {"comm_id": comm_id, "data": {}}, {}, [])
-        if data.get("method") in ("update", "echo_update"):
+        method = data.get("method")
+        if method in ("update", "echo_update"):
+            if comm.module and (buffers or data.get("buffer_paths")):
+                return "a matplotlib widget's state with buffers (ipympl sends none)"
             state = data.get("state")
             checked = self._state(comm, state if isinstance(state, Mapping) else {})
             if isinstance(checked, str):
                 return checked
             data["state"] = checked
+        elif method == "update_states" and comm.target == "jupyter.widget.control":
+            return self._states(comm_id, data, frame.metadata, buffers)
+        elif comm.module:
+            if method != "custom":
+                return f"a matplotlib widget's {str(method)[:40]!r} message"
+            sent = data.get("content")
+            custom = self.figures.custom(
+                comm.model, sent if isinstance(sent, Mapping) else {}, buffers
+            )
+            if isinstance(custom, str):
+                return custom
+            data = {"method": "custom", "content": custom}  # (nothing else of the message)
         message = {"comm_id": comm_id, "data": data}
         return Relayed("comm_msg", message, _metadata(frame.metadata), buffers)
 
@@ -134,13 +182,13 @@ class WidgetPolicy:
         if target == "jupyter.widget":
             state = data.get("state")
             state = state if isinstance(state, Mapping) else {}
-            for key in ("_model_module", "_view_module"):
-                module = state.get(key)
-                if not (module in MODULES or (key == "_view_module" and module is None)):
-                    return (
-                        f"a widget of {str(module)[:80]!r}: only the widgets of "
-                        "@jupyter-widgets/base, controls and output are relayed"
-                    )
+            module = state.get("_model_module")
+            if module == figures.MODULE and state.get("_view_module") == module:
+                comm.module = figures.MODULE
+            else:
+                refused = _refused_module(state)
+                if refused is not None:
+                    return refused
             comm.model = str(state.get("_model_name", ""))[:128] or "?"
             checked = self._state(comm, state)
             if isinstance(checked, str):
@@ -155,8 +203,68 @@ class WidgetPolicy:
             message["target_module"] = target_module
         return Relayed("comm_open", message, _metadata(metadata), buffers)
 
+    def _states(
+        self,
+        comm_id: str,
+        data: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        buffers: list[bytes | memoryview[bytes]],
+    ) -> Relayed | str:
+        """The control comm's answer to a page that (re)loads the widgets: each model's state
+        checked as its own messages are, for the models relayed only (the page makes a model
+        of any other id, and sets an open model's state as it is)."""
+        states = data.get("states")
+        states = states if isinstance(states, Mapping) else {}
+        kept: dict[str, Any] = {}
+        for model_id, entry in states.items():
+            comm = self.comms.get(model_id) if isinstance(model_id, str) else None
+            if comm is None or not comm.model or not isinstance(entry, Mapping):
+                continue
+            module = figures.MODULE if comm.module else entry.get("model_module")
+            if entry.get("model_name") != comm.model or (
+                module != entry.get("model_module") or module not in (*MODULES, figures.MODULE)
+            ):
+                continue
+            state = entry.get("state")
+            checked = self._state(comm, state if isinstance(state, Mapping) else {})
+            if isinstance(checked, str):
+                continue
+            version = entry.get("model_module_version")
+            version = version if isinstance(version, str) and len(version) <= 32 else ""
+            kept[model_id] = {
+                "model_name": comm.model,
+                "model_module": module,
+                "model_module_version": version,
+                "state": checked,
+            }
+        paths, kept_buffers = [], []
+        raw_paths = data.get("buffer_paths")
+        raw_paths = raw_paths if isinstance(raw_paths, list) else []
+        for path, buffer in zip(raw_paths[: len(buffers)], buffers, strict=False):
+            # (a buffer stands for a value of a model kept; ipympl's models have none)
+            if (
+                isinstance(path, list)
+                and path
+                and path[0] in kept
+                and not self.comms[path[0]].module
+            ):
+                paths.append(path)
+                kept_buffers.append(buffer)
+        message = {"method": "update_states", "states": kept, "buffer_paths": paths}
+        return Relayed(
+            "comm_msg",
+            {"comm_id": comm_id, "data": message},
+            _metadata(metadata),
+            kept_buffers,
+        )
+
     def _state(self, comm: _Comm, state: Mapping[str, Any]) -> dict[str, Any] | str:
         """The state of a widget, checked trait by trait; or why it is refused."""
+        if comm.module:
+            figure = self.figures.state(comm.model, state, self.models())
+            if isinstance(figure, dict) and "_dom_classes" in figure:
+                figure["_dom_classes"] = self._trait(comm, "_dom_classes", figure["_dom_classes"])
+            return figure
         checked: dict[str, Any] = {}
         for key, value in state.items():
             if key in ("_model_module", "_view_module", "_model_name", "_view_name"):
@@ -252,6 +360,9 @@ class WidgetPolicy:
             return None
         elif msg_type == "comm_close":
             self.comms.pop(comm_id, None)
+        elif self.comms[comm_id].module:
+            data = content.get("data")
+            self.figures.asked(self.comms[comm_id].model, data if isinstance(data, Mapping) else {})
         header = message.get("header")
         msg_id = header.get("msg_id") if isinstance(header, Mapping) else None
         buffers = message.get("buffers") or []
@@ -262,6 +373,24 @@ class WidgetPolicy:
             "metadata": dict(message.get("metadata") or {}),
             "buffers": [base64.b64encode(bytes(buffer)).decode("ascii") for buffer in buffers],
         }
+
+
+def _refused_module(state: Mapping[str, Any]) -> str | None:
+    """Why a widget of another library than ipywidgets' is refused, or None for ipywidgets'."""
+    for key in ("_model_module", "_view_module"):
+        module = state.get(key)
+        if module in MODULES or (key == "_view_module" and module is None):
+            continue
+        reason = REFUSED.get(module) if isinstance(module, str) else None
+        if reason is not None:
+            name = state.get("_anywidget_id")
+            named = f" ({name[:80]})" if isinstance(name, str) and name else ""
+            return reason.format(name=named)
+        return (
+            f"a widget of {str(module)[:80]!r}: only the widgets of @jupyter-widgets/base, "
+            "controls and output, and ipympl's figures, are relayed"
+        )
+    return None
 
 
 def _buffers(encoded: list[str]) -> list[bytes | memoryview[bytes]] | str:

@@ -31,25 +31,29 @@ if TYPE_CHECKING:
 MAX_TRACEBACK_ENTRIES = 200
 MAX_ENTRY_CHARS = 16384
 
-WEB_BACKENDS = ("nbagg", "notebook", "webagg", "widget", "ipympl")
-"""matplotlib's backends that draw in the browser over comms and JavaScript, which a sandbox
-kernel does not relay: ipykernel's event loops for these names do nothing."""
 BACKEND_MODULES = frozenset(
-    {"ipympl.backend_nbagg"}
-    | {
-        "matplotlib.backends.backend_" + name
-        for name in (
-            *("nbagg", "webagg", "macosx", "wx", "wxagg", "wxcairo", "qtagg", "qtcairo"),
-            *("qt5agg", "qt5cairo", "tkagg", "tkcairo"),
-            *("gtk3agg", "gtk3cairo", "gtk4agg", "gtk4cairo"),
-        )
-    }
+    "matplotlib.backends.backend_" + name
+    for name in (
+        *("nbagg", "webagg", "macosx", "wx", "wxagg", "wxcairo", "qtagg", "qtcairo"),
+        *("qt5agg", "qt5cairo", "tkagg", "tkcairo"),
+        *("gtk3agg", "gtk3cairo", "gtk4agg", "gtk4cairo"),
+    )
 )
-"""The modules of matplotlib's interactive backends: in a sandbox each is the inline backend
-(no browser connection, no window), so a figure is still drawn."""
+"""The modules of matplotlib's interactive backends that need a window, a web server of their
+own or JavaScript output: in a sandbox each is ipympl's (nbagg, where ipympl is installed) or
+the inline backend, so a figure is still drawn. ipympl's own backend is not among them: its
+figures are widgets, whose comms the kernel relays and checks (``kernel/figures.py``)."""
+NBAGG = ("nbagg", "notebook")
+"""The names of matplotlib's nbagg backend, which draws through a JavaScript output (refused by
+the output filter) and a comm: where ipympl is installed, its widget backend stands in."""
 NO_LIVE_FIGURES = (
     "[rewyn: matplotlib's %r backend needs a window or a live connection to the browser, which "
     "a sandbox does not have: figures are shown inline instead, as images]\n"
+)
+NBAGG_AS_IPYMPL = (
+    "[rewyn: matplotlib's %r backend draws with JavaScript output, which a sandbox does not "
+    "relay: figures are interactive through ipympl's widget backend instead (%%matplotlib "
+    "widget)]\n"
 )
 KERNEL_ENVIRONMENT = (
     ("TERM", "xterm-color"),
@@ -224,12 +228,13 @@ class IPythonRunner:
             entries.append("(%s)" % hint)
         self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": entries})
 
-    def backend_fallback(self, name: str) -> None:
-        """Note, once, that an interactive matplotlib backend is shown inline."""
+    def backend_fallback(self, name: str, note: str = NO_LIVE_FIGURES) -> None:
+        """Note, once, that an interactive matplotlib backend is shown inline (or, ``note``,
+        through ipympl)."""
         if not self.backend_noted:
             self.backend_noted = True
             self.flush()
-            sys.stderr.write(NO_LIVE_FIGURES % name)
+            sys.stderr.write(note % name)
             sys.stderr.flush()
 
     # -- introspection ---------------------------------------------------------------------
@@ -273,8 +278,8 @@ class IPythonRunner:
 
 
 class InlineBackends:
-    """Finds matplotlib's interactive backends as the inline one (``matplotlib.use('nbagg')``,
-    ``'module://ipympl.backend_nbagg'``, ``'QtAgg'``...), saying so once."""
+    """Finds matplotlib's interactive backends as the inline one (``matplotlib.use('QtAgg')``,
+    ``'webagg'``...), and nbagg as ipympl's where it is installed, saying so once."""
 
     def __init__(self, runner: IPythonRunner) -> None:
         self.runner = runner
@@ -287,9 +292,17 @@ class InlineBackends:
         return importlib.util.spec_from_loader(name, self)  # type: ignore[arg-type]
 
     def create_module(self, spec: Any) -> Any:
+        name = spec.name.rsplit("backend_", 1)[-1]
+        if name == "nbagg" and _has("ipympl"):
+            import importlib
+
+            self.runner.backend_fallback(name, NBAGG_AS_IPYMPL)
+            module = importlib.import_module("ipympl.backend_nbagg")
+            self.runner.shell.events.register("post_execute", _flush_nbagg_figures)
+            return module
         from matplotlib_inline import backend_inline
 
-        self.runner.backend_fallback(spec.name.rsplit("backend_", 1)[-1])
+        self.runner.backend_fallback(name)
         # Its own import enables the inline hooks only under its own name: here, by hand (the
         # shell's figure formats, and the figures shown after each cell).
         backend_inline.configure_inline_support(
@@ -299,6 +312,28 @@ class InlineBackends:
 
     def exec_module(self, module: Any) -> None:
         pass
+
+
+def _flush_nbagg_figures() -> None:
+    """Show the figures made in interactive mode (``plt.ion()``) under the name 'nbagg', as
+    nbagg shows them: ipympl's own hook does this only under ipympl's names (its
+    ``flush_figures`` looks at ``matplotlib.get_backend()``)."""
+    from IPython.display import display
+
+    # (loaded by then, as the backend is matplotlib's; taken from sys.modules, so that the
+    # worker's type check, for Python 3.8, does not read matplotlib's sources)
+    matplotlib = sys.modules["matplotlib"]
+    backend = sys.modules["ipympl.backend_nbagg"]._Backend_ipympl
+    if matplotlib.get_backend().lower() != "nbagg" or not backend._draw_called:
+        return
+    try:
+        figures = sys.modules["matplotlib._pylab_helpers"].Gcf.get_all_fig_managers()
+        active = {manager.canvas.figure for manager in figures}
+        for figure in [figure for figure in backend._to_show if figure in active]:
+            display(figure.canvas)
+    finally:
+        backend._to_show = []
+        backend._draw_called = False
 
 
 class AltairAsData:
@@ -470,8 +505,13 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
 
         def enable_matplotlib(self, gui: Any = None) -> Any:
             interactive = isinstance(gui, str) and gui.lower() not in (*NON_INTERACTIVE, "auto")
-            if interactive and gui.lower() in ("widget", "ipympl") and not _has("ipympl"):
-                interactive = False  # (fails as on ipykernel: "No module named 'ipympl'")
+            if interactive and gui.lower() in ("widget", "ipympl", "module://ipympl.backend_nbagg"):
+                interactive = False  # (ipympl's figures are widgets: relayed; or, without it,
+                # the import fails as on ipykernel: "No module named 'ipympl'")
+            elif interactive and gui.lower() in NBAGG and _has("ipympl"):
+                runner.backend_fallback(gui, NBAGG_AS_IPYMPL)
+                gui = "widget"
+                interactive = False
             if interactive and not gui.startswith("module://matplotlib_inline"):
                 runner.backend_fallback(gui)
                 gui = "inline"
