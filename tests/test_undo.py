@@ -117,6 +117,31 @@ def test_two_checkpoints_go_back_two_cells(kernel_root: Path) -> None:
         assert value(kc, "x") == "1\n"
 
 
+def test_cells_sent_at_once_each_keep_their_own_checkpoint(kernel_root: Path) -> None:
+    """ "Run All" sends every cell before the first ends: each cell's checkpoint is asked for
+    as the one before ends and the sandbox forks before it reads the next, so each cell is
+    still undone alone, with no note."""
+    with running_kernel(kernel_root, "rewyn-undo-two") as (_, kc):
+        cells = [f"x = {n}\nlog = globals().get('log', []) + [{n}]" for n in range(1, 7)]
+        ids = [kc.execute(code) for code in cells]
+        replies = {}
+        while len(replies) < len(ids):
+            reply = kc.get_shell_msg(timeout=60)
+            if reply["parent_header"].get("msg_id") in ids:
+                replies[reply["parent_header"]["msg_id"]] = reply
+        assert all(replies[i]["content"]["status"] == "ok" for i in ids)
+        last = replies[ids[-1]]
+        count = last["content"]["execution_count"]
+        assert last["metadata"][METADATA_KEY][UNDO_KEY] == {"available": 2, "cell": count}
+        first = run_cell(kc, "%undo")
+        assert first.status == "ok", first.reply
+        assert f"Undid cell [{count}]'s changes" in first.stream()
+        second = run_cell(kc, "%undo")
+        assert second.status == "ok", second.reply
+        assert f"Undid cell [{count - 1}]'s changes" in second.stream()
+        assert value(kc, "x, log") == "4 [1, 2, 3, 4]\n"
+
+
 def test_checkpoints_off(kernel_root: Path) -> None:
     with running_kernel(kernel_root, "rewyn-undo-off") as (_, kc):
         ran = run_cell(kc, "x = 1")
