@@ -443,3 +443,29 @@ def test_a_checkpoint_is_dropped_before_it_costs_a_cell_memory(
     assert "dropped when the sandbox's memory came within 32 MiB" in checkpoint.lost
     with pytest.raises(ForkError, match="gone"):
         session.restore(checkpoint)
+
+
+@pytest.mark.providers("bubblewrap", "docker")  # (a memory cap it reads, and a PID namespace)
+def test_a_checkpoint_kept_as_a_cell_ends_and_dropped_while_it_runs_is_never_made(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    # The checkpoint asked for with the cell (made as it ends) is dropped as the cell's memory
+    # nears the cap, before the sandbox makes it: it must not be made after all, holding the
+    # cell's memory where nothing would ever drop it.
+    session = make_box(memory_limit_mb=256).session()
+    count = "import os; print(sum(p.isdigit() for p in os.listdir('/proc')))"
+    before = text(session.execute(count))
+    fill = "b = bytearray(190 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1"
+    assert session.execute(fill, checkpoint_after=True).ok
+    dropped = session.take_checkpoint()
+    assert not dropped.alive
+    assert "dropped when the sandbox's memory came within" in (dropped.lost or "")
+    assert session.execute("del b").ok
+    assert text(session.execute(count)) == before
+    used, cap = sandbox_memory(session)
+    assert cap - used > 64 << 20  # (the cell's memory is free again)
+    assert session.execute("x = 1", checkpoint_after=True).ok
+    kept = session.take_checkpoint()
+    assert session.execute("x = 2").ok
+    session.restore(kept)
+    assert text(session.execute("print(x)")) == "1"

@@ -279,6 +279,7 @@ class SandboxKernel(Kernel, SandboxSettings):
                 on_comm=lambda frame: self._on_comm(frame, relay),
                 parent=str(self._parent.get("header", {}).get("msg_id", "")),
                 timeout=UNSET if timeout is None else timeout,
+                checkpoint_after=self._undo.checkpoint_after and not silent,
             )
         finally:
             relay.flush()
@@ -291,9 +292,8 @@ class SandboxKernel(Kernel, SandboxSettings):
         if not silent:
             self._undo.after(self.execution_count, result.files)
             self._note(self._undo.lost())
-            self._undo.prepare(self._session)  # (the next cell's, while this one's is read)
         else:
-            await self._undo.stale()  # (silent code may have changed the state)
+            await self._undo.stale(self._session)  # (silent code may have changed the state)
         return self._finish(result, silent, self.timeout if timeout is None else timeout)
 
     # -- comms (ipywidgets) ------------------------------------------------------------------
@@ -341,7 +341,7 @@ class SandboxKernel(Kernel, SandboxSettings):
             relay.flush()
             self._publish("clear_output", {"wait": wait})
 
-        await self._undo.stale()  # (a widget's callback runs code: the state changes)
+        await self._undo.stale(self._session)  # (a widget's callback runs code: the state changes)
         try:
             await self._session.adeliver_comm(
                 message,
@@ -677,7 +677,7 @@ class SandboxKernel(Kernel, SandboxSettings):
     async def do_shutdown(self, restart: bool) -> dict[str, Any]:
         """Kill and reap the sandbox now: nothing of it may outlive the kernel."""
         # (The listener between cells ends with the sandbox: its channel ends.)
-        await self._undo.stale()
+        await self._undo.stale(self._session)
         await asyncio.to_thread(self._undo.close)
         await asyncio.to_thread(self._sandbox.close)
         return {"status": "ok", "restart": restart}

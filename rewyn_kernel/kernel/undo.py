@@ -85,13 +85,17 @@ class Undo:
         """Keep the state as it is before ``cell`` runs; return notes for the person (a
         checkpoint skipped, an older one dropped to make room, one the OOM killer took).
 
-        Nothing here waits for the fork: the checkpoint is asked for (by ``prepare``, as the
-        cell before ended), and the sandbox makes it before it takes up the cell. Whether it
-        was made is read as the cell ends (``lost``)."""
+        Nothing here waits for a fork: the checkpoint is the one the sandbox kept as the cell
+        before ended (``execute(checkpoint_after=True)``, see ``checkpoint_after``), or, where
+        there is none (the first cell, after a widget's callback or an undo), one asked for
+        now, which the sandbox makes before it takes up the cell. Whether it was made is read
+        as the cell ends (``lost``)."""
         if not self.keep:
             return []
         notes = self.lost()
         prepared = await self._take_prepared()
+        if prepared is None:
+            prepared = await asyncio.to_thread(self._kept, session)
         while True:
             try:
                 if prepared is None:
@@ -124,21 +128,39 @@ class Undo:
             await self._drop_oldest()
         return notes
 
+    @property
+    def checkpoint_after(self) -> bool:
+        """Whether a cell's execution keeps the state it leaves, for the next cell's undo."""
+        return self.keep > 0
+
+    @staticmethod
+    def _kept(session: Session) -> Checkpoint | None:
+        """The checkpoint the sandbox kept as the last cell ended, if there is one still."""
+        try:
+            kept = session.take_checkpoint()
+        except ForkError:
+            return None  # (none: ``before`` asks for one, and says why if it cannot be)
+        if kept.alive:
+            return kept
+        kept.close()
+        return None
+
     def prepare(self, session: Session) -> None:
-        """As a cell ends: ask for the next cell's checkpoint now, while the reply goes out and
-        the next request comes in, so that its fork is made meanwhile (``before`` waits only
-        for the ask to be sent; the sandbox forks before it reads the next cell). ``stale``
-        drops it when the state changes meanwhile."""
+        """After an undo: ask for the next cell's checkpoint now, while the person reads the
+        note (``before`` waits only for the ask to be sent; the sandbox forks before it reads
+        the next cell). ``stale`` drops it when the state changes meanwhile."""
         if self.keep and self._ready is None:
             loop = asyncio.get_running_loop()
             self._ready = loop.create_task(asyncio.to_thread(session.checkpoint, wait=False))
 
-    async def stale(self) -> None:
+    async def stale(self, session: Session) -> None:
         """The state changed between cells (a widget's callback, a silent request, an undo):
-        the checkpoint ``prepare`` took no longer holds it; the next cell takes its own."""
-        checkpoint = await self._take_prepared()
-        if checkpoint is not None:
-            await asyncio.to_thread(checkpoint.close)
+        the checkpoint kept as the last cell ended, or asked for after an undo, no longer holds
+        it; the next cell takes its own."""
+        checkpoints = [await self._take_prepared(), await asyncio.to_thread(self._kept, session)]
+        for checkpoint in checkpoints:
+            if checkpoint is not None:
+                await asyncio.to_thread(checkpoint.close)
 
     async def _take_prepared(self) -> Checkpoint | None:
         """The prepared checkpoint, if it was taken (if not, ``before`` tries again and says
@@ -211,7 +233,7 @@ class Undo:
                 "Nothing to undo: checkpoints are off for this kernel (SandboxKernel.checkpoints "
                 "= 0; install it with --checkpoints N to keep the state before the last N cells)."
             )
-        await self.stale()
+        await self.stale(session)
         notes = self.lost()
         if not self._points:
             return Outcome(f"Nothing to undo: {self._why_none}.", ())

@@ -402,6 +402,22 @@ class LiveWorker:
         in it after the fork, whose branch holds the state from before. Raise ForkError when
         the ask cannot go (the memory cap leaves too little, the sandbox is gone)."""
         root = self._root
+        forking = self.expect_fork(pause=pause)
+        ask = ForkFrame(id=forking.id, n=forking.port.branch, pause=pause, reseed=reseed)
+        if not self.send(ask, timeout=timeout):
+            why = (
+                "the sandbox is gone" if self.ended else f"it did not read the ask in {timeout:g} s"
+            )
+            root._give_up(forking, why)
+            raise ForkError(f"the session could not be forked: {why}")
+        return forking
+
+    def expect_fork(self, *, pause: bool) -> Forking:
+        """Make the port of a fork to come and wait for its answer, without asking for it:
+        ``begin_fork`` asks at once, an execution's frame asks for it as the execution ends
+        (``ExecFrame.fork``; ``give_up`` it if that frame does not go). Raise ForkError when
+        the memory cap leaves too little room, or the sandbox is gone."""
+        root = self._root
         self._check_headroom()
         with root._cond:
             if self.ended:
@@ -415,14 +431,11 @@ class LiveWorker:
                 root._checkpoints.append(port)
             forking = Forking(port, uuid.uuid4().hex)
             root._forks[forking.id] = forking
-        ask = ForkFrame(id=forking.id, n=number, pause=pause, reseed=reseed)
-        if not self.send(ask, timeout=timeout):
-            why = (
-                "the sandbox is gone" if self.ended else f"it did not read the ask in {timeout:g} s"
-            )
-            root._give_up(forking, why)
-            raise ForkError(f"the session could not be forked: {why}")
         return forking
+
+    def give_up(self, forking: Forking, why: str) -> None:
+        """``forking`` is not waited for any longer (see ``_give_up``)."""
+        self._root._give_up(forking, why)
 
     def _give_up(self, forking: Forking, why: str) -> None:
         """(On the root.) ``forking`` is not waited for any longer: its port ends, and the branch,

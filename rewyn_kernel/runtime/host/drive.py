@@ -98,8 +98,12 @@ def drive(
             silent=execution.silent,
             comm=execution.comm,
             parent=execution.parent,
+            fork=execution.then_fork.id if execution.then_fork is not None else "",
+            fork_n=execution.then_fork.port.branch if execution.then_fork is not None else 0,
         )
         if not worker.send(header, payload, timeout=timeout or 60.0):
+            if execution.then_fork is not None:
+                worker.give_up(execution.then_fork, "the execution was not sent")
             return channel_ended(worker, ChannelEnded(), memory_limit_mb)
         execution.sent(worker)  # an interrupt asked for meanwhile goes now
         questions = _Questions(worker, execution)

@@ -30,7 +30,7 @@ from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.events import OutputSummary, SandboxEvent
 
 if TYPE_CHECKING:
-    from rewyn_kernel.runtime.host.channel import LiveWorker
+    from rewyn_kernel.runtime.host.channel import Forking, LiveWorker
     from rewyn_kernel.runtime.host.drive import Outcome
 from rewyn_kernel.runtime.host.capture import StreamCapture, excerpt
 from rewyn_kernel.runtime.host.protocol import (
@@ -105,6 +105,8 @@ class Execution:
     """This execution runs in a fresh worker: the previous one was lost with its state."""
     lost_why: str = ""
     """How the previous worker was lost (``state_lost``), in words: what it ran, and how."""
+    then_fork: Forking | None = None
+    """The checkpoint the sandbox makes as this execution ends (``execute(checkpoint_after=)``)."""
     cancel: threading.Event = field(default_factory=threading.Event)
     _sent: bool = False
     _interrupt_asked: bool = False

@@ -181,6 +181,8 @@ class Session(Closeable):
         self._used = False
         self._state_lost = False
         self._lost_why = ""  # (how, in words: said by the next execution)
+        self._checkpoint_after: Checkpoint | None = None  # (under _lock) see take_checkpoint
+        self._checkpoint_refused: ForkError | None = None
         self._closed = False
         self.ready: ReadyFrame | None = None
         if _branch is None:
@@ -267,6 +269,7 @@ class Session(Closeable):
         silent: bool = False,
         on_comm: CommCallback | None = None,
         parent: str = "",
+        checkpoint_after: bool = False,
         _cancel: threading.Event | None = None,
         _comm: bool = False,
     ) -> SandboxResult:
@@ -282,6 +285,11 @@ class Session(Closeable):
         counts; ``silent`` leaves no trace in IPython's history and counter. ``on_comm``
         receives the comm messages the code sends (ipywidgets), unchecked; ``parent`` is the id
         of the request this answers, as the caller knows it (what an Output widget captures by).
+
+        ``checkpoint_after=True`` keeps the state the code leaves as a checkpoint, made by the
+        sandbox as the execution ends (no round trip, and nothing waits for it): take it with
+        ``take_checkpoint()`` before the next execution. It is as ``checkpoint(wait=False)``
+        then, without the time the ask takes to arrive.
         """
         with self._exec_lock:
             if self._closed:
@@ -321,6 +329,12 @@ class Session(Closeable):
                 outcome = taken
             else:
                 worker = taken
+                self._drop_checkpoint_after()
+                if checkpoint_after and self.keep_state and not _comm:
+                    try:
+                        execution.then_fork = worker.expect_fork(pause=True)
+                    except ForkError as exc:
+                        self._checkpoint_refused = exc
                 with self._lock:
                     self._current = (execution, worker)
                 try:
@@ -346,6 +360,11 @@ class Session(Closeable):
                     with self._lock:
                         self._current = None
                 restarted = self._after(worker, outcome, comm=_comm)
+                if execution.then_fork is not None:
+                    forking = execution.then_fork
+                    self._checkpoint_after = Checkpoint(
+                        forking.port, self.id, self._count, time.monotonic(), forking=forking
+                    )
                 files = published(worker, execution.id[:8]) if not _comm else None
                 if worker.egress is not None and not _comm:  # (a comm's: the next cell's)
                     network = worker.egress.take()
@@ -407,6 +426,7 @@ class Session(Closeable):
         silent: bool = False,
         on_comm: CommCallback | None = None,
         parent: str = "",
+        checkpoint_after: bool = False,
         _comm: bool = False,
     ) -> SandboxResult:
         """Run ``code`` without blocking the event loop; callbacks run on the loop, in order.
@@ -430,6 +450,7 @@ class Session(Closeable):
                 silent=silent,
                 on_comm=on_loop(loop, on_comm),
                 parent=parent,
+                checkpoint_after=checkpoint_after,
                 _cancel=cancel,
                 _comm=_comm,
             ),
@@ -613,6 +634,25 @@ class Session(Closeable):
             checkpoint.settle(timeout)
         return checkpoint
 
+    def take_checkpoint(self) -> Checkpoint:
+        """The checkpoint the last execution kept as it ended (``execute(checkpoint_after=True)``),
+        now the caller's. Raise ForkError when there is none: it was not asked for, the memory
+        cap had no room, or something ran since (its state is not the session's any more)."""
+        with self._lock:
+            checkpoint, self._checkpoint_after = self._checkpoint_after, None
+            refused, self._checkpoint_refused = self._checkpoint_refused, None
+        if checkpoint is not None:
+            return checkpoint
+        raise refused or ForkError("no checkpoint was kept as the last execution ended")
+
+    def _drop_checkpoint_after(self) -> None:
+        """Something runs: the checkpoint kept as the last execution ended is not taken now."""
+        with self._lock:
+            checkpoint, self._checkpoint_after = self._checkpoint_after, None
+            self._checkpoint_refused = None
+        if checkpoint is not None:
+            checkpoint.close()
+
     @contextlib.contextmanager
     def _fork_turn(self) -> Iterator[None]:
         """(With ``_exec_lock`` held.) A fork holds the session, briefly: completions and
@@ -638,6 +678,7 @@ class Session(Closeable):
                 why = checkpoint.lost or "it was used or dropped"
                 raise ForkError(f"the checkpoint is gone: {why}")
             checkpoint.used = True
+            self._drop_checkpoint_after()  # (the state it was kept from is gone)
             before, self._next = self._next, checkpoint.worker
             self.ready = checkpoint.worker.ready
             self._used, self._state_lost = True, False
@@ -676,6 +717,7 @@ class Session(Closeable):
                 raise SandboxClosedError("this session is closed; open a new one with session()")
         self._kill_workers("the session was restarted while the code ran")
         with self._exec_lock:
+            self._drop_checkpoint_after()
             self._used = False
             self._state_lost = False
             self._fill(background=False)

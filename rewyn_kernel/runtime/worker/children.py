@@ -46,6 +46,8 @@ class Child:
         self.paused = False
         self.closing = False  # the host closed it: its end is no news
         self.muted = False  # what it sends is read and dropped (a one-shot sandbox's template)
+        self.then_fork: Optional[Tuple[str, int]] = None
+        """(A session's.) The checkpoint to fork as its execution ends: its id and number."""
         self.origin: Optional[Tuple[Child, str, bool, float]] = None
         """(A branch being forked, in ``starting``.) What it is forked from, the request's id,
         whether it is paused, and by when it must say it is set up (``on_forked``)."""

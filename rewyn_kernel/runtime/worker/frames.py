@@ -62,6 +62,12 @@ class ExecFrame(HostFrame, kind="exec"):
     comm: bool = False
     parent: str = ""
     """The frontend's request this answers (an Output widget captures by it); '': ``id``."""
+    fork: str = ""
+    """(A session's, not a comm's.) As the execution ends with its process alive, fork that
+    process into paused branch ``fork_n``: a checkpoint of the state it leaves, answered
+    ``forked`` with this id (as ``fork`` is), made before the host can send anything else.
+    '': none. Where the process ended with the execution, the fork fails."""
+    fork_n: int = 0
 
 
 class InputReplyFrame(HostFrame, kind="input_reply"):

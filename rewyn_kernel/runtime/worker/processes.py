@@ -10,6 +10,7 @@ from . import residue, system
 from .broker import carrier_pair
 from .child import run_child
 from .children import MAX_BRANCHES, Child, close_quietly, descendants, socket_pair
+from .frames import ForkFrame
 from .memory import _OWN_COUNTER, oom_kills
 from .state import State
 
@@ -185,6 +186,13 @@ class Processes(State):
         child.exec_id = None
         child.aborted = False
         child.status = None
+        then, child.then_fork = child.then_fork, None
+        if then is not None:  # (the state it leaves, kept before the host can ask anything)
+            if status is None and child.violation is None:
+                self.on_fork(ForkFrame(id=then[0], n=then[1], pause=True, b=child.branch), child)
+            else:
+                ended = {"t": "forked", "id": then[0], "ok": False}
+                self.send_host({**ended, "detail": "the code's process ended"}, child.branch)
         if self.once:
             self.forget(child)
 

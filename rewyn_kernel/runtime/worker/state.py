@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
 
     from .broker import Broker
     from .config import WorkerConfig
-    from .frames import Frame
+    from .frames import ForkFrame, Frame
     from .mounter import Mounter
     from .relay import Relay
     from .wire import Header
@@ -88,6 +88,8 @@ class State:
         def read_frames(self, child: Child) -> bool: ...
 
         def on_fork_status(self, child: Child, status: Dict[str, Any]) -> None: ...  # branches
+
+        def on_fork(self, frame: ForkFrame, source: Optional[Child]) -> None: ...
 
         def fork_failed(self, new: Child, why: str) -> None: ...
 

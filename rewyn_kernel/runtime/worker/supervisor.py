@@ -209,6 +209,11 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
             for new in self.starting:  # (one being forked is killed as it comes: on_forked)
                 if new.branch == frame.b and not self.once:
                     new.closing = True
+            for owner in self.children():  # (one to fork as an execution ends: not made)
+                if owner.then_fork is not None and owner.then_fork[1] == frame.b:
+                    closed = {"t": "forked", "id": owner.then_fork[0], "ok": False}
+                    owner.then_fork = None
+                    self.send_host({**closed, "detail": "it was closed"}, owner.branch)
         elif isinstance(frame, ResumeFrame):
             self.skip(payload_len)
             if child is not None and child.paused:
@@ -259,6 +264,8 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
             return
         self.count += 1
         child.exec_id = frame.id
+        then = frame.fork and not self.once and not frame.comm
+        child.then_fork = (frame.fork[:200], frame.fork_n) if then else None
         child.oom_before = oom_kills(self.config)
         child.dropped_before = self.dropped
         forwarded = ExecFrame(
