@@ -23,13 +23,22 @@ from .wire import Sender
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, List, Set, Tuple
+    from types import FrameType
+    from typing import Any, Callable, List, Optional, Set, Tuple
 
     from .frames import CompleteFrame, InspectFrame
     from .wire import Header
 
 MAX_TRACEBACK_ENTRIES = 200
 MAX_ENTRY_CHARS = 16384
+SHOWN_ERROR_MIME = "application/vnd.rewyn.shown-error+json"
+"""A traceback shown while the cell went on, as a display (ename, evalue, traceback): the
+kernel publishes it as an ``error`` output (kernel/record.py declares the same name)."""
+SHELL_FILE = os.path.join("IPython", "core", "interactiveshell.py")
+SHOWING = frozenset({"showtraceback", "showsyntaxerror", "showindentationerror", "_showtraceback"})
+CELL_MACHINERY = frozenset({"run_cell_async", "_run_cell", "run_ast_nodes", "run_code"})
+"""Where IPython shows the error a cell ends with (its ``error_before_exec`` or
+``error_in_exec``)."""
 
 BACKEND_MODULES = frozenset(
     "matplotlib.backends.backend_" + name
@@ -214,8 +223,11 @@ class IPythonRunner:
         )
 
     def traceback(self, etype: Any, evalue: Any, stb: List[str]) -> None:
+        """A traceback IPython shows: the cell's own error (an ``error`` frame, the one the
+        execution ends with), or one shown while the cell goes on (``%run`` of a failing
+        script, an event callback, a formatter, an Output widget): an error output now, in
+        order, as ipykernel publishes every traceback its shell shows."""
         self.flush()
-        self.reported = True
         entries = [str(entry)[:MAX_ENTRY_CHARS] for entry in stb]
         if len(entries) > MAX_TRACEBACK_ENTRIES:
             half = MAX_TRACEBACK_ENTRIES // 2
@@ -226,7 +238,14 @@ class IPythonRunner:
         hint = sandbox_hint(evalue) if isinstance(evalue, BaseException) else ""
         if hint:
             entries.append("(%s)" % hint)
-        self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": entries})
+        error = {"ename": name, "evalue": value, "traceback": entries}
+        if not _raised_by_cell():
+            text = "\n".join(entries)
+            data = {SHOWN_ERROR_MIME: error, "text/plain": text}
+            self.output.send({"t": "display", "data": data, "metadata": {}})
+            return
+        self.reported = True
+        self.sender.send({"t": "error", **error})
 
     def backend_fallback(self, name: str, note: str = NO_LIVE_FIGURES) -> None:
         """Note, once, that an interactive matplotlib backend is shown inline (or, ``note``,
@@ -362,6 +381,30 @@ class AltairAsData:
         # (this spec's loader: a new one per import)
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+def _raised_by_cell() -> bool:
+    """Whether the traceback being shown is the cell's own error: shown by IPython's running
+    of the cell the kernel asked for, not by code that runs within it (a magic such as
+    ``%run``, an event callback, a formatter, an Output widget, a cell run from a cell)."""
+    frame: Optional[FrameType] = sys._getframe(1)
+    caller = None
+    cells = 0
+    while frame is not None:
+        code = frame.f_code
+        shell = code.co_filename.endswith(SHELL_FILE)
+        ours = code.co_filename.startswith(WORKER_FILE_PREFIX)
+        if caller is None and not ours and not (shell and code.co_name in SHOWING):
+            caller = code
+        if shell and code.co_name == "run_cell_async":
+            cells += 1
+        frame = frame.f_back
+    return (
+        caller is not None
+        and caller.co_filename.endswith(SHELL_FILE)
+        and caller.co_name in CELL_MACHINERY
+        and cells <= 1
+    )
 
 
 def _without_worker_frames(error: Any, tb: Any) -> Any:
