@@ -7,7 +7,8 @@ as an update), ``clear_output`` a ``clear_output`` frame, the last expression's 
 ``result`` frame, a traceback an ``error`` frame, and the pager, ``set_next_input`` and
 ``exit()`` ``payload`` frames that the host decides about. Shell commands (``!ls``, ``%%bash``)
 run in the sandbox, under its limits; ipykernel's own magics and the install magics are in
-``magics``. Imported only where IPython is installed (the subprocess provider runs the kernel's
+``magics``. Cells run in an asyncio loop that also runs between cells, as on ipykernel
+(``idle``). Imported only where IPython is installed (the subprocess provider runs the kernel's
 own environment; a container, when its image has it).
 """
 
@@ -18,6 +19,7 @@ import sys
 
 from .executor import WORKER_FILE_PREFIX, Gate, describe_error, exit_status, sandbox_hint
 from .frontend import Output, encode_binary
+from .idle import CellLoop
 from .magics import Installs, add_kernel_magics
 from .wire import Sender
 
@@ -113,6 +115,8 @@ class IPythonRunner:
         sys.meta_path.insert(0, InlineBackends(self))
         sys.meta_path.insert(0, AltairAsData())
         self.shell = _make_shell(self, namespace_module)
+        self.loop = CellLoop(gate)
+        """The asyncio loop cells run in, and that runs between cells (``idle.py``)."""
         self.reported = False  # this cell's error went out through the traceback hook
 
     # -- running -------------------------------------------------------------------------
@@ -129,7 +133,7 @@ class IPythonRunner:
         try:
             if self.gate.pending:
                 raise KeyboardInterrupt("interrupted before the code started")
-            result = shell.run_cell(code, store_history=not silent, silent=silent)
+            result = self.loop.run_cell(shell, code, store_history=not silent, silent=silent)
         except KeyboardInterrupt:  # one that landed outside the shell's own handling
             self.gate.in_code = False
             self.sender.send(
@@ -544,7 +548,9 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
                 raise CalledProcessError(exit_code, cmd)
 
         def enable_gui(self, gui: Any = None) -> None:
-            pass  # (as ipykernel's loop for the browser's backends: nothing to run)
+            """``%gui``: as on ipykernel for ``asyncio`` (its loop runs the cells and runs
+            between them already, ``idle.py``) and for the browser's backends (nothing to
+            run); a window toolkit's loop has no display to run on in a sandbox."""
 
         def enable_matplotlib(self, gui: Any = None) -> Any:
             interactive = isinstance(gui, str) and gui.lower() not in (*NON_INTERACTIVE, "auto")
