@@ -1,12 +1,14 @@
 """Print how closely the sandbox kernel matches plain ipykernel on real public notebooks.
 
-Never asserts. Two corpora: ``benchmarks/notebooks/`` holds the code cells of notebooks from
+Never asserts. Three corpora: ``benchmarks/notebooks/`` holds the code cells of notebooks from
 jakevdp/PythonDataScienceHandbook; ``benchmarks/notebooks2/`` public notebooks that print SymPy,
 use interactive matplotlib backends, widgets, pandas' Styler and shell commands (each folder's
-README.md says which, with their licenses). Each notebook runs with nbclient (``allow_errors``,
-120 s a cell, interrupted past it) on plain ipykernel and then on the sandbox kernel, each
-kernel in its own fresh copy of the notebooks folder (so ``data/*.csv`` resolve and nothing a
-notebook writes is left behind or seen by the other kernel). Two pairs of kernels: the default
+README.md says which, with their licenses); ``benchmarks/notebooks_asyncio/`` two small
+notebooks written here (asyncio tasks between cells, errors IPython shows while a cell goes on).
+Each notebook runs with nbclient (``allow_errors``, 120 s a cell, interrupted past it) on plain
+ipykernel and then on the sandbox kernel, each kernel in its own fresh copy of the notebooks
+folder (so ``data/*.csv`` resolve and nothing a notebook writes is left behind or seen by the
+other kernel). Two pairs of kernels: the default
 sandbox kernel against this interpreter's ipykernel, and a docker sandbox kernel on the
 data-science image against that image's own ipykernel (``docker_ipykernel.py``), so each
 pair runs the same packages.
@@ -53,9 +55,15 @@ from benchmarks.docker_ipykernel import LABEL as CONTROL_LABEL
 
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = HERE / "notebooks"
-CORPORA = {"handbook": NOTEBOOKS, "round2": HERE / "notebooks2"}
-"""The first corpus (PythonDataScienceHandbook) and the second (SymPy printing, interactive
-matplotlib, widgets, pandas' Styler, shell commands: see notebooks2/README.md)."""
+CORPORA = {
+    "handbook": NOTEBOOKS,
+    "round2": HERE / "notebooks2",
+    "asyncio": HERE / "notebooks_asyncio",
+}
+"""The first corpus (PythonDataScienceHandbook), the second (SymPy printing, interactive
+matplotlib, widgets, pandas' Styler, shell commands: see notebooks2/README.md), and two small
+notebooks written here for asyncio between cells and the errors IPython shows while a cell goes
+on (notebooks_asyncio/README.md)."""
 DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm-3")
 PLAIN, SANDBOX = "rewyn-bench-ipykernel", "rewyn-bench-sandbox"
 DOCKER_PLAIN, DOCKER_SANDBOX = "rewyn-bench-ipykernel-docker", "rewyn-bench-sandbox-docker"
@@ -428,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("only", nargs="*", help="run the notebooks whose name contains one")
     parser.add_argument(
-        "--corpus", choices=[*CORPORA, "all"], default="all", help="which corpus (all: both)"
+        "--corpus", choices=[*CORPORA, "all"], default="all", help="which corpus (all: every one)"
     )
     parser.add_argument(
         "--kernels", choices=[*PAIRS, "all"], default="all", help="which sandbox kernel"

@@ -36,6 +36,7 @@ from rewyn_kernel.kernel.record import (
     compact_record,
     event_json,
     event_output,
+    shown_error,
 )
 from rewyn_kernel.kernel.safety import WIDGET_VIEW_MIME, drop_note, filter_bundle
 from rewyn_kernel.kernel.undo import UNDO_KEY, Undo, is_undo
@@ -452,6 +453,10 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._publish("stream", {"name": name, "text": text})
 
     def _send_rich(self, output: RichOutput) -> list[str]:
+        error = shown_error(output.data)
+        if error is not None:  # (a traceback IPython showed while the cell went on)
+            self._publish("error", error)
+            return []
         filtered = filter_bundle(
             output.data, output.metadata, trust=self.trust_output, widgets=self._widgets.models()
         )

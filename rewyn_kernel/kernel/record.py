@@ -8,12 +8,14 @@ the whole events go to the run log. On request (``event_output``) a small persis
 ``display_data`` output of type ``EVENT_MIME`` carries a summary too. Review notebooks keep
 their recorded events in ``{"events": [...], "recorded": true}``. Also the error a cell shows
 when its execution did not end well (``cell_error``; the review notebooks name errors from the
-same ``ERROR_NAMES``).
+same ``ERROR_NAMES``), and the error output a traceback shown while a cell went on stands for
+(``shown_error``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from rewyn_kernel.runtime.events import SandboxEvent
@@ -31,6 +33,10 @@ ERROR_NAMES = {
 }
 """The error name a cell shows for an ending that raised no exception in the code."""
 EVENT_MIME = "application/vnd.rewyn.sandbox-event+json"
+SHOWN_ERROR_MIME = "application/vnd.rewyn.shown-error+json"
+"""How the sandbox's IPython sends a traceback it showed while the cell went on (``%run`` of a
+failing script, an event callback): a display of ``{ename, evalue, traceback}`` (the worker's
+ipython.py declares the same name)."""
 # The persisted output keeps what a reviewer needs to judge the run, not the output itself
 # (that is in the cell already) nor the code (likewise).
 _SUMMARY_FIELDS = (
@@ -92,6 +98,21 @@ def cell_error(result: SandboxResult, timeout: float | None) -> dict[str, Any] |
     if not traceback:
         traceback = [f"{ename}: {evalue}" if evalue else ename]
     return {"ename": ename, "evalue": evalue, "traceback": traceback}
+
+
+def shown_error(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``error`` output a display of ``SHOWN_ERROR_MIME`` stands for, bounded as an Output
+    widget's error is (``widgets.py``), or None for any other display. Nothing the code could
+    not show anyway: its own exceptions carry any name, message and traceback text."""
+    error = data.get(SHOWN_ERROR_MIME)
+    if not isinstance(error, Mapping):
+        return None
+    lines = error.get("traceback")
+    return {
+        "ename": str(error.get("ename", ""))[:200],
+        "evalue": str(error.get("evalue", ""))[:65536],
+        "traceback": [str(line)[:16384] for line in lines[:200]] if isinstance(lines, list) else [],
+    }
 
 
 def event_json(event: SandboxEvent) -> dict[str, Any]:

@@ -294,6 +294,7 @@ WORKER_MODULES = (
     "frontend",
     "executor",
     "magics",
+    "idle",
     "ipython",
     "comms",
     "child",

@@ -49,6 +49,7 @@ from .frames import (
     read_frame,
 )
 from .frontend import Output, Questions, complete, inspect
+from .idle import next_request
 from .ipython import IPythonRunner
 from .ipython import available as ipython_available
 from .record import WireError
@@ -602,7 +603,7 @@ class CodeProcess:
             try:
                 if self.middles:
                     self.reap_middles()
-                request = self.requests.get()
+                request = next_request(self.requests, self.ipython)  # (asyncio runs meanwhile)
                 if request is None:
                     os._exit(0)  # the supervisor is gone
                 frame, payload = request

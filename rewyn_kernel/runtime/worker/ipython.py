@@ -7,7 +7,8 @@ as an update), ``clear_output`` a ``clear_output`` frame, the last expression's 
 ``result`` frame, a traceback an ``error`` frame, and the pager, ``set_next_input`` and
 ``exit()`` ``payload`` frames that the host decides about. Shell commands (``!ls``, ``%%bash``)
 run in the sandbox, under its limits; ipykernel's own magics and the install magics are in
-``magics``. Imported only where IPython is installed (the subprocess provider runs the kernel's
+``magics``. Cells run in an asyncio loop that also runs between cells, as on ipykernel
+(``idle``). Imported only where IPython is installed (the subprocess provider runs the kernel's
 own environment; a container, when its image has it).
 """
 
@@ -18,18 +19,28 @@ import sys
 
 from .executor import WORKER_FILE_PREFIX, Gate, describe_error, exit_status, sandbox_hint
 from .frontend import Output, encode_binary
+from .idle import CellLoop
 from .magics import Installs, add_kernel_magics
 from .wire import Sender
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, List, Set, Tuple
+    from types import FrameType
+    from typing import Any, Callable, List, Optional, Set, Tuple
 
     from .frames import CompleteFrame, InspectFrame
     from .wire import Header
 
 MAX_TRACEBACK_ENTRIES = 200
 MAX_ENTRY_CHARS = 16384
+SHOWN_ERROR_MIME = "application/vnd.rewyn.shown-error+json"
+"""A traceback shown while the cell went on, as a display (ename, evalue, traceback): the
+kernel publishes it as an ``error`` output (kernel/record.py declares the same name)."""
+SHELL_FILE = os.path.join("IPython", "core", "interactiveshell.py")
+SHOWING = frozenset({"showtraceback", "showsyntaxerror", "showindentationerror", "_showtraceback"})
+CELL_MACHINERY = frozenset({"run_cell_async", "_run_cell", "run_ast_nodes", "run_code"})
+"""Where IPython shows the error a cell ends with (its ``error_before_exec`` or
+``error_in_exec``)."""
 
 BACKEND_MODULES = frozenset(
     "matplotlib.backends.backend_" + name
@@ -104,6 +115,8 @@ class IPythonRunner:
         sys.meta_path.insert(0, InlineBackends(self))
         sys.meta_path.insert(0, AltairAsData())
         self.shell = _make_shell(self, namespace_module)
+        self.loop = CellLoop(gate)
+        """The asyncio loop cells run in, and that runs between cells (``idle.py``)."""
         self.reported = False  # this cell's error went out through the traceback hook
 
     # -- running -------------------------------------------------------------------------
@@ -120,7 +133,7 @@ class IPythonRunner:
         try:
             if self.gate.pending:
                 raise KeyboardInterrupt("interrupted before the code started")
-            result = shell.run_cell(code, store_history=not silent, silent=silent)
+            result = self.loop.run_cell(shell, code, store_history=not silent, silent=silent)
         except KeyboardInterrupt:  # one that landed outside the shell's own handling
             self.gate.in_code = False
             self.sender.send(
@@ -214,8 +227,11 @@ class IPythonRunner:
         )
 
     def traceback(self, etype: Any, evalue: Any, stb: List[str]) -> None:
+        """A traceback IPython shows: the cell's own error (an ``error`` frame, the one the
+        execution ends with), or one shown while the cell goes on (``%run`` of a failing
+        script, an event callback, a formatter, an Output widget): an error output now, in
+        order, as ipykernel publishes every traceback its shell shows."""
         self.flush()
-        self.reported = True
         entries = [str(entry)[:MAX_ENTRY_CHARS] for entry in stb]
         if len(entries) > MAX_TRACEBACK_ENTRIES:
             half = MAX_TRACEBACK_ENTRIES // 2
@@ -226,7 +242,14 @@ class IPythonRunner:
         hint = sandbox_hint(evalue) if isinstance(evalue, BaseException) else ""
         if hint:
             entries.append("(%s)" % hint)
-        self.sender.send({"t": "error", "ename": name, "evalue": value, "traceback": entries})
+        error = {"ename": name, "evalue": value, "traceback": entries}
+        if not _raised_by_cell():
+            text = "\n".join(entries)
+            data = {SHOWN_ERROR_MIME: error, "text/plain": text}
+            self.output.send({"t": "display", "data": data, "metadata": {}})
+            return
+        self.reported = True
+        self.sender.send({"t": "error", **error})
 
     def backend_fallback(self, name: str, note: str = NO_LIVE_FIGURES) -> None:
         """Note, once, that an interactive matplotlib backend is shown inline (or, ``note``,
@@ -362,6 +385,30 @@ class AltairAsData:
         # (this spec's loader: a new one per import)
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+def _raised_by_cell() -> bool:
+    """Whether the traceback being shown is the cell's own error: shown by IPython's running
+    of the cell the kernel asked for, not by code that runs within it (a magic such as
+    ``%run``, an event callback, a formatter, an Output widget, a cell run from a cell)."""
+    frame: Optional[FrameType] = sys._getframe(1)
+    caller = None
+    cells = 0
+    while frame is not None:
+        code = frame.f_code
+        shell = code.co_filename.endswith(SHELL_FILE)
+        ours = code.co_filename.startswith(WORKER_FILE_PREFIX)
+        if caller is None and not ours and not (shell and code.co_name in SHOWING):
+            caller = code
+        if shell and code.co_name == "run_cell_async":
+            cells += 1
+        frame = frame.f_back
+    return (
+        caller is not None
+        and caller.co_filename.endswith(SHELL_FILE)
+        and caller.co_name in CELL_MACHINERY
+        and cells <= 1
+    )
 
 
 def _without_worker_frames(error: Any, tb: Any) -> Any:
@@ -501,7 +548,9 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
                 raise CalledProcessError(exit_code, cmd)
 
         def enable_gui(self, gui: Any = None) -> None:
-            pass  # (as ipykernel's loop for the browser's backends: nothing to run)
+            """``%gui``: as on ipykernel for ``asyncio`` (its loop runs the cells and runs
+            between them already, ``idle.py``) and for the browser's backends (nothing to
+            run); a window toolkit's loop has no display to run on in a sandbox."""
 
         def enable_matplotlib(self, gui: Any = None) -> Any:
             interactive = isinstance(gui, str) and gui.lower() not in (*NON_INTERACTIVE, "auto")
