@@ -457,9 +457,8 @@ def test_a_checkpoint_kept_as_a_cell_ends_and_dropped_while_it_runs_is_never_mad
     before = text(session.execute(count))
     fill = "b = bytearray(190 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1"
     assert session.execute(fill, checkpoint_after=True).ok
-    dropped = session.take_checkpoint()
-    assert not dropped.alive
-    assert "dropped when the sandbox's memory came within" in (dropped.lost or "")
+    with pytest.raises(ForkError, match="memory cap"):
+        session.take_checkpoint()  # (dropped as the cell ran, or refused as it ended)
     assert session.execute("del b").ok
     assert text(session.execute(count)) == before
     used, cap = sandbox_memory(session)

@@ -564,6 +564,11 @@ class LiveWorker:
         self._port_end = None
         self._port_reason = None
 
+    def check_headroom(self) -> None:
+        """Raise ForkError (``memory``) where the memory cap leaves a fork too little room
+        (and the provider can say how much the sandbox uses)."""
+        self._check_headroom()
+
     def _check_headroom(self) -> None:
         """Refuse a fork the memory cap leaves too little room for (where the provider can
         say how much the sandbox uses)."""

@@ -361,10 +361,7 @@ class Session(Closeable):
                         self._current = None
                 restarted = self._after(worker, outcome, comm=_comm)
                 if execution.then_fork is not None:
-                    forking = execution.then_fork
-                    self._checkpoint_after = Checkpoint(
-                        forking.port, self.id, self._count, time.monotonic(), forking=forking
-                    )
+                    self._keep_after(worker, execution.then_fork)
                 files = published(worker, execution.id[:8]) if not _comm else None
                 if worker.egress is not None and not _comm:  # (a comm's: the next cell's)
                     network = worker.egress.take()
@@ -644,6 +641,24 @@ class Session(Closeable):
         if checkpoint is not None:
             return checkpoint
         raise refused or ForkError("no checkpoint was kept as the last execution ended")
+
+    def _keep_after(self, worker: LiveWorker, forking: Forking) -> None:
+        """(With ``_exec_lock`` held.) The checkpoint the execution kept as it ended, for
+        ``take_checkpoint``; dropped if the memory the execution left is too near the cap for
+        it (the sandbox forked it as it ended, before the host could look: it is killed now,
+        as the one ``checkpoint()`` would have refused)."""
+        checkpoint = Checkpoint(
+            forking.port, self.id, self._count, time.monotonic(), forking=forking
+        )
+        try:
+            worker.check_headroom()
+        except ForkError as exc:
+            checkpoint.close()
+            with self._lock:
+                self._checkpoint_refused = exc
+            return
+        with self._lock:
+            self._checkpoint_after = checkpoint
 
     def _drop_checkpoint_after(self) -> None:
         """Something runs: the checkpoint kept as the last execution ended is not taken now."""
