@@ -163,6 +163,7 @@ def test_after_an_undo_the_restored_tasks_run_again(sandbox: Kernel) -> None:
         "heart = asyncio.ensure_future(beat())"
     )
     assert run_cell(kc, code).status == "ok"
+    time.sleep(0.25)  # (a person's pace: the state it left is kept, see test_undo.PACE)
     assert run_cell(kc, "changed = True").status == "ok"
     undone = run_cell(kc, "%undo")
     assert undone.status == "ok", undone.messages

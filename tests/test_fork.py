@@ -465,6 +465,26 @@ def test_a_checkpoint_kept_as_a_cell_ends_and_dropped_while_it_runs_is_never_mad
     assert cap - used > 64 << 20  # (the cell's memory is free again)
     assert session.execute("x = 1", checkpoint_after=True).ok
     kept = session.take_checkpoint()
+    kept.settle(15)  # (made once no next execution came within 50 ms)
     assert session.execute("x = 2").ok
     session.restore(kept)
     assert text(session.execute("print(x)")) == "1"
+
+
+def test_a_checkpoint_kept_after_an_execution_is_not_made_when_the_next_comes_at_once(
+    make_box: Callable[..., Sandbox],
+) -> None:
+    # Cells sent at once pay no fork: the next execution makes the last one's checkpoint moot.
+    session = make_box().session()
+    assert session.execute("x = 1", checkpoint_after=True).ok
+    moot = session.take_checkpoint()
+    assert session.execute("x = 2", checkpoint_after=True).ok
+    with pytest.raises(ForkError, match="the next execution came first"):
+        moot.settle(15)
+    assert (moot.taken, moot.busy, moot.alive) == (False, True, False)
+    kept = session.take_checkpoint()
+    kept.settle(15)  # (nothing came within 50 ms: it is made)
+    assert (kept.taken, kept.busy) == (True, False)
+    assert session.execute("x = 3").ok
+    session.restore(kept)
+    assert text(session.execute("print(x)")) == "2"

@@ -198,6 +198,9 @@ class Undo:
             del self._points[index]
             if index > 0:
                 self._points[index - 1].cells += point.cells
+            if point.checkpoint.busy:  # (cells sent at once: one undo goes back over them)
+                self._why_none = f"cell [{point.first}] came at once after the one before"
+                continue
             if point.checkpoint.taken is False:
                 why = why.removeprefix("it could not be made: ")
                 self._why_none = f"the state before cell [{point.first}] could not be kept: {why}"

@@ -118,6 +118,11 @@ class Forking:
         return self.done.is_set()
 
     @property
+    def busy(self) -> bool:
+        """Not made because the next execution came first (see ``execute(checkpoint_after=)``)."""
+        return self.reply is not None and self.reply.busy
+
+    @property
     def made(self) -> bool | None:
         """Whether the branch was made; None while the answer has not come."""
         if not self.done.is_set():

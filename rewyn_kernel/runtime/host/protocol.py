@@ -184,6 +184,8 @@ class ForkedFrame(_Frame):
     detail: Text = ""
     memory: bool = False
     """Refused because the memory cap leaves too little room (the supervisor read it)."""
+    busy: bool = False
+    """(A fork asked for with an execution.) Not made: the next execution came first."""
 
 
 class GoneFrame(_Frame):

@@ -127,6 +127,11 @@ class Checkpoint:
         return not self.used and not self.worker.ended
 
     @property
+    def busy(self) -> bool:
+        """Not made because the next execution came first (``execute(checkpoint_after=)``)."""
+        return self.forking is not None and self.forking.busy
+
+    @property
     def taken(self) -> bool | None:
         """Whether the sandbox made it (None: its word has not come yet)."""
         return True if self.forking is None else self.forking.made
@@ -287,9 +292,11 @@ class Session(Closeable):
         of the request this answers, as the caller knows it (what an Output widget captures by).
 
         ``checkpoint_after=True`` keeps the state the code leaves as a checkpoint, made by the
-        sandbox as the execution ends (no round trip, and nothing waits for it): take it with
-        ``take_checkpoint()`` before the next execution. It is as ``checkpoint(wait=False)``
-        then, without the time the ask takes to arrive.
+        sandbox after the execution (no round trip, and nothing waits for it): take it with
+        ``take_checkpoint()`` before the next execution. The sandbox forks it 50 ms after the
+        execution, unless the next execution comes first: then it is not made
+        (``Checkpoint.taken`` False, ``busy`` True), and executions sent one after another
+        (a notebook's "Run All", a batch) pay no fork.
         """
         with self._exec_lock:
             if self._closed:

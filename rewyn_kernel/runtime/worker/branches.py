@@ -16,6 +16,11 @@ from .memory import memory_short
 from .state import State
 from .wire import HEADER, encode_header, write_all
 
+FORK_DELAY = 0.05
+"""Seconds after an execution the fork the host asked for with it waits for the next execution,
+which, if it comes first, makes it moot (``fork_after``): longer than the turn of any client
+that sends cells at once, shorter than a person's."""
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
     from typing import Any, Dict, List, Optional
@@ -161,6 +166,41 @@ class Branches(State):
             return False
         finally:
             carrier.close()
+
+    def fork_after(self, child: Child) -> None:
+        """``child``'s execution ended, leaving the state the host asked to keep: fork it in
+        FORK_DELAY, unless another execution comes first. Cells sent at once ("Run All", a
+        batch, calls in a loop) then pay no fork, and no copy-on-write after one: the state
+        before the first of them is the one kept, and an undo goes back over them all. At a
+        person's pace the fork is made while the output is read."""
+        if child.then_fork is not None:
+            request, number, _ = child.then_fork
+            child.then_fork = (request, number, time.monotonic() + FORK_DELAY)
+
+    def forks_due(self) -> Optional[float]:
+        """When the first fork after an execution is due (None: none waits)."""
+        whens = [c.then_fork[2] for c in self.children() if c.then_fork is not None]
+        due = min(whens) if whens else None
+        return due if due is not None and due != float("inf") else None
+
+    def fork_those_due(self) -> None:
+        now = time.monotonic()
+        for child in self.children():
+            then = child.then_fork
+            if then is not None and then[2] <= now and child.exec_id is None:
+                child.then_fork = None
+                self.on_fork(ForkFrame(id=then[0], n=then[1], pause=True, b=child.branch), child)
+
+    def fork_not_made(self, child: Child, why: str, busy: bool = False) -> None:
+        """The fork after ``child``'s execution is not made: the host is told why."""
+        if child.then_fork is None:
+            return
+        request = child.then_fork[0]
+        child.then_fork = None
+        failed = {"t": "forked", "id": request, "ok": False, "detail": why}
+        if busy:
+            failed["busy"] = True
+        self.send_host(failed, child.branch)
 
     def fork_deadline(self) -> Optional[float]:
         """When the first branch being forked is late (None: none is being forked)."""

@@ -46,8 +46,9 @@ class Child:
         self.paused = False
         self.closing = False  # the host closed it: its end is no news
         self.muted = False  # what it sends is read and dropped (a one-shot sandbox's template)
-        self.then_fork: Optional[Tuple[str, int]] = None
-        """(A session's.) The checkpoint to fork as its execution ends: its id and number."""
+        self.then_fork: Optional[Tuple[str, int, float]] = None
+        """(A session's.) The checkpoint to fork after its execution: its id, its number, and
+        when (infinity while the execution runs; see ``Branches.fork_after``)."""
         self.origin: Optional[Tuple[Child, str, bool, float]] = None
         """(A branch being forked, in ``starting``.) What it is forked from, the request's id,
         whether it is paused, and by when it must say it is set up (``on_forked``)."""

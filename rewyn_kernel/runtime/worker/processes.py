@@ -10,7 +10,6 @@ from . import residue, system
 from .broker import carrier_pair
 from .child import run_child
 from .children import MAX_BRANCHES, Child, close_quietly, descendants, socket_pair
-from .frames import ForkFrame
 from .memory import _OWN_COUNTER, oom_kills
 from .state import State
 
@@ -139,6 +138,7 @@ class Processes(State):
         self.drain(child, to_end=False)
         if child.exec_id is not None:
             self.finish_exec(child)
+        self.fork_not_made(child, "the code's process ended")
         status = child.wait_status
         if child.paused and not child.closing and status is not None and os.WIFSIGNALED(status):
             self.dropped += 1  # (the kernel's OOM kill of a checkpoint: see finish_exec)
@@ -186,13 +186,11 @@ class Processes(State):
         child.exec_id = None
         child.aborted = False
         child.status = None
-        then, child.then_fork = child.then_fork, None
-        if then is not None:  # (the state it leaves, kept before the host can ask anything)
+        if child.then_fork is not None:  # (the state it leaves: kept unless a cell follows)
             if status is None and child.violation is None:
-                self.on_fork(ForkFrame(id=then[0], n=then[1], pause=True, b=child.branch), child)
+                self.fork_after(child)
             else:
-                ended = {"t": "forked", "id": then[0], "ok": False}
-                self.send_host({**ended, "detail": "the code's process ended"}, child.branch)
+                self.fork_not_made(child, "the code's process ended")
         if self.once:
             self.forget(child)
 

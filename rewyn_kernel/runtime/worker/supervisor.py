@@ -135,6 +135,9 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
         watching = self.watching()
         wait = MEMORY_WATCH if watching else None
         late = self.fork_deadline()
+        due = self.forks_due()
+        if due is not None:
+            late = due if late is None else min(late, due)
         if late is not None:
             until = max(0.0, late - time.monotonic())
             wait = until if wait is None else min(wait, until)
@@ -143,6 +146,7 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
             self.watch_memory()
         if late is not None:
             self.forks_late()
+            self.fork_those_due()
         # Frames first: the code sends a frame only once its pipes are empty (what it printed
         # before was relayed already: see CodeProcess.finish_output), so output in this batch
         # was printed after the frame, and stays after it. Then stdout before stderr: the code
@@ -209,11 +213,9 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
             for new in self.starting:  # (one being forked is killed as it comes: on_forked)
                 if new.branch == frame.b and not self.once:
                     new.closing = True
-            for owner in self.children():  # (one to fork as an execution ends: not made)
+            for owner in self.children():  # (one to fork after an execution: not made)
                 if owner.then_fork is not None and owner.then_fork[1] == frame.b:
-                    closed = {"t": "forked", "id": owner.then_fork[0], "ok": False}
-                    owner.then_fork = None
-                    self.send_host({**closed, "detail": "it was closed"}, owner.branch)
+                    self.fork_not_made(owner, "it was closed")
         elif isinstance(frame, ResumeFrame):
             self.skip(payload_len)
             if child is not None and child.paused:
@@ -262,10 +264,12 @@ class Supervisor(SandboxSetUp, Processes, Branches, Memory, CodeFrames):
             refused = {"t": "done", "id": frame.id, "exit_code": 1}
             self.send_host({**refused, "status": "protocol_error"}, frame.b)
             return
+        if child.then_fork is not None:  # (the last one's state: this execution comes first)
+            self.fork_not_made(child, "the next execution came first", busy=True)
         self.count += 1
         child.exec_id = frame.id
-        then = frame.fork and not self.once and not frame.comm
-        child.then_fork = (frame.fork[:200], frame.fork_n) if then else None
+        if frame.fork and not self.once and not frame.comm:
+            child.then_fork = (frame.fork[:200], frame.fork_n, float("inf"))
         child.oom_before = oom_kills(self.config)
         child.dropped_before = self.dropped
         forwarded = ExecFrame(
