@@ -1,10 +1,12 @@
 """Print how closely the sandbox kernel matches plain ipykernel on real public notebooks.
 
-Never asserts. Three corpora: ``benchmarks/notebooks/`` holds the code cells of notebooks from
+Never asserts. Four corpora: ``benchmarks/notebooks/`` holds the code cells of notebooks from
 jakevdp/PythonDataScienceHandbook; ``benchmarks/notebooks2/`` public notebooks that print SymPy,
 use interactive matplotlib backends, widgets, pandas' Styler and shell commands (each folder's
 README.md says which, with their licenses); ``benchmarks/notebooks_asyncio/`` two small
-notebooks written here (asyncio tasks between cells, errors IPython shows while a cell goes on).
+notebooks written here (asyncio tasks between cells, errors IPython shows while a cell goes on);
+``benchmarks/notebooks3/`` public notebooks with plotly and Altair charts, an anywidget library
+(jupyter-scatter) and statsmodels summaries.
 Each notebook runs with nbclient (``allow_errors``, 120 s a cell, interrupted past it) on plain
 ipykernel and then on the sandbox kernel, each kernel in its own fresh copy of the notebooks
 folder (so ``data/*.csv`` resolve and nothing a notebook writes is left behind or seen by the
@@ -59,11 +61,13 @@ CORPORA = {
     "handbook": NOTEBOOKS,
     "round2": HERE / "notebooks2",
     "asyncio": HERE / "notebooks_asyncio",
+    "round3": HERE / "notebooks3",
 }
 """The first corpus (PythonDataScienceHandbook), the second (SymPy printing, interactive
-matplotlib, widgets, pandas' Styler, shell commands: see notebooks2/README.md), and two small
+matplotlib, widgets, pandas' Styler, shell commands: see notebooks2/README.md), two small
 notebooks written here for asyncio between cells and the errors IPython shows while a cell goes
-on (notebooks_asyncio/README.md)."""
+on (notebooks_asyncio/README.md), and the third (plotly and Altair charts, jupyter-scatter's
+anywidget, statsmodels summaries: notebooks3/README.md)."""
 DATASCIENCE_IMAGE = os.environ.get("REWYN_DS_IMAGE", "rewyn-datascience:bookworm-3")
 PLAIN, SANDBOX = "rewyn-bench-ipykernel", "rewyn-bench-sandbox"
 DOCKER_PLAIN, DOCKER_SANDBOX = "rewyn-bench-ipykernel-docker", "rewyn-bench-sandbox-docker"
