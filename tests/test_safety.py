@@ -1134,10 +1134,37 @@ STATSMODELS_LATEX = r"""\begin{center}
 \end{center}"""
 
 
-def test_a_statsmodels_latex_table_is_kept() -> None:
-    result = filter_bundle({"text/latex": STATSMODELS_LATEX, "text/plain": "summary"}, {})
+# statsmodels' Summary2 (a mixed model's summary): a table of tabulars, ended by \bigskip.
+SUMMARY2_LATEX = r"""\begin{table}
+\caption{Mixed Linear Model Regression Results}
+\label{}
+\begin{center}
+\begin{tabular}{llll}
+\hline
+Model:            & MixedLM & Dependent Variable: & y         \\
+\hline
+\end{tabular}
+\end{center}
+
+\begin{center}
+\begin{tabular}{lrrrrrr}
+\hline
+          &  Coef. & Std.Err. &      z & P$> |$z$|$ & [0.025 & 0.975]  \\
+\hline
+Intercept &  0.082 &    0.179 &  0.458 &       0.647 & -0.269 &  0.433  \\
+\hline
+\end{tabular}
+\end{center}
+\end{table}
+\bigskip
+"""
+
+
+@pytest.mark.parametrize("table", [STATSMODELS_LATEX, SUMMARY2_LATEX], ids=["summary", "summary2"])
+def test_a_statsmodels_latex_table_is_kept(table: str) -> None:
+    result = filter_bundle({"text/latex": table, "text/plain": "summary"}, {})
     assert result.dropped == ()
-    assert result.data["text/latex"] == STATSMODELS_LATEX
+    assert result.data["text/latex"] == table
 
 
 def test_a_latex_table_with_a_link_or_style_is_still_dropped() -> None:

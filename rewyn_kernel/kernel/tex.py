@@ -108,8 +108,12 @@ _FONTS = (
 )
 # The tables of text/latex outputs (statsmodels' summaries: tabular with booktabs' rules). MathJax
 # draws none of them (an undefined command shows as an error in the math, or nbconvert's LaTeX
-# typesets them): rules, spans and captions, which can carry no style, attribute or link.
-_TABLES = "toprule midrule bottomrule cmidrule addlinespace multicolumn multirow caption centering"
+# typesets them): rules, spans, captions and vertical space (Summary2 ends with \bigskip), which
+# can carry no style, attribute or link.
+_TABLES = (
+    "toprule midrule bottomrule cmidrule addlinespace multicolumn multirow caption centering "
+    "bigskip medskip smallskip"
+)
 _COLOR = "color textcolor colorbox fcolorbox"
 """Colour macros: allowed, with their arguments checked (see ``_COLOR_ARGUMENT``)."""
 
