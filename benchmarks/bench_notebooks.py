@@ -36,6 +36,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -166,6 +167,30 @@ def first_line(text: str) -> str:
     return lines[0] if lines else ""
 
 
+SVG_AS_IMG = re.compile(r'\s*<img src="data:image/svg\+xml;base64,[A-Za-z0-9+/=]*"[^<>]*>\s*')
+VEGA_DATA = re.compile(r"application/vnd\.vega(?:-lite)?\.v\d+\+json")
+
+
+def shown_as(data: dict[str, Any]) -> set[str]:
+    """The MIME types of a bundle, a figure counted as what it shows where the sandbox relays it
+    in the one type a sandbox can: an SVG (``image/svg+xml``; the sandbox's is an ``<img>`` of
+    it in HTML, as inline SVG can run script) and an Altair chart (``chart:vega``; Vega-Lite
+    data in the sandbox, HTML that loads Vega from a CDN and runs it on ipykernel). Both draw
+    the same figure in JupyterLab."""
+    kinds = set(data)
+    html = data.get("text/html")
+    if isinstance(html, list):
+        html = "".join(html)
+    if isinstance(html, str) and SVG_AS_IMG.fullmatch(html):
+        kinds.discard("text/html")
+        kinds.add("image/svg+xml")
+    vega = {kind for kind in kinds if VEGA_DATA.fullmatch(kind)}
+    if vega or (isinstance(html, str) and "vegaEmbed(" in html):
+        kinds -= vega | {"text/html"}
+        kinds.add("chart:vega")
+    return kinds
+
+
 def kinds_of(outputs: Sequence[Any], reply: dict[str, Any]) -> tuple[frozenset[str], list[str]]:
     """Return a cell's output kinds, and the filter notes of a stderr made only of them."""
     kinds: set[str] = set()
@@ -180,10 +205,10 @@ def kinds_of(outputs: Sequence[Any], reply: dict[str, Any]) -> tuple[frozenset[s
         elif kind == "display_data":
             data = output.get("data", {})
             if EVENT_MIME not in data:
-                kinds.update(data)
+                kinds.update(shown_as(data))
         elif kind == "execute_result":
             kinds.add("execute_result")
-            kinds.update(f"execute_result:{mime}" for mime in output.get("data", {}))
+            kinds.update(f"execute_result:{mime}" for mime in shown_as(output.get("data", {})))
         else:  # error, and anything new
             kinds.add(kind)
     for payload in reply.get("content", {}).get("payload", None) or ():
