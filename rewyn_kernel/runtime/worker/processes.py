@@ -39,12 +39,12 @@ class Processes(State):
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             self.selector.close()
-            self.staging.close()
             for fd in (self.host_in, self.host_out, self.wake_r, self.wake_w, ctl_w, frm_r):
                 os.close(fd)
             for other in self.children():
                 for fd in (other.ctl, other.frm, other.out, other.err, other.fds):
                     close_quietly(fd)
+                other.unmap()  # (its copy of another process's frame in the making)
             close_quietly(fds_w)
             for fd in _OWN_COUNTER:
                 os.close(fd)
@@ -196,7 +196,7 @@ class Processes(State):
         close_quietly(child.ctl)
         close_quietly(child.fds)
         child.frm = child.out = child.err = child.ctl = child.fds = -1
-        self.clear()
+        child.unmap()
 
     def forget(self, child: Child) -> None:
         self.close_child(child)
