@@ -329,3 +329,28 @@ def test_state_lost_in_a_widgets_callback_is_said_in_the_next_cell(
     assert "exited with code 3" in said, said  # (the cause)
     assert "widget" in said, said
     assert run_cell(kc, "lost_here = 1").status == "ok"  # (the session goes on)
+
+
+def test_state_lost_between_cells_is_said_by_the_next_cell_though_a_widget_moved_first(
+    kc: BlockingKernelClient,
+) -> None:
+    """The code's process ends while idle (a thread's os._exit), then a slider moves: the
+    message runs in the fresh sandbox and the next cell still says the state was lost, with
+    the cause (the message used to take the word, and the cell showed a bare NameError)."""
+    cell = run_cell(
+        kc,
+        "import os, threading, ipywidgets\nlost_idle = 1\nslider = ipywidgets.IntSlider()\n"
+        "threading.Timer(0.5, os._exit, (5,)).start()\nprint(slider.comm.comm_id)",
+    )
+    assert cell.status == "ok", cell.reply
+    time.sleep(1.5)
+    state = {"value": 1}
+    send(kc, "comm_msg", {"comm_id": cell.stream().strip(), "data": {"method": "update",
+         "state": state, "buffer_paths": []}})  # fmt: skip
+    after = run_cell(kc, "lost_idle")
+    assert after.reply["content"]["ename"] == "NameError", after.reply
+    said = after.stream("stderr")
+    assert "state was lost" in said, [
+        (m["msg_type"], str(m["content"])[:300]) for m in after.messages
+    ]
+    assert "exited with code 5" in said, said

@@ -143,15 +143,15 @@ class Processes(State):
             self.dropped += 1  # (the kernel's OOM kill of a checkpoint: see finish_exec)
         del self.branches[child.branch]
         self.close_child(child)
-        if not self.branches:
-            self.shutdown()
-        if not child.closing:
+        if not child.closing:  # (the last one's too: how it ended is the host's to say)
             gone: Header = {"t": "gone", "b": child.branch}
             if status is not None and os.WIFSIGNALED(status):
                 gone["signal"] = os.WTERMSIG(status)
             elif status is not None and os.WIFEXITED(status):
                 gone["exit_code"] = os.WEXITSTATUS(status)
             self.send_host(gone, child.branch)
+        if not self.branches:
+            self.shutdown()
 
     def finish_exec(self, child: Child) -> None:
         """Send ``done`` for the execution ``child`` runs, from how it ended; forget it."""
