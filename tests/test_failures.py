@@ -90,6 +90,35 @@ def test_killing_the_parent_in_a_session_harms_neither_host_nor_sandbox(
         assert session.execute("print(x)").stdout == "1\n"
 
 
+LOST = "[rewyn: the session's state was lost: it ended between executions: "
+
+
+@pytest.mark.parametrize("first", ["a-cell", "a-comm-delivery", "a-silent-execution"])
+def test_a_process_that_ends_between_executions_is_said_with_its_cause_by_the_next_cell(
+    make_box: Callable[..., Sandbox], first: str
+) -> None:
+    # The code's process ends while nothing runs (a thread's os._exit; so does a kill): the
+    # first execution a person sees says so, first, with how it ended. A widget's message or
+    # a silent request that comes first runs in the fresh sandbox and leaves it to that cell
+    # (what they print nobody sees: said there, it was said to no one).
+    with make_box().session() as session:
+        ender = "import os, threading; x = 1; threading.Timer(0.2, os._exit, (5,)).start()"
+        assert session.execute(ender).ok
+        time.sleep(1.0)
+        if first == "a-comm-delivery":
+            message = {"comm_id": "0" * 32, "data": {"method": "update", "state": {}}}
+            delivered = session.deliver_comm({"msg_type": "comm_msg", "content": message})
+            assert not delivered.state_lost
+        elif first == "a-silent-execution":
+            assert not session.execute("y = 2", silent=True).state_lost
+        after = session.execute("print('x' in globals())")
+        assert after.state_lost, after
+        assert after.stderr.startswith(LOST + "the code's process exited with code 5."), after
+        assert after.stdout == "False\n"
+        again = session.execute("print('again')")
+        assert (again.state_lost, again.stderr) == (False, ""), again  # (said once)
+
+
 def test_syntax_error_is_structured(make_box: Callable[..., Sandbox]) -> None:
     result = make_box().execute("def broken(:\n  pass")
     assert result.error is not None

@@ -251,6 +251,49 @@ def test_a_checkpoint_dropped_before_it_is_made_is_killed_as_it_comes(
     assert session.checkpoint().alive
 
 
+SLOW_FRAME = """
+import gc, os, sys, time
+sender = next(o for o in gc.get_objects() if type(o).__name__ == "Sender")
+wire = sys.modules[type(sender).__module__]
+shown = {{"t": "display", "data": {{"text/plain": "x" * 200000}}, "metadata": {{}}}}
+body = wire.encode_header(shown)
+with sender.lock:  # (a frame over a pipe's size, sent in two parts a pause apart)
+    os.write(sender.fd, wire.HEADER.pack(len(body), 0) + body[:1000])
+    time.sleep({pause})
+    rest = memoryview(body)[1000:]
+    while rest:
+        rest = rest[os.write(sender.fd, rest):]
+kept = 'here'
+"""
+
+
+@pytest.mark.parametrize("meanwhile", ["made", "dropped"])
+def test_a_checkpoint_made_or_dropped_while_the_session_sends_a_large_frame_costs_nothing(
+    make_box: Callable[..., Sandbox], meanwhile: str
+) -> None:
+    # On purpose, the orderings a notebook meets by chance: the kernel asks for a checkpoint
+    # as a cell ends and a widget's update runs at once (the checkpoint says it is set up
+    # while the update's echo, a figure, is half read), or drops one as the next runs (it is
+    # reaped meanwhile). Each code process's frame is put together apart from the others'.
+    session = make_box().session()
+    assert session.execute("x = 1").ok
+    if meanwhile == "made":
+        checkpoint = session.checkpoint(wait=False)  # (its branch says so during the pause)
+        ran = session.execute(SLOW_FRAME.format(pause=1.5))
+    else:
+        checkpoint = session.checkpoint()
+        threading.Timer(0.5, checkpoint.close).start()
+        ran = session.execute(SLOW_FRAME.format(pause=2.0))
+    assert (ran.ending, ran.state_lost, ran.stderr) == ("completed", False, ""), ran
+    assert [len(out.data["text/plain"]) for out in ran.outputs] == [200000]
+    after = session.execute("print(x, kept)")
+    assert (text(after), after.state_lost) == ("1 here", False), after
+    if meanwhile == "made":
+        assert checkpoint.taken is True
+        session.restore(checkpoint)
+        assert "NameError" in session.execute("kept").stderr
+
+
 def test_a_checkpoint_is_paused_and_goes_first_when_memory_runs_out(
     make_box: Callable[..., Sandbox],
 ) -> None:

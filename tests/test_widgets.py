@@ -306,6 +306,32 @@ def test_a_comm_frame_over_the_wires_limit_is_refused_and_the_state_kept(
     assert after.stream() == "still here\n"
 
 
+def test_a_plotly_figure_widget_too_large_to_relay_is_said_plainly(
+    kc: BlockingKernelClient,
+) -> None:
+    """plotly's FigureWidget (an anywidget) with a large figure: its comm_open is past the
+    channel's limits. The note says what happened and what draws the same figure."""
+    cell = run_cell(
+        kc,
+        "from comm import create_comm\n"
+        "state = {'_model_module': 'anywidget', '_model_name': 'AnyModel', '_esm': '',\n"
+        "         '_anywidget_id': 'plotly.graph_objs._figurewidget.FigureWidget',\n"
+        "         '_widget_data': [{'y': [{} for _ in range(100_001)]}]}\n"
+        "fig = create_comm(target_name='jupyter.widget', data={'state': state, "
+        "'buffer_paths': []})\n"
+        "print('made')",
+    )
+    assert cell.status == "ok", cell.reply
+    assert cell.stream() == "made\n"
+    (note,) = notes(cell)
+    assert note == (
+        "[rewyn: a widget (plotly.graph_objs._figurewidget.FigureWidget) was not shown: its "
+        "state is too large to relay (more than 100000 JSON objects and arrays); a widget "
+        "built on anywidget is refused in any case, as it carries JavaScript for the page to "
+        "run. fig.show() draws the same figure, as data (no widget).]"
+    )
+
+
 def test_state_lost_in_a_widgets_callback_is_said_in_the_next_cell(
     kc: BlockingKernelClient,
 ) -> None:
@@ -329,3 +355,28 @@ def test_state_lost_in_a_widgets_callback_is_said_in_the_next_cell(
     assert "exited with code 3" in said, said  # (the cause)
     assert "widget" in said, said
     assert run_cell(kc, "lost_here = 1").status == "ok"  # (the session goes on)
+
+
+def test_state_lost_between_cells_is_said_by_the_next_cell_though_a_widget_moved_first(
+    kc: BlockingKernelClient,
+) -> None:
+    """The code's process ends while idle (a thread's os._exit), then a slider moves: the
+    message runs in the fresh sandbox and the next cell still says the state was lost, with
+    the cause (the message used to take the word, and the cell showed a bare NameError)."""
+    cell = run_cell(
+        kc,
+        "import os, threading, ipywidgets\nlost_idle = 1\nslider = ipywidgets.IntSlider()\n"
+        "threading.Timer(0.5, os._exit, (5,)).start()\nprint(slider.comm.comm_id)",
+    )
+    assert cell.status == "ok", cell.reply
+    time.sleep(1.5)
+    state = {"value": 1}
+    send(kc, "comm_msg", {"comm_id": cell.stream().strip(), "data": {"method": "update",
+         "state": state, "buffer_paths": []}})  # fmt: skip
+    after = run_cell(kc, "lost_idle")
+    assert after.reply["content"]["ename"] == "NameError", after.reply
+    said = after.stream("stderr")
+    assert "state was lost" in said, [
+        (m["msg_type"], str(m["content"])[:300]) for m in after.messages
+    ]
+    assert "exited with code 5" in said, said

@@ -880,8 +880,8 @@ class LiveWorker:
         return None
 
     def _gone(self, body: bytes) -> ChannelEnded | None:
-        """A branch's process ended while others live (the supervisor says so): its port
-        ends, saying how."""
+        """A branch's process ended (the supervisor says so; for the last one, before the
+        sandbox ends with it): its port ends, saying how."""
         try:
             gone = decode_header(body)
         except ProtocolError as exc:
@@ -891,10 +891,10 @@ class LiveWorker:
         if gone.detail:
             how = gone.detail
         elif gone.signal is not None:
-            how = "the branch's process " + describe_exit(128 + gone.signal, gone.signal)
+            how = "the code's process " + describe_exit(128 + gone.signal, gone.signal)
         else:
             code = gone.exit_code if gone.exit_code is not None else 1
-            how = "the branch's process " + describe_exit(code, None)
+            how = "the code's process " + describe_exit(code, None)
         with self._cond:
             port = self._ports.get(gone.b)
             if port is not None:

@@ -314,24 +314,25 @@ class Session(Closeable):
                 comm=_comm,
             )
             started = time.monotonic()
-            if not _comm:  # (the next cell's to say: a comm delivery shows no ending)
-                execution.state_lost, self._state_lost = self._state_lost, False
-                execution.lost_why = self._lost_why
             execution.cancel = _cancel or threading.Event()
             raised: BaseException | None = None
             restarted = False
             files: WorkspaceFiles | None = None
             network: NetworkLog | None = None
-            taken = self._cancelled() if execution.cancel.is_set() else self._take(execution)
-            if execution.state_lost and not _comm:
-                # Said first, in words, before anything the code prints: its variables are gone.
+            cancelled = execution.cancel.is_set()
+            taken = self._cancelled() if cancelled else self._take(execution)
+            if self._state_lost and not (_comm or silent or cancelled):
+                # Said first, in words, before anything the code prints: its variables are
+                # gone. Only by what a person sees: a comm delivery shows no ending, and what
+                # a silent execution prints is dropped; the next cell says it then.
+                execution.state_lost, execution.lost_why = True, self._lost_why
+                self._state_lost, self._lost_why = False, ""
                 why = execution.lost_why or "its sandbox ended"
                 execution.note(
                     f"[rewyn: the session's state was lost: {why}. This runs in a fresh "
                     "sandbox, without the variables and imports of the "
                     "code run before.]\n"
                 )
-                self._lost_why = ""
             if isinstance(taken, Outcome):
                 outcome = taken
             else:
@@ -703,7 +704,7 @@ class Session(Closeable):
             self._drop_checkpoint_after()  # (the state it was kept from is gone)
             before, self._next = self._next, checkpoint.worker
             self.ready = checkpoint.worker.ready
-            self._used, self._state_lost = True, False
+            self._used, self._state_lost, self._lost_why = True, False, ""
             if isinstance(before, LiveWorker):
                 before.kill("the session's state was restored from a checkpoint")
 
@@ -741,7 +742,7 @@ class Session(Closeable):
         with self._exec_lock:
             self._drop_checkpoint_after()
             self._used = False
-            self._state_lost = False
+            self._state_lost, self._lost_why = False, ""
             self._fill(background=False)
 
     def complete(
@@ -827,9 +828,8 @@ class Session(Closeable):
         worker = self._next
         if isinstance(worker, LiveWorker) and worker.ended and worker.ready is not None:
             # It died while idle (a background thread called os._exit, say): start afresh.
-            if self.keep_state and self._used and not execution.state_lost:
-                execution.state_lost = True
-                execution.lost_why = f"it ended between executions: {ended_how(worker)}"
+            if self.keep_state and self._used:
+                self._lost(f"it ended between executions: {ended_how(worker)}")
             worker.kill("it ended between executions")
             worker = None
         if worker is None:
@@ -877,12 +877,18 @@ class Session(Closeable):
             return False
         how = outcome.message or ended_how(worker)
         worker.kill("it was retired after the execution")
-        self._state_lost = self.keep_state
-        what = "a widget's callback (a comm message from the frontend)" if comm else "the code"
-        self._lost_why = f"{how}, in {what} run before" if how else ""
+        if self.keep_state:
+            what = "a widget's callback (a comm message from the frontend)" if comm else "the code"
+            self._lost(f"{how}, in {what} run before" if how else "")
         self._next = None
         self._fill(background=True)
         return True
+
+    def _lost(self, why: str) -> None:
+        """The session's state is gone (its worker was retired, or died while idle): the next
+        execution a person sees says so, with ``why``. A loss not said yet keeps its word."""
+        if not self._state_lost:
+            self._state_lost, self._lost_why = True, why
 
     # -- one execution ---------------------------------------------------------------------
 

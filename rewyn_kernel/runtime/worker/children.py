@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import socket
 import time
+
+from .wire import CHUNK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run time)
@@ -14,6 +17,9 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
 MAX_BRANCHES = 64
 """Code processes of one session's sandbox at once: its branches and their checkpoints."""
 ADOPTION_WAIT = 0.5
+MAX_CHILD_HEADER = 16 << 20
+"""The largest frame a code process may send (the size of its staging mapping)."""
+ZEROS = bytes(CHUNK)
 
 
 class Child:
@@ -56,6 +62,36 @@ class Child:
         self.head = b""
         self.body_len = -1
         self.got = 0
+        self._staging: Optional[mmap.mmap] = None
+        self._staged = 0  # bytes of the staging mapping that may hold data
+
+    def staging(self) -> mmap.mmap:
+        """Where this process's frame is put together as it is read: its own. The supervisor
+        reads the processes' frames in turns, a read at a time (a frame over a pipe's size
+        takes several), so another's frame, or a wipe after it, must never touch this one's
+        bytes so far (a shared mapping did: the session's frame, half read when a checkpoint
+        said it was set up or was reaped, came out as zeros and the session was killed for
+        it). Made on the first frame; its pages cost only as they are written."""
+        if self._staging is None:
+            self._staging = mmap.mmap(-1, MAX_CHILD_HEADER, flags=mmap.MAP_PRIVATE)
+        self._staged = max(self._staged, self.body_len)
+        return self._staging
+
+    def wipe(self) -> None:
+        """Wipe what passed through the staging mapping (its pages come back as zeros)."""
+        staging, staged = self._staging, self._staged
+        if staging is not None and staged > len(ZEROS):
+            staging.madvise(mmap.MADV_DONTNEED)
+        elif staging is not None and staged:
+            staging[:staged] = ZEROS[:staged]
+        self._staged = 0
+
+    def unmap(self) -> None:
+        """Give the staging mapping back (its pages, and what they held, are gone). Idempotent;
+        the process in between frames or not, its frame is not read any more."""
+        staging, self._staging, self._staged = self._staging, None, 0
+        if staging is not None:
+            staging.close()
 
     @property
     def exited(self) -> bool:

@@ -6,7 +6,8 @@ import json
 import os
 import signal
 
-from .state import MAX_CHILD_HEADER, ZEROS, State
+from .children import MAX_CHILD_HEADER, ZEROS
+from .state import State
 from .wire import HEADER, encode_header, frame_kind, write_all
 
 TYPE_CHECKING = False
@@ -127,8 +128,7 @@ class CodeFrames(State):
                     )
                     return False
                 child.body_len, child.got = body_len, 0
-                self.staged = max(self.staged, body_len)
-            view = memoryview(self.staging)
+            view = memoryview(child.staging())
             try:
                 got = os.readv(fd, [view[child.got : child.body_len]])
             finally:
@@ -147,20 +147,23 @@ class CodeFrames(State):
     def frame_done(self, child: Child) -> None:
         size = child.body_len
         child.head, child.body_len = b"", -1
-        body = memoryview(self.staging)[:size]
+        body = memoryview(child.staging())[:size]
+        status: Optional[bytes] = None
         try:
             kind = frame_kind(body, CHILD_KINDS)
             if kind is None:
                 self.violate(child, "it sent a frame it may not send")
             elif kind == "status":
-                self.on_status(child, bytes(body) if size <= MAX_STATUS_BYTES else b"")
+                status = bytes(body) if size <= MAX_STATUS_BYTES else b""
             elif not child.muted:
                 self.tag(child.branch)
                 write_all(self.host_out, HEADER.pack(size, 0))
                 write_all(self.host_out, body)
         finally:
             body.release()
-            self.clear()
+            child.wipe()
+        if status is not None:  # (after the wipe: acting on it may close this child)
+            self.on_status(child, status)
 
     def on_status(self, child: Child, body: bytes) -> None:
         try:

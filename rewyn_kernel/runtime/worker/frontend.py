@@ -125,10 +125,11 @@ class Output:
             if body.count(b",") + body.count(b":") > MAX_JSON_ITEMS:
                 raise ValueError("more than %d JSON values" % MAX_JSON_ITEMS)
         except (TypeError, ValueError, RecursionError) as exc:
-            what = "a %s frame" % header.get("t")
             if header.get("msg_type") == "comm_open":
-                what = "a widget (its comm was not opened in the frontend, so it shows nothing)"
-            elif header.get("t") == "comm":
+                sys.stderr.write(too_large_widget(header, str(exc)))
+                return
+            what = "a %s frame" % header.get("t")
+            if header.get("t") == "comm":
                 what = "a widget's %s message" % header.get("msg_type")
             sys.stderr.write("[rewyn: %s was dropped: %s]\n" % (what, exc))
             return
@@ -158,6 +159,29 @@ class Output:
                 header = dict(header, data={"text/plain": note}, metadata={})
                 body = None
         self.sender.send(header, body=body)
+
+
+def too_large_widget(header: Header, why: str) -> str:
+    """The note for a widget whose state is past what the channel takes (``why``): it is not
+    shown, and what draws the same instead (a plotly FigureWidget: ``fig.show()``)."""
+    content = header.get("content")
+    data = content.get("data") if isinstance(content, dict) else None
+    state = data.get("state") if isinstance(data, dict) else None
+    state = state if isinstance(state, dict) else {}
+    name, module = (
+        state.get("_anywidget_id") or state.get("_model_name"),
+        state.get("_model_module"),
+    )
+    named = " (%s)" % str(name)[:80] if isinstance(name, str) and name else ""
+    note = "[rewyn: a widget%s was not shown: its state is too large to relay (%s)" % (named, why)
+    if module == "anywidget" or "_esm" in state or "_anywidget_id" in state:
+        note += (
+            "; a widget built on anywidget is refused in any case, as it carries JavaScript"
+            " for the page to run"
+        )
+    if "plotly" in "%r %r" % (module, name):
+        note += ". fig.show() draws the same figure, as data (no widget)"
+    return note + ".]\n"
 
 
 class Questions:

@@ -39,12 +39,12 @@ class Processes(State):
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             self.selector.close()
-            self.staging.close()
             for fd in (self.host_in, self.host_out, self.wake_r, self.wake_w, ctl_w, frm_r):
                 os.close(fd)
             for other in self.children():
                 for fd in (other.ctl, other.frm, other.out, other.err, other.fds):
                     close_quietly(fd)
+                other.unmap()  # (its copy of another process's frame in the making)
             close_quietly(fds_w)
             for fd in _OWN_COUNTER:
                 os.close(fd)
@@ -144,15 +144,15 @@ class Processes(State):
             self.dropped += 1  # (the kernel's OOM kill of a checkpoint: see finish_exec)
         del self.branches[child.branch]
         self.close_child(child)
-        if not self.branches:
-            self.shutdown()
-        if not child.closing:
+        if not child.closing:  # (the last one's too: how it ended is the host's to say)
             gone: Header = {"t": "gone", "b": child.branch}
             if status is not None and os.WIFSIGNALED(status):
                 gone["signal"] = os.WTERMSIG(status)
             elif status is not None and os.WIFEXITED(status):
                 gone["exit_code"] = os.WEXITSTATUS(status)
             self.send_host(gone, child.branch)
+        if not self.branches:
+            self.shutdown()
 
     def finish_exec(self, child: Child) -> None:
         """Send ``done`` for the execution ``child`` runs, from how it ended; forget it."""
@@ -202,7 +202,7 @@ class Processes(State):
         close_quietly(child.ctl)
         close_quietly(child.fds)
         child.frm = child.out = child.err = child.ctl = child.fds = -1
-        self.clear()
+        child.unmap()
 
     def forget(self, child: Child) -> None:
         self.close_child(child)

@@ -10,11 +10,10 @@ here for the type checker.
 
 from __future__ import annotations
 
-import mmap
 import os
 import selectors
 
-from .children import Child
+from .children import ZEROS, Child
 from .wire import CHUNK, HEADER, encode_header, write_all
 
 TYPE_CHECKING = False
@@ -27,10 +26,6 @@ if TYPE_CHECKING:  # (typing costs milliseconds to import: none of it at run tim
     from .mounter import Mounter
     from .relay import Relay
     from .wire import Header
-
-MAX_CHILD_HEADER = 16 << 20
-"""The largest frame a code process may send (the size of the supervisor's staging mapping)."""
-ZEROS = bytes(CHUNK)
 
 
 class State:
@@ -53,9 +48,7 @@ class State:
         """One-shot with ``preload``: the code process that ran it, which each execution's
         process is forked from (see ``start_template``)."""
         self.selector = selectors.DefaultSelector()
-        self.buffer = bytearray(CHUNK)
-        self.staging = mmap.mmap(-1, MAX_CHILD_HEADER, flags=mmap.MAP_PRIVATE)
-        self.staged = 0  # bytes of ``staging`` that may hold data
+        self.buffer = bytearray(CHUNK)  # (output, relayed in the read that took it)
         self.notes: List[str] = []
         self.shell = "stdlib"  # what runs the cells: "ipython" once a session's process says so
         self.mounter: Optional[Mounter] = None  # renews the workspace's view (ordinary host)
@@ -176,14 +169,6 @@ class State:
     def unregister(self, fd: int) -> None:
         if self.registered(fd):
             self.selector.unregister(fd)
-
-    def clear(self) -> None:
-        """Wipe what passed through the staging mapping (its pages come back as zeros)."""
-        if self.staged > CHUNK:
-            self.staging.madvise(mmap.MADV_DONTNEED)
-        elif self.staged:
-            self.staging[: self.staged] = ZEROS[: self.staged]
-        self.staged = 0
 
 
 def write_all_parts(fd: int, head: bytes, rest: memoryview) -> None:
