@@ -95,7 +95,7 @@ class Undo:
         notes = self.lost()
         prepared = await self._take_prepared()
         if prepared is None:
-            prepared = await asyncio.to_thread(self._kept, session)
+            prepared = self._kept(session)
         while True:
             try:
                 if prepared is None:
@@ -124,9 +124,14 @@ class Undo:
                     notes.append(f"cell [{cell}] cannot be undone: {exc}")
                 return notes
         self._points.append(Point(checkpoint, [(cell, None)]))
-        while len(self._points) > self.keep:
-            await self._drop_oldest()
+        await self._trim()
         return notes
+
+    async def _trim(self) -> None:
+        """Drop the oldest checkpoints past ``keep``, but none for one not made yet (the next
+        cell may come first and make it moot: the one before it then holds its cells)."""
+        while len(self._points) > self.keep and self._points[-1].checkpoint.taken:
+            await self._drop_oldest()
 
     @property
     def checkpoint_after(self) -> bool:
@@ -142,7 +147,7 @@ class Undo:
             return None  # (none: ``before`` asks for one, and says why if it cannot be)
         if kept.alive:
             return kept
-        kept.close()
+        kept.close()  # (its port is over already: nothing is sent)
         return None
 
     def prepare(self, session: Session) -> None:

@@ -107,9 +107,10 @@ class Forking:
     ask on, and the supervisor's ``forked`` says, later, whether the branch was made. The I/O
     thread settles it as that answer is read (or as the channel ends); ``result`` waits."""
 
-    def __init__(self, port: LiveWorker, request: str) -> None:
+    def __init__(self, port: LiveWorker, request: str, *, listed: bool = True) -> None:
         self.port = port
         self.id = request
+        self.listed = listed  # (a checkpoint: among the sandbox's, or made so on its answer)
         self.reply: ForkedFrame | None = None
         self.done = threading.Event()
 
@@ -177,6 +178,65 @@ class _Assembler:
         self.__init__()  # type: ignore[misc]
 
 
+class _MemoryWatch:
+    """The one thread of a sandbox that reads its memory while code runs beside a checkpoint
+    (``LiveWorker.watch_memory``), started the first time it is needed and ended with the
+    sandbox (``teardown``): an execution only says that it runs, and no thread starts per
+    execution. Past the fork's headroom it drops the oldest checkpoint."""
+
+    def __init__(self, root: LiveWorker, usage: Callable[[], tuple[int, int | None]]) -> None:
+        self.root = root
+        self.usage = usage
+        self.cond = threading.Condition()
+        self.running = 0  # (under cond) executions watched now
+        self.thread = threading.Thread(target=self._run, daemon=True, name="rewyn-memory")
+        self.thread.start()
+
+    def begin(self) -> None:
+        with self.cond:
+            self.running += 1
+            self.cond.notify_all()
+
+    def end(self) -> None:
+        with self.cond:
+            self.running -= 1
+
+    def stop(self) -> None:
+        """(From ``teardown``, once the sandbox is killed.) The thread ends."""
+        with self.cond:
+            self.cond.notify_all()
+        if threading.current_thread() is not self.thread:
+            self.thread.join()
+
+    def _run(self) -> None:
+        root = self.root
+        while True:
+            with self.cond:
+                while not self.running and not root._killed.is_set():
+                    self.cond.wait()
+            if root._killed.wait(MEMORY_WATCH_SECONDS):
+                return
+            with self.cond:
+                if not self.running:
+                    continue
+            try:
+                used, cap = self.usage()
+            except (OSError, ValueError):
+                return  # (the sandbox's memory cannot be read: nothing to watch by)
+            if cap is None or cap - used >= headroom(cap):
+                continue
+            with root._cond:
+                oldest = root._checkpoints.pop(0) if root._checkpoints else None
+                if oldest is not None:
+                    why = (
+                        f"dropped when the sandbox's memory came within {headroom(cap) >> 20}"
+                        f" MiB of its cap of {cap >> 20} MiB ({used >> 20} MiB in use)"
+                    )
+                    oldest._end_port_locked(ChannelEnded(gone=why))
+            if oldest is not None:
+                oldest.send(CloseFrame(), timeout=1.0)
+
+
 class LiveWorker:
     """A launched worker: its program written, its frames read, its end decided once."""
 
@@ -231,6 +291,7 @@ class LiveWorker:
         self._port_reason: str | None = None
         self._checkpoints: list[LiveWorker] = []  # (under _cond) paused branches, oldest first
         self._forks: dict[str, Forking] = {}  # (under _cond) forks asked for, not yet answered
+        self._memory_watch: _MemoryWatch | None = None  # (under _cond) see watch_memory
         # The I/O thread writes the program first, holding the write lock taken here: no frame
         # can go before it, and the caller need not wait for the sandbox's interpreter to start.
         self._write_lock.acquire()
@@ -417,13 +478,16 @@ class LiveWorker:
             raise ForkError(f"the session could not be forked: {why}")
         return forking
 
-    def expect_fork(self, *, pause: bool) -> Forking:
+    def expect_fork(self, *, pause: bool, headroom: bool = True, asked: bool = True) -> Forking:
         """Make the port of a fork to come and wait for its answer, without asking for it:
         ``begin_fork`` asks at once, an execution's frame asks for it as the execution ends
         (``ExecFrame.fork``; ``give_up`` it if that frame does not go). Raise ForkError when
-        the memory cap leaves too little room, or the sandbox is gone."""
+        the memory cap leaves too little room (``headroom``: looked at now), or the sandbox is
+        gone. A paused one is among the checkpoints the memory watch may drop from the ask on
+        (``asked``), or, where the sandbox makes it later on its own, from its answer on."""
         root = self._root
-        self._check_headroom()
+        if headroom:
+            self._check_headroom()
         with root._cond:
             if self.ended:
                 raise ForkError("the session's sandbox is gone")
@@ -432,9 +496,9 @@ class LiveWorker:
             port = LiveWorker.__new__(LiveWorker)
             port._as_port(root, number)
             root._ports[number] = port  # (before the ask: its first frames have a home)
-            if pause:
+            if pause and asked:
                 root._checkpoints.append(port)
-            forking = Forking(port, uuid.uuid4().hex)
+            forking = Forking(port, uuid.uuid4().hex, listed=not pause or asked)
             root._forks[forking.id] = forking
         return forking
 
@@ -469,6 +533,8 @@ class LiveWorker:
             if forking is None:
                 return None
             forking.reply = reply
+            if reply.ok and not forking.listed and forking.port._port_end is None:
+                self._checkpoints.append(forking.port)  # (made now: the memory watch may drop it)
             if not reply.ok:
                 why = f"it could not be made: {reply.detail or 'the sandbox refused'}"
                 forking.port._end_port_locked(ChannelEnded(gone=why))
@@ -500,40 +566,18 @@ class LiveWorker:
         root = self._root
         reader = getattr(self.process, "memory_usage", None)
         with root._cond:
-            watched = bool(root._checkpoints) and callable(reader)
-        if not watched or not callable(reader):
+            watched = bool(root._checkpoints) and callable(reader) and not root._killed.is_set()
+            if watched and callable(reader) and root._memory_watch is None:
+                root._memory_watch = _MemoryWatch(root, reader)
+            watch = root._memory_watch
+        if not watched or watch is None:
             yield
             return
-        usage: Callable[[], tuple[int, int | None]] = reader
-        stop = threading.Event()
-
-        def watch() -> None:
-            while not stop.wait(MEMORY_WATCH_SECONDS):
-                try:
-                    used, cap = usage()
-                except (OSError, ValueError):
-                    return
-                if cap is None or cap - used >= headroom(cap):
-                    continue
-                with root._cond:
-                    oldest = root._checkpoints.pop(0) if root._checkpoints else None
-                    if oldest is not None:
-                        why = (
-                            f"dropped when the sandbox's memory came within {headroom(cap) >> 20}"
-                            f" MiB of its cap of {cap >> 20} MiB ({used >> 20} MiB in use)"
-                        )
-                        oldest._end_port_locked(ChannelEnded(gone=why))
-                if oldest is None:
-                    return
-                oldest.send(CloseFrame(), timeout=1.0)
-
-        watcher = threading.Thread(target=watch, daemon=True, name="rewyn-memory")
-        watcher.start()
+        watch.begin()
         try:
             yield
         finally:
-            stop.set()
-            watcher.join()
+            watch.end()
 
     def _as_port(self, root: LiveWorker, number: int) -> None:
         """(For ``fork``.) Make this a port of ``root``'s channel for branch ``number``."""
@@ -674,6 +718,10 @@ class LiveWorker:
             self.process.kill()
             self._wake()
             self._io.join()
+            with self._cond:
+                watch = self._memory_watch
+            if watch is not None:
+                watch.stop()
             with self._write_lock:  # no write is in progress, and none starts after this
                 with contextlib.suppress(OSError):
                     self.process.close()

@@ -340,7 +340,10 @@ class Session(Closeable):
                 self._drop_checkpoint_after()
                 if checkpoint_after and self.keep_state and not _comm:
                     try:
-                        execution.then_fork = worker.expect_fork(pause=True)
+                        # (the room is looked at as it ends: ``_keep_after``, before the fork)
+                        execution.then_fork = worker.expect_fork(
+                            pause=True, headroom=False, asked=False
+                        )
                     except ForkError as exc:
                         self._checkpoint_refused = exc
                 with self._lock:
