@@ -150,7 +150,7 @@ class WorkerCgroup:
         can drop at once (as ``memory_usage``); OSError when unreadable."""
         if self.memory is None:
             raise OSError("no memory cgroup")
-        used, _ = memory_usage(self.memory, self.version)
+        used, _ = memory_usage(self.memory, self.version, exact=True)
         return used + sum(read_counter(path) for path in self.counters[1:])
 
     def remove(self, wait: float = 2.0) -> bool:
@@ -174,10 +174,11 @@ class WorkerCgroup:
         return True
 
 
-def memory_usage(path: Path, version: int) -> tuple[int, int | None]:
+def memory_usage(path: Path, version: int, *, exact: bool = False) -> tuple[int, int | None]:
     """The memory a cgroup's processes use, less the file cache the kernel can drop at once
-    (inactive file pages, as ``docker stats`` counts), and its cap (None: no cap). Raise
-    OSError when it cannot be read."""
+    (inactive file pages, as ``docker stats`` counts) once it is past half the cap (below, no
+    decision on it can change: it is read beside each execution, and ``memory.stat`` is long;
+    ``exact``: always), and its cap (None: no cap). Raise OSError when it cannot be read."""
     names = (
         ("memory.current", "memory.max")
         if version == 2
@@ -189,6 +190,8 @@ def memory_usage(path: Path, version: int) -> tuple[int, int | None]:
     used = int((path / names[0]).read_text().strip())
     text = (path / names[1]).read_text().strip()
     cap = None if text == "max" or int(text) >= 1 << 60 else int(text)
+    if not exact and (cap is None or used <= cap // 2):
+        return used, cap
     inactive = "inactive_file" if version == 2 else "total_inactive_file"
     for line in (path / "memory.stat").read_text().splitlines():
         key, _, value = line.partition(" ")
