@@ -168,7 +168,7 @@ def first_line(text: str) -> str:
 
 
 SVG_AS_IMG = re.compile(r'\s*<img src="data:image/svg\+xml;base64,[A-Za-z0-9+/=]*"[^<>]*>\s*')
-VEGA_DATA = re.compile(r"application/vnd\.vega(?:-lite)?\.v\d+\+json")
+VEGA_DATA = re.compile(r"application/vnd\.vega(?:lite)?\.v\d+\+json")
 
 
 def shown_as(data: dict[str, Any]) -> set[str]:
