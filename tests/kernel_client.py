@@ -37,6 +37,16 @@ def write_spec(root: Path, name: str, flags: Sequence[str] = (), **extra: Any) -
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
 
 
+def write_ipykernel_spec(root: Path, name: str) -> None:
+    """Write kernels/NAME/kernel.json under ``root`` for plain ipykernel in this interpreter
+    (the control a test compares the sandbox kernel with)."""
+    spec_dir = root / "kernels" / name
+    spec_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec = {"argv": argv, "display_name": "ipykernel", "language": "python"}
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+
+
 @contextmanager
 def running_kernel(
     root: Path, name: str, cwd: Path | None = None

@@ -7,8 +7,6 @@ checkpoint) is checked on it alone.
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,7 @@ import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
-from .kernel_client import Cell, run_cell, running_kernel, write_spec
+from .kernel_client import Cell, run_cell, running_kernel, write_ipykernel_spec, write_spec
 
 Kernel = tuple[KernelManager, BlockingKernelClient]
 
@@ -36,12 +34,7 @@ async def tick(n):
 def kernel_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("jupyter")
     write_spec(root, "rewyn-asyncio")
-    spec = root / "kernels" / "asyncio-ipykernel"
-    spec.mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "ipykernel", "language": "python"})
-    )
+    write_ipykernel_spec(root, "asyncio-ipykernel")
     return root
 
 

@@ -8,8 +8,6 @@ cells here, and what a frontend receives is compared.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,19 +17,14 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from rewyn_kernel.kernel.record import SHOWN_ERROR_MIME
 
-from .kernel_client import Cell, plain, run_cell, running_kernel, write_spec
+from .kernel_client import Cell, plain, run_cell, running_kernel, write_ipykernel_spec, write_spec
 
 
 @pytest.fixture(scope="module")
 def kernel_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("jupyter")
     write_spec(root, "rewyn-errors")
-    spec = root / "kernels" / "errors-ipykernel"
-    spec.mkdir(parents=True)
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "ipykernel", "language": "python"})
-    )
+    write_ipykernel_spec(root, "errors-ipykernel")
     return root
 
 

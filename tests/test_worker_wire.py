@@ -221,6 +221,8 @@ def test_a_frame_is_built_by_keyword_and_checked_at_the_host() -> None:
         "silent": True,
         "comm": False,
         "parent": "",
+        "fork": "",
+        "fork_n": 0,
     }
     assert next(iter(frame.to_wire())) == "t"  # (the supervisor tells a kind from its first key)
     with pytest.raises(TypeError, match=r"ExecFrame\.id: expected str, got int 1"):

@@ -38,7 +38,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rewyn_kernel.errors import ForkError, ProtocolError
 from rewyn_kernel.runtime.host.protocol import (
@@ -522,12 +522,9 @@ class LiveWorker:
         """(The I/O thread.) The supervisor's answer to a fork: settle it. A branch that was
         not made ends its port, saying why; one that nobody waits for any more was closed
         already (``_give_up``)."""
-        try:
-            reply = decode_header(body)
-        except ProtocolError as exc:
-            return ChannelEnded(exc)
-        if not isinstance(reply, ForkedFrame):
-            return ChannelEnded(ProtocolError("the sandbox sent a malformed 'forked' frame"))
+        reply = _supervisors(body, ForkedFrame, "forked")
+        if isinstance(reply, ChannelEnded):
+            return reply
         with self._cond:
             forking = self._forks.pop(reply.id, None)
             if forking is None:
@@ -930,12 +927,9 @@ class LiveWorker:
     def _gone(self, body: bytes) -> ChannelEnded | None:
         """A branch's process ended (the supervisor says so; for the last one, before the
         sandbox ends with it): its port ends, saying how."""
-        try:
-            gone = decode_header(body)
-        except ProtocolError as exc:
-            return ChannelEnded(exc)
-        if not isinstance(gone, GoneFrame):
-            return ChannelEnded(ProtocolError("the sandbox sent a malformed 'gone' frame"))
+        gone = _supervisors(body, GoneFrame, "gone")
+        if isinstance(gone, ChannelEnded):
+            return gone
         if gone.detail:
             how = gone.detail
         elif gone.signal is not None:
@@ -974,6 +968,20 @@ class LiveWorker:
 
 
 _CUT_SHORT = "the sandbox's channel ended in the middle of a frame"
+
+_Own = TypeVar("_Own", ForkedFrame, GoneFrame)
+
+
+def _supervisors(body: bytes, kind: type[_Own], name: str) -> _Own | ChannelEnded:
+    """A frame only the supervisor sends, read by the I/O thread: the frame, or the channel's
+    end if it does not parse as one."""
+    try:
+        frame = decode_header(body)
+    except ProtocolError as exc:
+        return ChannelEnded(exc)
+    if not isinstance(frame, kind):
+        return ChannelEnded(ProtocolError(f"the sandbox sent a malformed {name!r} frame"))
+    return frame
 
 
 def headroom(cap: int) -> int:
