@@ -96,6 +96,9 @@ class Undo:
         prepared = await self._take_prepared()
         if prepared is None:
             prepared = self._kept(session)
+        if prepared is not None and not prepared.alive:
+            await asyncio.to_thread(prepared.close)  # (it was refused or dropped: ask anew)
+            prepared = None
         while True:
             try:
                 if prepared is None:
@@ -140,15 +143,11 @@ class Undo:
 
     @staticmethod
     def _kept(session: Session) -> Checkpoint | None:
-        """The checkpoint the sandbox kept as the last cell ended, if there is one still."""
+        """The checkpoint the sandbox kept as the last cell ended, if it was asked for."""
         try:
-            kept = session.take_checkpoint()
+            return session.take_checkpoint()
         except ForkError:
             return None  # (none: ``before`` asks for one, and says why if it cannot be)
-        if kept.alive:
-            return kept
-        kept.close()  # (its port is over already: nothing is sent)
-        return None
 
     def prepare(self, session: Session) -> None:
         """After an undo: ask for the next cell's checkpoint now, while the person reads the
@@ -162,7 +161,7 @@ class Undo:
         """The state changed between cells (a widget's callback, a silent request, an undo):
         the checkpoint kept as the last cell ended, or asked for after an undo, no longer holds
         it; the next cell takes its own."""
-        checkpoints = [await self._take_prepared(), await asyncio.to_thread(self._kept, session)]
+        checkpoints = [await self._take_prepared(), self._kept(session)]
         for checkpoint in checkpoints:
             if checkpoint is not None:
                 await asyncio.to_thread(checkpoint.close)
