@@ -142,7 +142,7 @@ def test_cells_sent_at_once_share_one_checkpoint_and_cells_apart_keep_their_own(
         time.sleep(0.3)  # (a person's pause: the state after it is kept)
         cells = [f"x = {n}\nlog.append({n})" for n in range(1, 7)]
         ids = [kc.execute(code) for code in cells]
-        replies = {}
+        replies: dict[str, dict[str, Any]] = {}
         while len(replies) < len(ids):
             reply = kc.get_shell_msg(timeout=60)
             if reply["parent_header"].get("msg_id") in ids:
