@@ -179,13 +179,14 @@ class Branches(State):
 
     def forks_due(self) -> Optional[float]:
         """When the first fork after an execution is due (None: none waits)."""
-        whens = [c.then_fork[2] for c in self.children() if c.then_fork is not None]
+        # (only a session's branches fork after an execution: read at every wake-up, so no more)
+        whens = [c.then_fork[2] for c in self.branches.values() if c.then_fork is not None]
         due = min(whens) if whens else None
         return due if due is not None and due != float("inf") else None
 
     def fork_those_due(self) -> None:
         now = time.monotonic()
-        for child in self.children():
+        for child in list(self.branches.values()):
             then = child.then_fork
             if then is not None and then[2] <= now and child.exec_id is None:
                 child.then_fork = None

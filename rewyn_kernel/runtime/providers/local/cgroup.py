@@ -174,6 +174,11 @@ class WorkerCgroup:
         return True
 
 
+LEAST_CAP_WITHOUT_STAT = 64 << 20
+"""Below this cap the file cache is always discounted: half of it is less than the least room a
+fork needs (32 MiB, host/channel.py's FORK_HEADROOM_BYTES), so a decision could turn on it."""
+
+
 def memory_usage(path: Path, version: int, *, exact: bool = False) -> tuple[int, int | None]:
     """The memory a cgroup's processes use, less the file cache the kernel can drop at once
     (inactive file pages, as ``docker stats`` counts) once it is past half the cap (below, no
@@ -190,7 +195,7 @@ def memory_usage(path: Path, version: int, *, exact: bool = False) -> tuple[int,
     used = int((path / names[0]).read_text().strip())
     text = (path / names[1]).read_text().strip()
     cap = None if text == "max" or int(text) >= 1 << 60 else int(text)
-    if not exact and (cap is None or used <= cap // 2):
+    if not exact and (cap is None or (used <= cap // 2 and cap >= LEAST_CAP_WITHOUT_STAT)):
         return used, cap
     inactive = "inactive_file" if version == 2 else "total_inactive_file"
     for line in (path / "memory.stat").read_text().splitlines():
