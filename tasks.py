@@ -5,6 +5,8 @@
                               in a venv of its own (.venv-demo) holding the package alone
     python3 tasks.py test     the whole test suite, with the format, lint and type checks
     python3 tasks.py bench    benchmarks that print figures
+    python3 tasks.py docs     build the documentation site into docs/_build/html (warnings are
+                              errors); --serve then serves it on http://127.0.0.1:8000/
     python3 tasks.py labextension
                               rebuild the JupyterLab extension from labextension/ into
                               rewyn_kernel/labextension (needs Node.js >= 18 and npm)
@@ -16,6 +18,7 @@ machine that has never seen the project.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -304,9 +307,29 @@ def build_labextension() -> None:
     shutil.rmtree(previous, ignore_errors=True)
 
 
+DOCS = ROOT / "docs"
+DOCS_HTML = DOCS / "_build" / "html"
+
+
+def build_docs() -> None:
+    """The site, as Read the Docs builds it: every warning an error, every one shown."""
+    run(BIN / "sphinx-build", "-W", "--keep-going", "-q", "-b", "html", DOCS, DOCS_HTML)
+
+
+def serve_docs(port: int = 8000) -> None:
+    import functools
+    import http.server
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(DOCS_HTML))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        print(f"tasks.py: serving {DOCS_HTML} on http://127.0.0.1:{port}/ (Ctrl-C stops)")
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+
+
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else ""
-    if command not in {"demo", "test", "bench", "labextension"}:
+    if command not in {"demo", "test", "bench", "docs", "labextension"}:
         print(__doc__)
         return 2
     try:
@@ -318,6 +341,11 @@ def main(argv: list[str]) -> int:
         os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
         if command == "bench":
             run(BIN / "python", "-m", "benchmarks.bench_runtime", *argv[1:])
+        elif command == "docs":
+            build_docs()
+            print(f"tasks.py: the site is in {DOCS_HTML}/index.html")
+            if "--serve" in argv[1:]:
+                serve_docs()
         elif command == "labextension":
             build_labextension()
             ensure_venv()  # put the new build where Jupyter finds it

@@ -1,0 +1,47 @@
+"""The documentation site builds as Read the Docs builds it: ``sphinx-build -W``, so a warning (a
+broken internal link, a reference to a page or heading that is not there, a docstring autodoc
+cannot read) fails the suite. The build is the same command as ``python3 tasks.py docs``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def build(out: Path, builder: str = "html") -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", builder]
+    return subprocess.run(
+        [*argv, "-d", str(out / "doctrees"), str(DOCS), str(out / builder)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_site_builds_without_a_warning(tmp_path: Path) -> None:
+    done = build(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not done.stderr.strip(), done.stderr
+    assert (tmp_path / "html" / "index.html").exists()
+
+
+def test_a_broken_internal_link_fails_the_build(tmp_path: Path) -> None:
+    """The check above can fail: a page linking to a page that is not there breaks the build."""
+    copy = tmp_path / "docs"
+    subprocess.run(["cp", "-r", str(DOCS), str(copy)], check=True)
+    page = copy / "explanation" / "index.md"
+    page.write_text(page.read_text() + "\nSee [the missing page](no-such-page.md).\n")
+    argv = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html"]
+    done = subprocess.run(
+        [*argv, str(copy), str(tmp_path / "out")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0
+    assert "no-such-page" in done.stderr
