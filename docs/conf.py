@@ -26,6 +26,10 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.viewcode",
     "sphinx_design",
+    # The project's own (docs/_ext): pages generated from the code, so they cannot drift.
+    "rewyn_docs",
+    "rewyn_stops",
+    "rewyn_bench",
 ]
 
 source_suffix = {".md": "markdown"}
