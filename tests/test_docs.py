@@ -45,3 +45,16 @@ def test_a_broken_internal_link_fails_the_build(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "no-such-page" in done.stderr
+
+
+def test_the_install_page_shows_the_commands_the_install_test_runs() -> None:
+    """docs/install.md includes the README's Install section, which tests/test_install.py runs
+    line by line: the site's install commands are those, not a copy that could drift."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    assert section.lstrip().startswith("<!-- install:begin -->"), "README: the marker moved"
+    assert section.rstrip().endswith("<!-- install:end -->"), "README: the marker moved"
+    page = (DOCS / "install.md").read_text()
+    assert "```{include} ../README.md" in page
+    assert ":start-after: <!-- install:begin -->" in page
+    assert ":end-before: <!-- install:end -->" in page
