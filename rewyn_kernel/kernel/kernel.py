@@ -124,7 +124,8 @@ class SandboxKernel(Kernel, SandboxSettings):
             if why:
                 banner += (
                     f"\nThe notebook's folder {Path.cwd()} {why.split(':')[0]}: the code works "
-                    "in a scratch directory instead (--workspace DIR names a folder)."
+                    "in a scratch directory instead (the kernel setting workspace names a folder: "
+                    "--SandboxKernel.workspace=DIR)."
                 )
         return banner
 
