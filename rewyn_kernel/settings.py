@@ -135,7 +135,7 @@ class KernelSettings(SandboxSpec):
         default=True,
         description="Whether the kernel appends every cell's whole event to a run log (run_log, "
         "or its own one) for rewyn-kernel review; the notebook keeps a compact record either "
-        "way. The %sandbox magic logs only to a run_log it is given.",
+        "way. The %sandbox magic keeps no run log.",
     )
     event_output: bool = Field(
         default=False,
