@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rewyn_kernel.runtime.contract import SandboxFiles
-from rewyn_kernel.runtime.sandbox import SandboxResult
+from rewyn_kernel.runtime.sandbox import Ending, SandboxResult
 
 OUTPUTS_DIR = ".rewyn-mcp/outputs"
 """Where the whole output of a shortened result is saved."""
@@ -41,9 +41,7 @@ class RunOutput(BaseModel):
 
     ok: bool = Field(description="The code ran to its end: exit 0, no exception, no timeout.")
     exit_code: int
-    ending: str = Field(
-        description="completed, error, timeout, interrupted, oom, killed, crashed, start_failed"
-    )
+    ending: str = Field(description=", ".join(get_args(Ending)))
     message: str = Field(description="What happened, in words (short).")
     timed_out: bool
     state_lost: bool = Field(

@@ -188,9 +188,10 @@ def sandbox_tool(
     )
 
 
-UNFILTERED_WITHOUT_SECCOMP = ("bubblewrap", "subprocess")
+UNFILTERED_WITHOUT_SECCOMP = ("bubblewrap", "landlock", "subprocess")
 """Providers whose only system-call filter is their own seccomp filter
-(providers/local/seccomp.py)."""
+(providers/local/seccomp.py). (landlock does not start without it; one that said so anyway
+would rate as bubblewrap's does.)"""
 
 
 def risk_of(isolation: Isolation, spec: SandboxSpec) -> RiskLevel:
