@@ -103,7 +103,8 @@ class KernelSettings(SandboxSpec):
         description='"auto": bubblewrap where it works here, else landlock, else subprocess '
         '(and the banner says so); "bubblewrap": the host\'s files and sockets out of reach; '
         '"landlock": the same without namespaces (Landlock and seccomp: the workspace '
-        'read-only, no allow-list); "subprocess": against accidents, the host\'s files open; '
+        "read-only, an allow-list through the supervisor's connect broker); "
+        '"subprocess": against accidents, the host\'s files open; '
         '"container": for code you did not write; or the name a package registers a provider '
         "under (rewyn-kernel doctor lists them).",
     )
