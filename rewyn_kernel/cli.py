@@ -244,17 +244,20 @@ def install(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``rewyn-kernel`` parser, and each subcommand's own parser by name (in the order
+    ``--help`` lists them): ``main`` parses with the first and reports a subcommand's bad
+    options through its own; the documentation's command-line page is rendered from both."""
     parser = argparse.ArgumentParser(
         prog="rewyn-kernel",
         description=DESCRIPTION,
     )
     parser.add_argument("--version", action="version", version=f"rewyn-kernel {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="run the runtime's examples in real sandboxes")
+    demo_parser = commands.add_parser("demo", help="run the runtime's examples in real sandboxes")
     from rewyn_kernel import doctor
 
-    doctor.add_parser(commands)
+    doctor_parser = doctor.add_parser(commands)
     install_parser = _add_install_parser(commands)
     run_parser = _add_run_parser(commands)
     from rewyn_kernel.notebooks import review  # here, so importing cli does not load nbformat
@@ -269,21 +272,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rewyn_kernel.server import command as agent_token  # (needs no Jupyter server to load)
 
     agent_token_parser = agent_token.add_parser(commands)
+    parsers = {
+        "demo": demo_parser,
+        "doctor": doctor_parser,
+        "install": install_parser,
+        "run": run_parser,
+        "review": review_parser,
+        "mcp": mcp_parser,
+        "files": files_parser,
+        "agent-token": agent_token_parser,
+    }
+    return parser, parsers
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, parsers = build_parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo()
     if args.command == "install":
-        return install(args, install_parser)
+        return install(args, parsers["install"])
     if args.command == "run":
-        return run(args, run_parser)
+        return run(args, parsers["run"])
     if args.command == "review":
-        return review.main(args, review_parser)
+        from rewyn_kernel.notebooks import review
+
+        return review.main(args, parsers["review"])
     if args.command == "mcp":
-        return mcp_command.main(args, mcp_parser)
+        from rewyn_kernel.mcp import command as mcp_command
+
+        return mcp_command.main(args, parsers["mcp"])
     if args.command == "files":
-        return files_command.main(args, files_parser)
+        from rewyn_kernel import files_command
+
+        return files_command.main(args, parsers["files"])
     if args.command == "agent-token":
-        return agent_token.main(args, agent_token_parser)
+        from rewyn_kernel.server import command as agent_token
+
+        return agent_token.main(args, parsers["agent-token"])
+    from rewyn_kernel import doctor
+
     return doctor.main(args)
 
 
