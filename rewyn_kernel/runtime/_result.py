@@ -53,9 +53,12 @@ class RichOutput(_Model):
     """A rich output: what ``display()`` showed or the last expression's value."""
 
     output_type: Literal["display_data", "execute_result"]
+    """display_data (what display() showed) or execute_result (the last expression's value)."""
     data: dict[str, Any] = Field(description="MIME type -> content, as in a Jupyter output.")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    """The output's metadata, as in a Jupyter output."""
     execution_count: int | None = None
+    """An execute_result's execution count; None for a display."""
     display_id: str | None = Field(
         default=None, description="The id ``display(..., display_id=...)`` gave it, if any."
     )
@@ -71,16 +74,22 @@ class Payload(_Model):
     input: a kernel decides what to relay."""
 
     source: Literal["page", "set_next_input", "ask_exit"]
+    """page: text for the pager; set_next_input: the next cell's text; ask_exit: the code called
+    exit()."""
     data: dict[str, Any] = Field(default_factory=dict, description="The pager's MIME bundle.")
     start: int = 0
+    """The line the pager starts at (page)."""
     text: str = ""
+    """The next cell's text (set_next_input)."""
     replace: bool = False
+    """Whether that text replaces the current cell (set_next_input)."""
 
 
 class Isolation(_Model):
     """What a provider actually applied to a sandbox (never what was merely requested)."""
 
     provider: str
+    """The provider's name."""
     network: Literal["isolated", "filtered", "allowed", "not_isolated"] = Field(
         description="isolated: no network at all; filtered: no network but a proxy on the host "
         "that lets through the hosts of its allow-list (network=[...]); allowed: "
@@ -118,6 +127,8 @@ class Isolation(_Model):
     )
     filesystem: str = Field(description="What of the host's filesystem the code can reach.")
     environment: str = "allow-list"
+    """How the code's environment variables are chosen: an allow-list (the names of inherit_env,
+    and env)."""
     shell: Literal["python", "ipython"] | None = Field(
         default=None,
         description="What runs a session's code, once its worker is up: IPython, or plain "
@@ -131,6 +142,7 @@ class NetworkAttempt(_Model):
 
     host: str = Field(description="The host as the code asked for it (a name or an address).")
     port: int
+    """The port it asked for."""
     protocol: Literal["connect", "http", "socks5", "unknown"] = Field(
         description="How it asked: HTTP CONNECT (TLS), a plain HTTP request, SOCKS5; unknown: "
         "what it sent was neither."
@@ -153,6 +165,7 @@ class NetworkLog(_Model):
     """What the code tried on the network during one execution (``network=[...]`` only)."""
 
     attempts: tuple[NetworkAttempt, ...] = ()
+    """The connections the code tried, in order."""
     omitted: int = Field(default=0, description="Attempts past the record's bound, not listed.")
     limit_reached: str = Field(
         default="", description="A limit that stopped the code's traffic, in words; '' if none."
@@ -186,8 +199,11 @@ class WorkspaceFiles(_Model):
     """What one execution changed in its workspace, as published when it ended."""
 
     created: tuple[str, ...] = ()
+    """Paths, relative to the workspace, the execution created (a folder ends in '/')."""
     changed: tuple[str, ...] = ()
+    """Paths of files that were there and that the execution changed."""
     deleted: tuple[str, ...] = ()
+    """Paths the execution deleted."""
     refused: tuple[str, ...] = Field(
         default=(),
         description="What the code wrote that was not published, each 'path: why' (a protected "
@@ -203,6 +219,8 @@ class WorkspaceFiles(_Model):
         "deleted, kept in <workspace>/.rewyn/versions (rewyn-kernel files restores them).",
     )
     notes: tuple[str, ...] = ()
+    """What publishing said, in words: a kept version dropped, the disk quota used up, a
+    workspace that could not be published."""
 
     @property
     def empty(self) -> bool:
@@ -218,23 +236,35 @@ class SandboxResult(_Model):
         "timeout, 130 when interrupted, 128 + N when killed by signal N."
     )
     stdout: str = ""
+    """What the code wrote to stdout, within output_limit_bytes (head and tail kept)."""
     stderr: str = ""
+    """What the code wrote to stderr, within output_limit_bytes; after an uncaught exception it
+    ends with the traceback."""
     timed_out: bool = False
+    """The execution ran past its timeout."""
     interrupted: bool = False
+    """The execution was interrupted (KeyboardInterrupt in the code)."""
     duration_ms: float
+    """How long the execution took, in milliseconds."""
     code_hash: str = Field(description="sha256 hex digest of the code's UTF-8 bytes.")
     stdout_bytes: int = Field(default=0, description="Bytes the code wrote to stdout in all.")
     stderr_bytes: int = 0
+    """Bytes the code wrote to stderr in all."""
     stdout_truncated: bool = False
+    """stdout was cut to output_limit_bytes."""
     stderr_truncated: bool = False
+    """stderr was cut to output_limit_bytes."""
     error: ErrorInfo | None = None
+    """The uncaught exception, if the code raised one."""
     outputs: tuple[RichOutput, ...] = Field(
         default=(),
         description="The rich outputs the cell shows at its end: ``clear_output`` removes "
         "those before it, an ``update_display`` changes the one it names in place.",
     )
     payloads: tuple[Payload, ...] = ()
+    """What IPython asked of the frontend (a session with ipython=True)."""
     ending: Ending = "completed"
+    """How the execution ended (see ``Ending``); ``message`` says it in words."""
     message: str = Field(default="", description="What happened, in words; '' when completed.")
     state_lost: bool = Field(
         default=False,
@@ -247,6 +277,7 @@ class SandboxResult(_Model):
         "fresh one and its state is lost.",
     )
     memory_exceeded: bool = False
+    """The sandbox went over its memory cap."""
     files: WorkspaceFiles | None = Field(
         default=None,
         description="The files this execution created, changed and deleted in its workspace "
@@ -263,8 +294,11 @@ class SandboxResult(_Model):
         "(None unless the sandbox has an allow-list).",
     )
     execution_id: str = ""
+    """The id of this execution, and of its SANDBOX_EXECUTED event."""
     provider: str = ""
+    """The name of the provider that ran the sandbox."""
     isolation: Isolation | None = None
+    """What that provider applied to the sandbox."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -81,6 +81,7 @@ class LoggedFile(_Model):
 
     path: str = Field(max_length=4096, description="As the agent named it.")
     direction: Literal["in", "out"]
+    """in: given to the sandbox (write_file); out: read from it."""
     size: int = Field(ge=0, description="Bytes in the whole file.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="Of the whole file.")
     content: str = Field(
@@ -112,8 +113,11 @@ class LoggedImage(_Model):
     """An image the model was given (a plot, a PNG it read)."""
 
     mime_type: Literal["image/png", "image/jpeg", "image/gif", "image/webp"]
+    """The image's type (never SVG)."""
     size: int = Field(ge=0)
+    """Bytes in the image."""
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """Of the image's bytes."""
     data: str | None = Field(
         default=None,
         max_length=(MAX_IMAGE_BYTES + 2) // 3 * 4,
@@ -133,7 +137,9 @@ class ToolCall(_Model):
     """One call to a tool, in a run log: what was asked, what came of it, what the model read."""
 
     type: Literal["TOOL_CALL"] = TOOL_CALL_TYPE
+    """Always TOOL_CALL."""
     version: Literal[1] = TOOL_CALL_VERSION
+    """The record's version: 1."""
     id: str = Field(max_length=64, description="Unique id of this call.")
     tool: str = Field(min_length=1, max_length=64, description="The tool's name, as called.")
     session: str | None = Field(
@@ -143,6 +149,7 @@ class ToolCall(_Model):
         default=None, max_length=64, description="The runtime session the call used, if any."
     )
     sandbox_id: str | None = Field(default=None, max_length=64)
+    """The sandbox the call used, if any."""
     execution_id: str | None = Field(
         default=None, max_length=64, description="The SANDBOX_EXECUTED event of the code it ran."
     )
@@ -160,14 +167,20 @@ class ToolCall(_Model):
         "gone, files kept), or the session closed (its folder gone too).",
     )
     started_at: datetime
+    """When the call started."""
     finished_at: datetime
+    """When it ended."""
     arguments: dict[str, Any] = Field(description="As sent, bounded (see the module).")
     outcome: Outcome
+    """How the call ended: ok, error, refused, denied, invalid_arguments or cancelled."""
     text: str = Field(max_length=MAX_TEXT_CHARS + _MARKER_CHARS, description="What it read.")
     text_truncated: bool = False
+    """``text`` was shortened to its bound (head and tail kept)."""
     images: tuple[LoggedImage, ...] = Field(default=(), max_length=MAX_IMAGES)
+    """The images the model was given (at most 8)."""
     images_left_out: int = Field(default=0, ge=0, description="Images past MAX_IMAGES.")
     files: tuple[LoggedFile, ...] = Field(default=(), max_length=MAX_FILES)
+    """The files the call gave the sandbox or read from it (at most 8)."""
 
     @model_validator(mode="after")
     def _arguments_bounded(self) -> ToolCall:

@@ -59,8 +59,11 @@ class OutputSummary(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     output_type: str
+    """display_data (what display() showed) or execute_result (the last expression's value)."""
     mime_types: tuple[str, ...]
+    """The MIME types of its data, sorted."""
     text: str = ""
+    """Its text/plain form, shortened to 2,000 characters (head and tail); '' without one."""
 
 
 class SandboxEvent(BaseModel):
@@ -69,48 +72,83 @@ class SandboxEvent(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     type: Literal["SANDBOX_EXECUTED"] = EVENT_TYPE
+    """Always SANDBOX_EXECUTED: what tells an event from the other lines of a run log."""
     id: str = Field(description="Unique id of this event (and of the execution).")
     sandbox_id: str
+    """The sandbox that ran the code; its sessions and branches share it."""
     session_id: str
+    """The session that ran the code. One-shot executions of a sandbox share one session of
+    their own, which keeps no state."""
     forked_from: str | None = Field(
         default=None,
         description="The session this one is a branch of (session.fork()), if it is one.",
     )
     execution_count: int = Field(description="1 for a session's first execution, and so on.")
     started_at: datetime
+    """When the execution started (UTC)."""
     finished_at: datetime
+    """When its event was made (UTC)."""
     duration_ms: float
+    """How long the execution took, in milliseconds."""
     provider: str
+    """The name of the provider that ran the sandbox (bubblewrap, subprocess...)."""
     isolation: Isolation | None
+    """What that provider applied to the sandbox (the reference's isolation page); None where it
+    is not known."""
     spec: dict[str, Any] = Field(description="The spec's limits; env names only, never values.")
     code: str = Field(description="The code, shortened past the event's code limit.")
     code_hash: str
+    """sha256 hex digest of the whole code's UTF-8 bytes (not of the shortened ``code``)."""
     code_bytes: int
+    """Size of the whole code in UTF-8 bytes."""
     code_truncated: bool
+    """``code`` was shortened (the code was longer than 262,144 characters)."""
     exit_code: int
+    """As the result's: 0, 1 for an uncaught exception, n for sys.exit(n), 124 on timeout, 130
+    when interrupted, 128 + N when killed by signal N."""
     ending: Ending
+    """How the execution ended (completed, exception, exit, interrupted, timeout, crashed, oom,
+    start_failed, protocol_error); ``message`` says it in words."""
     ok: bool
+    """The code ran to the end: exit code 0, no timeout, no exception."""
     timed_out: bool
+    """The execution ran past its timeout."""
     interrupted: bool
+    """The execution was interrupted (KeyboardInterrupt in the code)."""
     memory_exceeded: bool
+    """The sandbox went over its memory cap."""
     disk_full: bool = False
+    """The scratch quota (disk_limit_mb) was used up when the execution ended."""
     files: WorkspaceFiles | None = None
+    """What the execution created, changed, deleted and refused in its workspace; None without
+    one."""
     network: NetworkLog | None = Field(
         default=None,
         description="Every connection the code tried through its proxy, with its host, port, "
         "bytes each way and verdict (network=[...] only).",
     )
     state_lost: bool
+    """In a session: the execution ran in a fresh worker because the previous one was killed or
+    died, so earlier variables are gone."""
     sandbox_restarted: bool
+    """The sandbox was killed at the end of this execution; its session starts afresh."""
     message: str
+    """What happened, in words; '' when the execution completed."""
     stdout: str = Field(description="Excerpt of stdout (head and tail).")
     stderr: str = Field(description="Excerpt of stderr (head and tail).")
     stdout_bytes: int
+    """Bytes the code wrote to stdout in all."""
     stderr_bytes: int
+    """Bytes the code wrote to stderr in all."""
     stdout_truncated: bool
+    """The result's stdout was cut to the spec's output limit."""
     stderr_truncated: bool
+    """The result's stderr was cut to the spec's output limit."""
     error: ErrorInfo | None
+    """The uncaught exception (its value and traceback lines shortened); None if there was none.
+    """
     outputs: tuple[OutputSummary, ...] = ()
+    """The rich outputs the execution ended with, summarised (types and a text excerpt)."""
 
 
 class ToolResult(BaseModel):
@@ -122,6 +160,7 @@ class ToolResult(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     type: Literal["TOOL_RESULT"] = TOOL_RESULT_TYPE
+    """Always TOOL_RESULT."""
     execution_id: str = Field(description="The id of the SANDBOX_EXECUTED event it answers.")
     tool: str = Field(description="The tool's name (run_code, run_python ...).")
     session: str | None = Field(default=None, description="The MCP session's name, if any.")
