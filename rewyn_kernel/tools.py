@@ -103,7 +103,9 @@ class PermissionDecision(BaseModel):
 class PermissionPolicy(Protocol):
     """Decides whether ``tool`` may run with ``arguments`` (already validated)."""
 
-    def check(self, tool: Tool, arguments: Mapping[str, Any]) -> PermissionDecision: ...
+    def check(self, tool: Tool, arguments: Mapping[str, Any]) -> PermissionDecision:
+        """Allow, deny, or ask for approval of this call."""
+        ...
 
 
 class MaxRiskLevel(BaseModel):
@@ -135,6 +137,7 @@ class MaxRiskLevel(BaseModel):
         return self
 
     def check(self, tool: Tool, arguments: Mapping[str, Any]) -> PermissionDecision:
+        """Deny past ``deny_above``, ask past ``approve_above``, else allow."""
         level = tool.risk_level
         what = f"tool {tool.name!r} is {level} risk" + (
             f" ({tool.risk_reason})" if tool.risk_reason else ""

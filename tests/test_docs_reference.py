@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,9 @@ from pydantic import BaseModel
 from rewyn_kernel.cli import build_parser
 from rewyn_kernel.kernel import record
 from rewyn_kernel.runtime import events
-from rewyn_kernel.runtime.sandbox import Isolation, SandboxResult, SandboxSpec
+from rewyn_kernel.runtime.sandbox import Isolation, SandboxResult, SandboxSpec, create
 from rewyn_kernel.settings import OPTIONS, SETTINGS, KernelSettings, Surface
+from rewyn_kernel.tools import PermissionDecision
 
 ROOT = Path(__file__).resolve().parents[1]
 EXT = ROOT / "docs" / "_ext"
@@ -32,6 +34,7 @@ RENDERED_MODELS: list[type[BaseModel]] = [
     Isolation,
     SandboxResult,
     SandboxSpec,
+    PermissionDecision,
 ]
 """The models the pages render with ``rewyn-model`` (python-api, events, isolation)."""
 
@@ -50,6 +53,8 @@ def _models() -> list[type[BaseModel]]:
 
 def test_every_setting_is_on_the_settings_page() -> None:
     rows = {row.name: row for row in docs.settings_rows()}
+    create_keywords = set(inspect.signature(create).parameters) - {"spec", "provider", "listeners"}
+    assert "ipython" not in create_keywords  # (a spec's field that create() does not take)
     assert list(rows) == list(SETTINGS)
     assert set(rows) == set(KernelSettings.model_fields)
     for name, row in rows.items():
@@ -59,7 +64,8 @@ def test_every_setting_is_on_the_settings_page() -> None:
         assert row.flag.split(" ")[0] == (option.flag if option else ""), name
         kernel = Surface.KERNEL in SETTINGS[name].surfaces
         assert row.traitlet == (f"SandboxKernel.{name}" if kernel else ""), name
-        assert ("create()" in row.surfaces) == (name in SandboxSpec.model_fields), name
+        assert ("SandboxSpec" in row.surfaces) == (name in SandboxSpec.model_fields), name
+        assert ("create()" in row.surfaces) == (name in create_keywords), name
 
 
 def test_a_setting_without_a_description_fails_here() -> None:
@@ -88,7 +94,7 @@ def test_where_the_defaults_differ_both_are_given() -> None:
 
 def test_every_surface_has_a_name_and_a_meaning() -> None:
     surfaces = dict(docs.surface_rows())
-    assert len(surfaces) == len(Surface) + 1
+    assert len(surfaces) == len(Surface) + 2
     assert all(surfaces.values()), surfaces
     assert {member.name for member in Surface} == set(docs.SURFACE_NAMES)
 

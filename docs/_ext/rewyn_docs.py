@@ -214,9 +214,15 @@ SURFACE_NAMES = {
 }
 """How the settings page names each ``Surface`` (a new surface without a name here fails the
 tests)."""
+SPEC = "SandboxSpec"
 CREATE = "create()"
-"""The surface every ``SandboxSpec`` field has beyond ``SETTINGS``' tags: ``create()``,
-``acreate()``, ``SandboxSpec`` and the pools take them as keyword arguments or fields."""
+RUNTIME_SURFACES = {
+    SPEC: "A field of ``SandboxSpec``: what ``create(spec)``, ``acreate(spec)``, "
+    "``SandboxPool(spec)`` and ``RaySandboxPool(spec)`` take.",
+    CREATE: "A keyword argument of ``create()`` and ``acreate()`` (over the spec's).",
+}
+"""The runtime's own surfaces, beyond ``SETTINGS``' tags: read from ``SandboxSpec``'s fields
+and ``create()``'s signature."""
 
 
 @dataclass(frozen=True)
@@ -225,7 +231,8 @@ class SettingRow:
     type: str
     default: str
     create_default: str
-    """The default of ``create()`` where it differs from the kernel's, else ''."""
+    """The default of ``SandboxSpec`` (and so ``create()``) where it differs from the kernel's,
+    else ''."""
     bounds: str
     description: str
     create_description: str
@@ -238,28 +245,27 @@ class SettingRow:
 
 
 def surface_rows() -> list[tuple[str, str]]:
-    """(name on the page, what it is) of ``CREATE`` and each ``Surface``."""
+    """(name on the page, what it is) of the runtime's surfaces and each ``Surface``."""
     from rewyn_kernel.settings import Surface
 
     docs = attribute_docs(Surface.__module__)
-    rows = [(CREATE, CREATE_TEXT)]
+    rows = list(RUNTIME_SURFACES.items())
     for member in Surface:
         assert member.name is not None
         rows.append((SURFACE_NAMES[member.name], docs.get(("Surface", member.name), "")))
     return rows
 
 
-CREATE_TEXT = (
-    "``create()`` and ``acreate()`` as keyword arguments, ``SandboxSpec``'s fields, and so "
-    "``SandboxPool`` and ``RaySandboxPool`` through the spec they take."
-)
-
-
 def settings_rows() -> list[SettingRow]:
     """Every setting of ``KernelSettings``, in ``SETTINGS``' order."""
-    from rewyn_kernel.runtime.sandbox import SandboxSpec
+    from rewyn_kernel.runtime.sandbox import SandboxSpec, create
     from rewyn_kernel.settings import KERNEL_CLASS, SETTINGS, KernelSettings, Surface
 
+    keywords = {
+        name
+        for name, parameter in inspect.signature(create).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
     rows = []
     for name, setting in SETTINGS.items():
         field = KernelSettings.model_fields[name]
@@ -268,7 +274,8 @@ def settings_rows() -> list[SettingRow]:
         create_default = default_text(spec_field) if spec_field is not None else ""
         description = field_description(KernelSettings, name)
         create_description = field_description(SandboxSpec, name) if spec_field else ""
-        surfaces = [CREATE] if spec_field is not None else []
+        surfaces = [SPEC] if spec_field is not None else []
+        surfaces += [CREATE] if spec_field is not None and name in keywords else []
         surfaces += [
             SURFACE_NAMES[str(member.name)] for member in Surface if member in setting.surfaces
         ]
@@ -682,7 +689,7 @@ class SettingsDirective(_Directive):
                 ("Default", literal_paragraph(row.default)),
             ]
             if row.create_default:
-                items.append(("create() default", literal_paragraph(row.create_default)))
+                items.append(("SandboxSpec default", literal_paragraph(row.create_default)))
             if row.bounds:
                 items.append(("Bounds", literal_paragraph(row.bounds)))
             if row.flag:
@@ -700,14 +707,22 @@ class SettingsDirective(_Directive):
         return found
 
 
-def _model_table(rows: list[FieldRow]) -> nodes.table:
+def _model_table(rows: list[FieldRow], *, record: bool = False) -> nodes.table:
+    """``record``: the model is written by the code (a result, an event), so a field with no
+    default is one every record has, not one a caller must give."""
+
+    def default(row: FieldRow) -> nodes.Node:
+        if record and row.default == "required":
+            return nodes.paragraph(text="always there")
+        return literal_paragraph(row.default)
+
     return table(
         ["field", "type", "default", "description"],
         [
             [
                 literal_paragraph(row.name),
                 literal_paragraph(row.type),
-                literal_paragraph(row.default),
+                default(row),
                 paragraph(row.description + (f" Bounds: {row.bounds}." if row.bounds else "")),
             ]
             for row in rows
@@ -718,26 +733,30 @@ def _model_table(rows: list[FieldRow]) -> nodes.table:
 
 class ModelDirective(_Directive):
     """``rewyn-model package.module.Model``: its fields; ``:nested:`` adds a section per model
-    it is made of, ``:skip: A, B`` leaves those out (documented elsewhere)."""
+    it is made of, ``:skip: A, B`` leaves those out (documented elsewhere); ``:record:``, for a
+    model the code writes (a result, an event), says "always there" for a field with no
+    default."""
 
     required_arguments = 1
     option_spec: ClassVar[dict[str, Any]] = {
         "nested": directives.flag,
         "skip": directives.unchanged,
+        "record": directives.flag,
     }
 
     def run(self) -> list[nodes.Node]:
         model = import_object(self.arguments[0])
         self.depends(model.__module__, *(inner.__module__ for inner in nested_models(model)))
         skip = {name.strip() for name in self.options.get("skip", "").split(",") if name.strip()}
-        found: list[nodes.Node] = [_model_table(model_rows(model))]
+        record = "record" in self.options
+        found: list[nodes.Node] = [_model_table(model_rows(model), record=record)]
         if "nested" in self.options:
             for inner in nested_models(model):
                 if inner.__name__ in skip:
                     continue
                 section = self.section(inner.__name__, f"model-{inner.__name__}")
                 section += paragraph(inspect.getdoc(inner) or "")
-                section += _model_table(model_rows(inner))
+                section += _model_table(model_rows(inner), record=record)
                 found.append(section)
         return found
 

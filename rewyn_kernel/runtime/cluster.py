@@ -224,6 +224,8 @@ class RaySandboxPool(Closeable):
     # -- work --------------------------------------------------------------------------------
 
     def submit(self, code: str, *, timeout: float | None = UNSET) -> Future[SandboxResult]:
+        """Queue one execution on the cluster; its future holds the result (an execution never
+        raises: a lost node's item comes back as a ``crashed`` result)."""
         return self._submit(code, timeout, index=-1)
 
     def _submit(self, code: str, timeout: float | None, index: int) -> Future[SandboxResult]:
@@ -249,6 +251,8 @@ class RaySandboxPool(Closeable):
         progress: bool | None = None,
         file: TextIO | None = None,
     ) -> list[SandboxResult]:
+        """Run every code on the cluster's nodes; the results in the codes' order (as
+        ``SandboxPool.map``; ``nodes_of`` then says where each ran)."""
         started = time.monotonic()
         futures = [self._submit(code, timeout, n) for n, code in enumerate(codes)]
         results, self.summary = collect(futures, started, progress, file)
@@ -258,6 +262,7 @@ class RaySandboxPool(Closeable):
     async def amap(
         self, codes: Iterable[str], *, timeout: float | None = UNSET
     ) -> list[SandboxResult]:
+        """``map`` without blocking the event loop (in a thread, without a progress bar)."""
         return await asyncio.to_thread(self.map, list(codes), timeout=timeout, progress=False)
 
     # -- the dispatcher ----------------------------------------------------------------------

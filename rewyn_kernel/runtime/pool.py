@@ -79,6 +79,7 @@ class BatchSummary:
 
     @property
     def per_second(self) -> float:
+        """Items per second over the batch (0.0 for an empty one)."""
         return self.items / self.seconds if self.seconds > 0 else 0.0
 
     def __str__(self) -> str:
@@ -110,6 +111,7 @@ class Lease(Closeable):
 
     @property
     def idle_seconds(self) -> float:
+        """Seconds since the lease last ran code (0.0 while it runs some)."""
         with self._lock:
             return 0.0 if self._busy else time.monotonic() - self._used
 
@@ -125,6 +127,7 @@ class Lease(Closeable):
                 self._used = time.monotonic()
 
     async def aexecute(self, code: str, *, timeout: float | None = UNSET) -> SandboxResult:
+        """``execute`` without blocking the event loop."""
         with self._lock:
             self._busy += 1
         try:
@@ -136,6 +139,7 @@ class Lease(Closeable):
 
     @property
     def closed(self) -> bool:
+        """Whether the lease is closed (by its holder, its pool, or ``lease_ttl``)."""
         return self.session.closed
 
     def close(self, because: str = "closed") -> None:

@@ -151,6 +151,7 @@ class BaseSandbox(Closeable):
 
     @property
     def id(self) -> str:
+        """The sandbox's id (its events' ``sandbox_id``)."""
         return self._core.id
 
     @property
@@ -160,14 +161,17 @@ class BaseSandbox(Closeable):
 
     @property
     def listeners(self) -> tuple[EventListener, ...]:
+        """Where this sandbox's events go (the listeners given to ``create``)."""
         return self._core.listeners
 
     @property
     def spec(self) -> SandboxSpec:
+        """The spec the sandbox was made with."""
         return self._core.spec
 
     @property
     def provider(self) -> SandboxProvider:
+        """The provider that made the sandbox."""
         return self._core.provider
 
     @property
@@ -184,6 +188,7 @@ class BaseSandbox(Closeable):
 
     @property
     def closed(self) -> bool:
+        """Whether the sandbox is closed."""
         return self._closed
 
     # -- the scratch directory, from the host ----------------------------------------------

@@ -201,14 +201,17 @@ class Session(Closeable):
 
     @property
     def execution_count(self) -> int:
+        """How many executions the session has counted so far."""
         return self._count
 
     @property
     def closed(self) -> bool:
+        """Whether the session is closed."""
         return self._closed
 
     @property
     def provider_name(self) -> str:
+        """The name of the provider that runs the session's sandbox."""
         return self._core.provider.name
 
     @property
