@@ -303,7 +303,7 @@ def settings_rows() -> list[SettingRow]:
 
 # -- the command line ----------------------------------------------------------------------------
 
-WIDTH = 88
+WIDTH = 78
 """Columns the usage lines are wrapped to (argparse would take the terminal's)."""
 
 
@@ -558,6 +558,16 @@ def paragraph(text: str) -> nodes.paragraph:
     return nodes.paragraph("", "", *inline(text), support_smartquotes=False)
 
 
+def type_paragraph(text: str) -> nodes.paragraph:
+    """A type, each alternative of a union as code, so a long union wraps between them."""
+    found = nodes.paragraph()
+    for index, part in enumerate(text.split(" | ")):
+        if index:
+            found += nodes.Text(" | ")
+        found += nodes.literal(part, part)
+    return found
+
+
 def literal_paragraph(text: str) -> nodes.paragraph:
     return nodes.paragraph("", "", nodes.literal(text, text)) if text else nodes.paragraph()
 
@@ -574,7 +584,8 @@ def table(headers: list[str], rows: list[list[nodes.Node]], widths: list[int]) -
         body += nodes.row("", *(nodes.entry("", cell) for cell in cells))
     group += head
     group += body
-    return nodes.table("", group, classes=["rewyn-reference"])
+    # (colwidths-given: Sphinx writes the widths, so a long type does not squeeze the text)
+    return nodes.table("", group, classes=["rewyn-reference", "colwidths-given"])
 
 
 def field_list(items: list[tuple[str, nodes.Node]]) -> nodes.field_list:
@@ -685,7 +696,7 @@ class SettingsDirective(_Directive):
                     *inline(row.create_description),
                 )
             items: list[tuple[str, nodes.Node]] = [
-                ("Type", literal_paragraph(row.type)),
+                ("Type", type_paragraph(row.type)),
                 ("Default", literal_paragraph(row.default)),
             ]
             if row.create_default:
@@ -721,7 +732,7 @@ def _model_table(rows: list[FieldRow], *, record: bool = False) -> nodes.table:
         [
             [
                 literal_paragraph(row.name),
-                literal_paragraph(row.type),
+                type_paragraph(row.type),
                 default(row),
                 paragraph(row.description + (f" Bounds: {row.bounds}." if row.bounds else "")),
             ]
@@ -780,7 +791,7 @@ class RecordDirective(_Directive):
             table(
                 ["key", "type", "what it holds"],
                 [
-                    [literal_paragraph(r.name), literal_paragraph(r.type), paragraph(r.description)]
+                    [literal_paragraph(r.name), type_paragraph(r.type), paragraph(r.description)]
                     for r in record_rows()
                 ],
                 [18, 22, 60],
