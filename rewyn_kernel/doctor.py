@@ -6,7 +6,7 @@ interpreter it will use, and runs code in it: only a provider that did is report
 one that did not shows what its start wrote to stderr (a path the sandbox cannot see, an
 interpreter that fails). Then which provider ``create()``, the kernel and ``rewyn-kernel mcp``
 choose here, with what the chosen one stops on this host (its column of the declared table,
-``runtime/providers/stops.py``), and the kernel's own pieces: the kernelspec Jupyter would
+``runtime/providers/stops/``), and the kernel's own pieces: the kernelspec Jupyter would
 start and the JupyterLab extension.
 """
 
@@ -28,7 +28,7 @@ from rewyn_kernel.runtime import (
 )
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
 from rewyn_kernel.runtime.machine import cgroup_support
-from rewyn_kernel.runtime.providers.stops import Verdict, settle, stops_for
+from rewyn_kernel.runtime.providers.stops import Condition, Verdict, settle, stops_for
 from rewyn_kernel.runtime.sandbox import (
     CheckItem,
     SandboxProvider,
@@ -152,14 +152,17 @@ def start(provider: SandboxProvider) -> tuple[CheckItem, list[str]]:
 
 def print_stops(provider: SandboxProvider) -> None:
     """What ``provider`` stops on this host: its column of the declared table
-    (``providers/stops.py``), each condition looked at here."""
+    (``providers/stops/``), each condition looked at here."""
     column = stops_for(provider)
     if column is None:
         print(f"   what {provider.name} stops: it declares nothing (no `stops` column)")
         return
     print(f"   what {provider.name} stops here ({column.value}'s column, conditions settled):")
     width = max(len(verdict.value) for verdict in Verdict)
-    for each in settle(column):
+    given = {}
+    if isinstance(provider, SubprocessProvider) and not provider.use_namespaces:
+        given[Condition.USER_NAMESPACES] = False  # (turned off: namespaces=False)
+    for each in settle(column, given):
         print(f"   {each.verdict.value:<{width}}  {each.row.concern}: {each.says}")
 
 

@@ -1,4 +1,4 @@
-"""The table of what each provider stops (``runtime/providers/stops.py``) against reality.
+"""The table of what each provider stops (``runtime/providers/stops/``) against reality.
 
 From inside a real sandbox of each provider, the code attacks what the host planted for it (a
 file of the person's, a secret in the host's environment, a loopback service, Unix sockets, a
@@ -22,6 +22,7 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,12 +40,14 @@ from rewyn_kernel.runtime.providers.stops import (
     Column,
     Condition,
     Verdict,
-    main,
     markdown,
     settle,
     stops_for,
 )
+from rewyn_kernel.runtime.providers.stops.__main__ import main
 from rewyn_kernel.runtime.sandbox import SandboxProvider, SubprocessProvider
+
+from .unprivileged import UID, UnprivilegedHost
 
 ROOT = Path(__file__).resolve().parent.parent
 REGENERATE = "python -m rewyn_kernel.runtime.providers.stops --markdown"
@@ -186,36 +189,42 @@ JUDGES: dict[str, Callable[[dict[str, Any], Host], Verdict]] = {
 
 @dataclass
 class Host:
-    """What the host planted for the code to attack, and each provider's findings (one
-    sandbox per provider for every row)."""
+    """What a host planted for the code to attack (``planted``: what the probe is told), and
+    each provider's findings there (one sandbox per provider for all the rows)."""
 
     planted: dict[str, Any]
-    secret: str
+    secret: str | None
+    """The value of SECRET_VARIABLE in the host's environment (None: not set there)."""
     marker: str
+    """The host's process's command line holds it."""
     found: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def probe(self, provider: SandboxProvider) -> dict[str, Any]:
-        if provider.name not in self.found:
-            name = f"rewyn-stops-left-{uuid.uuid4().hex[:8]}"
-            with create(provider=provider) as box:
-                assert box.isolation.network == "isolated", box.isolation
-                done = box.execute(PROBE % {"planted": json.dumps(self.planted)})
-                assert done.ok, done
-                out: dict[str, Any] = json.loads(done.stdout)
-                assert box.execute(LEAVE % {"name": name}).ok
-                found = box.execute(FIND % {"name": name})
-                assert found.ok, found
-                out["left"] = json.loads(found.stdout)
-            Path("/dev/shm", name).unlink(missing_ok=True)  # (the host's, where it is shared)
-            self.found[provider.name] = out
-        return self.found[provider.name]
+    def probe(self, name: str, execute: Callable[[str], tuple[bool, str]]) -> dict[str, Any]:
+        """What the code reached in the sandbox ``name`` whose ``execute`` runs a one-shot
+        execution (its success and stdout); found once per name."""
+        if name not in self.found:
+            left = f"rewyn-stops-left-{uuid.uuid4().hex[:8]}"
+            ok, stdout = execute(PROBE % {"planted": json.dumps(self.planted)})
+            assert ok, stdout
+            out: dict[str, Any] = json.loads(stdout)
+            try:
+                assert execute(LEAVE % {"name": left})[0]
+                ok, stdout = execute(FIND % {"name": left})
+                assert ok, stdout
+                out["left"] = json.loads(stdout)
+            finally:
+                Path("/dev/shm", left).unlink(missing_ok=True)  # (the host's, where shared)
+            self.found[name] = out
+        return self.found[name]
 
 
-def unix_listener(path: Path) -> socket.socket:
+def unix_listener(path: Path, owner: int | None) -> socket.socket:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     path.chmod(0o777)
-    server.listen()
+    if owner is not None:
+        os.chown(path, owner, owner)
+    server.listen()  # (a connect completes in the kernel's backlog: nothing need accept)
     return server
 
 
@@ -230,66 +239,102 @@ def daemon_folder(tag: str) -> Path | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def host() -> Iterator[Host]:
-    """The person's files (in a folder under HOME; as root, whose home no other uid may pass,
-    under /var/tmp), a secret in the environment, a loopback service, two Unix sockets, a
-    process, and files in the host's /tmp and /dev/shm."""
+@contextmanager
+def planted(owner: int | None) -> Iterator[Host]:
+    """Plant what the code attacks, for a host run by this process's user (``owner`` None) or
+    by the ordinary uid ``owner`` (root plants for it): the person's files, one that every
+    user may read and one that only its owner may (under HOME; where the host is root, whose
+    home no other uid may pass, under /var/tmp); a secret in this process's environment (a
+    host of its own has none); a loopback service; a Unix socket where daemons keep theirs and
+    one elsewhere; a process of the person's; files in the host's /tmp and /dev/shm."""
     tag = uuid.uuid4().hex[:8]
     base = Path("/var/tmp") if os.geteuid() == 0 else Path.home()
     folder = base / f".rewyn-stops-{tag}"
-    folder.mkdir(mode=0o755)
-    folder.chmod(0o755)
-    (folder / "open.txt").write_text("anyone may read this")
-    (folder / "open.txt").chmod(0o644)
-    (folder / "private.txt").write_text("the person's secret")
-    (folder / "private.txt").chmod(0o600)
     tmp = Path(f"/tmp/rewyn-stops-{tag}")
-    tmp.mkdir(mode=0o755)
-    tmp.chmod(0o755)
-    (tmp / "file").write_text("the host's /tmp")
-    (tmp / "file").chmod(0o644)
     shm = Path(f"/dev/shm/rewyn-stops-{tag}")
-    shm.write_text("the host's /dev/shm")
-    shm.chmod(0o644)
-    daemons = daemon_folder(tag)
-    servers = [unix_listener(folder / "socket")]
-    if daemons is not None:
-        servers.append(unix_listener(daemons / "socket"))
-    service = socket.create_server(("127.0.0.1", 0))
-    servers.append(service)
-    # (each server only listens: a connect completes in the kernel's backlog)
     marker = f"600.{int(tag, 16) % 10**6}"
-    sleeper = subprocess.Popen(["sleep", marker])
-    secret = f"secret-{tag}"
-    planted = {
-        "open_file": str(folder / "open.txt"),
-        "private_file": str(folder / "private.txt"),
-        "variable": SECRET_VARIABLE,
-        "port": service.getsockname()[1],
-        "socket_elsewhere": str(folder / "socket"),
-        "daemon_socket": str(daemons / "socket") if daemons is not None else None,
-        "pid": sleeper.pid,
-        "host_tmp": str(tmp / "file"),
-        "host_shm": str(shm),
-    }
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(SECRET_VARIABLE, secret)
-        try:
-            yield Host(planted, secret, marker)
-        finally:
-            sleeper.kill()
-            sleeper.wait()
-            for server in servers:
-                server.close()
-            for made in (folder, tmp, daemons):
-                if made is not None:
-                    shutil.rmtree(made, ignore_errors=True)
-            shm.unlink(missing_ok=True)
+    as_owner = (
+        []
+        if owner is None
+        else ["setpriv", f"--reuid={owner}", f"--regid={owner}", "--clear-groups"]
+    )
+    with ExitStack() as stack:
+        for made in (folder, tmp):
+            made.mkdir(mode=0o755)
+            made.chmod(0o755)
+            stack.callback(shutil.rmtree, made, ignore_errors=True)
+        stack.callback(shm.unlink, missing_ok=True)
+        for path, mode in ((folder / "open.txt", 0o644), (folder / "private.txt", 0o600)):
+            path.write_text("the person's file")
+            path.chmod(mode)
+            if owner is not None:
+                os.chown(path, owner, owner)
+        if owner is not None:
+            os.chown(folder, owner, owner)
+        for path in (tmp / "file", shm):
+            path.write_text("the host's")
+            path.chmod(0o644)
+        daemons = daemon_folder(tag)
+        if daemons is not None:
+            stack.callback(shutil.rmtree, daemons, ignore_errors=True)
+        servers = [unix_listener(folder / "socket", owner), socket.create_server(("127.0.0.1", 0))]
+        if daemons is not None:
+            servers.append(unix_listener(daemons / "socket", owner))
+        for server in servers:
+            stack.callback(server.close)
+        sleeper = subprocess.Popen([*as_owner, "sleep", marker])
+        stack.callback(sleeper.wait)
+        stack.callback(sleeper.kill)
+        secret = f"secret-{tag}" if owner is None else None
+        if secret is not None:
+            patch = stack.enter_context(pytest.MonkeyPatch.context())
+            patch.setenv(SECRET_VARIABLE, secret)
+        values = {
+            "open_file": str(folder / "open.txt"),
+            "private_file": str(folder / "private.txt"),
+            "variable": SECRET_VARIABLE,
+            "port": servers[1].getsockname()[1],
+            "socket_elsewhere": str(folder / "socket"),
+            "daemon_socket": str(daemons / "socket") if daemons is not None else None,
+            "pid": sleeper.pid,
+            "host_tmp": str(tmp / "file"),
+            "host_shm": str(shm),
+        }
+        yield Host(values, secret, marker)
 
 
-def declared_here(cell: Cell) -> tuple[Verdict, str]:
-    return cell.settle(cell.when.holds() if cell.when is not None else True)
+@pytest.fixture(scope="module")
+def host() -> Iterator[Host]:
+    """What this process, the host of the sandboxes the tests make, planted."""
+    with planted(None) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def person() -> Iterator[Host]:
+    """What a host run by an ordinary uid (tests/unprivileged.py) is attacked with."""
+    with planted(UID if os.geteuid() == 0 else None) as made:
+        yield made
+
+
+def check(
+    name: str,
+    column: Column,
+    key: str,
+    *,
+    given: dict[Condition, bool],
+    host: Host,
+    out: dict[str, Any],
+) -> None:
+    """The verdict the code earned in row ``key`` is the one ``column`` gives on that host."""
+    settled = {each.row.key: each for each in settle(column, given)}[key]
+    found = JUDGES[key](out, host)
+    assert found is settled.verdict, (
+        f"{name}, {settled.row.concern!r}: the table says {settled.verdict.value} "
+        f"({settled.says}), the code in a sandbox found {found.value}: {json.dumps(out)}. "
+        "Change the provider back, or the cell in rewyn_kernel/runtime/providers/stops/table.py "
+        f"(then regenerate the README's table: {REGENERATE})"
+    )
 
 
 @pytest.mark.providers("bubblewrap", "landlock", "subprocess", "docker", "docker+runsc", "podman")
@@ -299,16 +344,51 @@ def test_what_the_code_reaches_is_what_the_table_says(
 ) -> None:
     column = stops_for(provider)
     assert column is not None, f"{provider.name} declares no column of the table"
-    cell = BY_KEY[key].cell(column)
-    verdict, says = declared_here(cell)
-    out = host.probe(provider)
-    found = JUDGES[key](out, host)
-    assert found is verdict, (
-        f"{provider.name}, {BY_KEY[key].concern!r}: the table says {verdict.value} ({says}), "
-        f"the code in a sandbox found {found.value}: {json.dumps(out)}. Change the provider "
-        "back, or the cell in rewyn_kernel/runtime/providers/stops.py (then regenerate the "
-        f"README's table: {REGENERATE})"
-    )
+
+    def execute(code: str) -> tuple[bool, str]:
+        done = box.execute(code)
+        return done.ok, done.stdout if done.ok else str(done)
+
+    if provider.name not in host.found:
+        with create(provider=provider) as box:
+            assert box.isolation.network == "isolated", box.isolation
+            host.probe(provider.name, execute)
+    out = host.found[provider.name]
+    check(provider.name, column, key, given={}, host=host, out=out)
+
+
+ORDINARY = {
+    "bubblewrap": ("bubblewrap", False, Column.BUBBLEWRAP),
+    "subprocess": ("subprocess", False, Column.SUBPROCESS),
+    "subprocess-no-namespaces": ("subprocess-no-namespaces", False, Column.SUBPROCESS),
+    "landlock": ("default", True, Column.LANDLOCK),
+}
+"""Sandboxes of a host run by an ordinary uid: the provider it asks for, whether it runs where
+no user namespace can be had (the default there is landlock), and the column that holds."""
+
+
+@pytest.mark.parametrize("key", [key for key in JUDGES if key != "environment"])
+@pytest.mark.parametrize("kind", list(ORDINARY))
+def test_what_the_code_reaches_from_an_ordinary_users_host(
+    kind: str, key: str, person: Host
+) -> None:
+    """The cells that hold where the host is not root, or runs without namespaces. (The secret
+    is left out: such a host starts with an environment of its own, without it.)"""
+    provider, no_userns, column = ORDINARY[kind]
+    namespaces = kind in ("bubblewrap", "subprocess")
+    given = {Condition.ROOT: False, Condition.USER_NAMESPACES: namespaces}
+
+    def execute(code: str) -> tuple[bool, str]:
+        done = box.execute(code)
+        return done["exit_code"] == 0, done["stdout"] if done["exit_code"] == 0 else str(done)
+
+    if kind not in person.found:
+        with UnprivilegedHost(provider, no_userns=no_userns) as box:
+            assert box.isolation["provider"] == column.value, box.isolation
+            assert box.isolation["network"] == "isolated", box.isolation
+            person.probe(kind, execute)
+    name = f"{kind}, the host an ordinary user's"
+    check(name, column, key, given=given, host=person, out=person.found[kind])
 
 
 def test_the_readme_holds_the_table_as_the_source_renders_it() -> None:
@@ -318,7 +398,7 @@ def test_the_readme_holds_the_table_as_the_source_renders_it() -> None:
     held = text.split(begin, 1)[1].split(end, 1)[0]
     assert held == markdown(), (
         "README.md's table of what each provider stops differs from its source "
-        "(rewyn_kernel/runtime/providers/stops.py): paste between the stops markers what "
+        "(rewyn_kernel/runtime/providers/stops/table.py): paste between the stops markers what "
         f"`{REGENERATE}` prints"
     )
 

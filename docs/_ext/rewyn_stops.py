@@ -1,6 +1,6 @@
 """Sphinx extension: what each provider stops, rendered from the one declared source.
 
-``rewyn-stops`` draws the table of ``rewyn_kernel/runtime/providers/stops.py`` (the README's
+``rewyn-stops`` draws the table of ``rewyn_kernel/runtime/providers/stops/`` (the README's
 copy is rendered from the same rows, and ``tests/test_stops.py`` checks both against sandboxes):
 
     ```{rewyn-stops}

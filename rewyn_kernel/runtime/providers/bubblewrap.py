@@ -206,7 +206,7 @@ class BubblewrapProvider:
 
     name = "bubblewrap"
     stops = Column.BUBBLEWRAP
-    """What it stops, and what not: its column of the declared table (providers/stops.py)."""
+    """What it stops, and what not: its column of the declared table (providers/stops)."""
 
     def __init__(self, python: str | None = None, *, bwrap: str | None = None) -> None:
         """``python``: interpreter for the worker (default ``sys.executable``; resolved by

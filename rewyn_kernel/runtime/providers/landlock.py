@@ -213,7 +213,7 @@ class LandlockProvider(SubprocessProvider):
 
     name = "landlock"
     stops = Column.LANDLOCK
-    """What it stops, and what not: its column of the declared table (providers/stops.py)."""
+    """What it stops, and what not: its column of the declared table (providers/stops)."""
 
     def __init__(self, python: str | None = None) -> None:
         """``python``: interpreter for the worker (default ``sys.executable``; resolved by

@@ -232,7 +232,7 @@ class SubprocessProvider:
 
     name = "subprocess"
     stops = Column.SUBPROCESS
-    """What it stops, and what not: its column of the declared table (providers/stops.py)."""
+    """What it stops, and what not: its column of the declared table (providers/stops)."""
 
     def __init__(
         self,

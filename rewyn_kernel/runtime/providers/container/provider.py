@@ -124,7 +124,7 @@ class ContainerProvider:
 
     @property
     def stops(self) -> Column:
-        """What it stops, and what not: its column of the declared table (providers/stops.py),
+        """What it stops, and what not: its column of the declared table (providers/stops),
         gVisor's with ``oci_runtime="runsc"``, else runc's (podman's and nerdctl's too)."""
         return Column.GVISOR if self._gvisor() else Column.RUNC
 
