@@ -23,6 +23,15 @@ from sphinx.util.docutils import SphinxDirective
 
 from rewyn_kernel.runtime.providers.stops import COLUMNS, ROWS, Cell, Condition, Verdict
 
+STYLE = """<style>
+.bd-main .bd-content .bd-article-container:has(table.rewyn-stops) { max-width: 100%; }
+table.rewyn-stops { font-size: 0.8rem; }
+table.rewyn-stops th, table.rewyn-stops td { padding: 0.3rem 0.45rem; vertical-align: top; }
+table.rewyn-stops td:first-child { min-width: 9rem; }
+table.rewyn-stops .sd-badge { font-size: 0.72rem; }
+</style>"""
+"""The table has six columns of phrases: on a page of its own, give it the page's width and a
+smaller type (in the page itself, so that the extension stays one file)."""
 COLOURS = {Verdict.STOPPED: "success", Verdict.PARTLY: "warning", Verdict.NOT_STOPPED: "danger"}
 """sphinx-design's badge colour of each verdict."""
 
@@ -124,7 +133,7 @@ class StopsDirective(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         self.env.note_dependency(__file__)
-        found: list[nodes.Node] = []
+        found: list[nodes.Node] = [nodes.raw("", STYLE, format="html")]
         if "legend" in self.options:
             found.append(legend())
         found.append(table())
