@@ -5,8 +5,9 @@ and its image). A provider whose pieces are all there then starts a real sandbox
 interpreter it will use, and runs code in it: only a provider that did is reported usable, and
 one that did not shows what its start wrote to stderr (a path the sandbox cannot see, an
 interpreter that fails). Then which provider ``create()``, the kernel and ``rewyn-kernel mcp``
-choose here, and the kernel's own pieces: the kernelspec Jupyter would start and the JupyterLab
-extension.
+choose here, with what the chosen one stops on this host (its column of the declared table,
+``runtime/providers/stops/``), and the kernel's own pieces: the kernelspec Jupyter would
+start and the JupyterLab extension.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from rewyn_kernel.runtime import (
 )
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
 from rewyn_kernel.runtime.machine import cgroup_support
+from rewyn_kernel.runtime.providers.stops import Condition, Verdict, settle, stops_for
 from rewyn_kernel.runtime.sandbox import (
     CheckItem,
     SandboxProvider,
@@ -123,6 +125,7 @@ def doctor(image: str, oci_runtimes: Sequence[str], *, python: str | None = None
     print(f"default provider (create() and the kernel's provider=auto): {default.name}")
     if isinstance(default, SubprocessProvider) and default.instead_of_bubblewrap:
         print(f"   the host's files are open to the code: {default.instead_of_bubblewrap}")
+    print_stops(default)
     print(f"rewyn-kernel mcp without --provider (and --image {image}): {choose(image).said}")
     print("jupyter:")
     print_items(jupyter_checks())
@@ -145,6 +148,22 @@ def start(provider: SandboxProvider) -> tuple[CheckItem, list[str]]:
         return CheckItem("start", True, detail), []
     why = result.message or f"the code ended with exit code {result.exit_code}"
     return CheckItem("start", False, why), result.stderr.splitlines()[-SHOWN_LINES:]
+
+
+def print_stops(provider: SandboxProvider) -> None:
+    """What ``provider`` stops on this host: its column of the declared table
+    (``providers/stops/``), each condition looked at here."""
+    column = stops_for(provider)
+    if column is None:
+        print(f"   what {provider.name} stops: it declares nothing (no `stops` column)")
+        return
+    print(f"   what {provider.name} stops here ({column.value}'s column, conditions settled):")
+    width = max(len(verdict.value) for verdict in Verdict)
+    given = {}
+    if isinstance(provider, SubprocessProvider) and not provider.use_namespaces:
+        given[Condition.USER_NAMESPACES] = False  # (turned off: namespaces=False)
+    for each in settle(column, given):
+        print(f"   {each.verdict.value:<{width}}  {each.row.concern}: {each.says}")
 
 
 def print_items(items: Sequence[CheckItem]) -> None:

@@ -232,3 +232,5 @@ class SandboxProvider(Protocol):
 
     # Optional (looked up with getattr):
     #   create(spec, *, listeners) -> Sandbox: a sandbox class of its own (default BaseSandbox).
+    #   stops -> Column: what it stops, its column of the declared table (providers/stops;
+    #     every built-in provider has one; ``stops.stops_for`` reads it).

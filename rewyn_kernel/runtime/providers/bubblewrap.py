@@ -52,6 +52,7 @@ from rewyn_kernel.runtime.providers.local import (
 from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.providers.local.identity import identity, setup_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
+from rewyn_kernel.runtime.providers.stops import Column
 from rewyn_kernel.runtime.worker.config import Clean, Egress, WorkerConfig
 
 MEMORY_EVENTS = "/dev/rewyn-memory-events"
@@ -204,6 +205,8 @@ class BubblewrapProvider:
     processes out of reach. The default where bubblewrap works (see ``default_provider``)."""
 
     name = "bubblewrap"
+    stops = Column.BUBBLEWRAP
+    """What it stops, and what not: its column of the declared table (providers/stops)."""
 
     def __init__(self, python: str | None = None, *, bwrap: str | None = None) -> None:
         """``python``: interpreter for the worker (default ``sys.executable``; resolved by

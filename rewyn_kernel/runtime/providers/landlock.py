@@ -55,6 +55,7 @@ from rewyn_kernel.runtime.providers.local import (
 from rewyn_kernel.runtime.providers.local.cgroup import WorkerCgroup
 from rewyn_kernel.runtime.providers.local.files import host_folder
 from rewyn_kernel.runtime.providers.local.identity import identity
+from rewyn_kernel.runtime.providers.stops import Column
 from rewyn_kernel.runtime.providers.subprocess import (
     Namespaces,
     SubprocessProvider,
@@ -211,6 +212,8 @@ class LandlockProvider(SubprocessProvider):
     bubblewrap cannot start and Landlock is there (``factory.local_provider``)."""
 
     name = "landlock"
+    stops = Column.LANDLOCK
+    """What it stops, and what not: its column of the declared table (providers/stops)."""
 
     def __init__(self, python: str | None = None) -> None:
         """``python``: interpreter for the worker (default ``sys.executable``; resolved by

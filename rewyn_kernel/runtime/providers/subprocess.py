@@ -52,6 +52,7 @@ from rewyn_kernel.runtime.providers.local import (
 from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.providers.local.identity import give, identity, setup_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings, PopenWorker
+from rewyn_kernel.runtime.providers.stops import Column
 from rewyn_kernel.runtime.worker.config import Clean, Cover, Egress, Hidden, WorkerConfig
 from rewyn_kernel.runtime.worker.mounts import unreachable_ancestor
 
@@ -230,6 +231,8 @@ class SubprocessProvider:
     determined escapes poorly (it shares the host's filesystem and kernel)."""
 
     name = "subprocess"
+    stops = Column.SUBPROCESS
+    """What it stops, and what not: its column of the declared table (providers/stops)."""
 
     def __init__(
         self,

@@ -49,6 +49,7 @@ from rewyn_kernel.runtime.providers.local import (
 from rewyn_kernel.runtime.providers.local.files import LocalFiles, host_folder
 from rewyn_kernel.runtime.providers.local.identity import identity, idmap_namespace
 from rewyn_kernel.runtime.providers.popen import LaunchSettings
+from rewyn_kernel.runtime.providers.stops import Column
 from rewyn_kernel.runtime.worker.config import Clean, Egress, Users, WorkerConfig, WorkspaceSetting
 
 __all__ = ["ContainerProvider", "ContainerSandbox", "DEFAULT_IMAGE"]
@@ -120,6 +121,12 @@ class ContainerProvider:
             if self.oci_runtime
             else f"container/{cli}"
         )
+
+    @property
+    def stops(self) -> Column:
+        """What it stops, and what not: its column of the declared table (providers/stops),
+        gVisor's with ``oci_runtime="runsc"``, else runc's (podman's and nerdctl's too)."""
+        return Column.GVISOR if self._gvisor() else Column.RUNC
 
     @property
     def available(self) -> bool:
