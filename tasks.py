@@ -10,6 +10,10 @@
     python3 tasks.py labextension
                               rebuild the JupyterLab extension from labextension/ into
                               rewyn_kernel/labextension (needs Node.js >= 18 and npm)
+    python3 tasks.py screenshots
+                              run the browser tests that take the documentation's screenshots,
+                              writing them into docs/_static/screens (elsewhere those tests
+                              compare the page with them)
 
 Each command creates or updates its venv first (``.venv``, the developer's, with the dev extras;
 ``.venv-demo`` for the demo), reinstalling when what the install copies changes, so it works on a
@@ -316,6 +320,25 @@ def build_docs() -> None:
     run(BIN / "sphinx-build", "-W", "--keep-going", "-q", "-b", "html", DOCS, DOCS_HTML)
 
 
+SCREENS = DOCS / "_static" / "screens"
+SCREENSHOT_TESTS = [
+    "tests/test_browser.py::test_each_cell_that_ran_has_one_status_line[lab]",
+    "tests/test_browser.py::test_a_review_opens_on_its_kernel_without_asking",
+    "tests/test_browser.py::test_an_undo_names_the_kept_version_of_the_file_a_cell_replaced",
+    "tests/test_agent_banner.py::test_agent_cells_show_who_wrote_them_and_what_became_of_them[lab]",
+]
+"""The browser tests that take the screenshots (tests/jupyter_browser.py's ``shoot``; the fast
+test tests/test_screenshots.py checks this list against the tests)."""
+
+
+def screenshots() -> None:
+    """Take the documentation's screenshots again (``REWYN_SCREENSHOTS=write``); list them."""
+    env = {**os.environ, "REWYN_SCREENSHOTS": "write"}
+    run(BIN / "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SCREENSHOT_TESTS, env=env)
+    for png in sorted(SCREENS.glob("*.png")):
+        print(f"tasks.py: {png.relative_to(ROOT)}: {png.stat().st_size:,} bytes")
+
+
 def serve_docs(port: int = 8000) -> None:
     import functools
     import http.server
@@ -329,7 +352,7 @@ def serve_docs(port: int = 8000) -> None:
 
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else ""
-    if command not in {"demo", "test", "bench", "docs", "labextension"}:
+    if command not in {"demo", "test", "bench", "docs", "labextension", "screenshots"}:
         print(__doc__)
         return 2
     try:
@@ -346,6 +369,8 @@ def main(argv: list[str]) -> int:
             print(f"tasks.py: the site is in {DOCS_HTML}/index.html")
             if "--serve" in argv[1:]:
                 serve_docs()
+        elif command == "screenshots":
+            screenshots()
         elif command == "labextension":
             build_labextension()
             ensure_venv()  # put the new build where Jupyter finds it

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from playwright.sync_api import Browser, Locator, Page, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    FloatRect,
+    Locator,
+    Page,
+    sync_playwright,
+)
 from playwright.sync_api import Error as PlaywrightError
 
 CHROMIUM = os.environ.get("REWYN_CHROMIUM", "/usr/bin/chromium")
@@ -37,6 +44,9 @@ CHROMIUM_ARGS = [
 ]
 FRONTENDS = ("lab", "notebook")
 """JupyterLab 4 (/lab/tree/PATH) and Notebook 7 (/notebooks/PATH), one server for both."""
+VIEWPORT = {"width": 1280, "height": 800}
+DEVICE_SCALE = 1
+"""Every page's size and pixel ratio, fixed: the screenshots the tests take are reproducible."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,16 @@ def without_collaboration(config_dir: Path) -> None:
     path.write_text(json.dumps(config))
 
 
+def without_news(settings_dir: Path) -> None:
+    """Answer JupyterLab's question "get notified about official Jupyter news?" with no, in the
+    settings of a server whose settings are in ``settings_dir``: the page asks no question in
+    its corner (where a screenshot would catch it) and never fetches the news feed."""
+    path = settings_dir / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"fetchNews": "false"}))
+
+
 @contextmanager
 def jupyter_server(
     root: Path,
@@ -121,6 +141,7 @@ def jupyter_server(
     runtime_dir = work / "runtime"
     if not collaboration:
         without_collaboration(work / "config")
+    without_news(work / "settings")
     env = {
         **os.environ,
         "JUPYTER_PATH": str(jupyter_path),
@@ -380,13 +401,132 @@ def chromium() -> Iterator[Browser]:
             browser.close()
 
 
+def new_context(browser: Browser) -> BrowserContext:
+    """A browser context of the fixed size, pixel ratio, colours, language and clock zone."""
+    return browser.new_context(
+        viewport={"width": VIEWPORT["width"], "height": VIEWPORT["height"]},
+        device_scale_factor=DEVICE_SCALE,
+        color_scheme="light",
+        reduced_motion="reduce",
+        locale="en-US",
+        timezone_id="UTC",
+    )
+
+
 @contextmanager
 def fresh_page(browser: Browser, server: JupyterServer) -> Iterator[Page]:
     """A page in a context of its own; after it, no kernel is left running on ``server``."""
-    context = browser.new_context()
+    context = new_context(browser)
     try:
         yield context.new_page()
     finally:
         context.close()
         for session in server.api("sessions"):
             server.api(f"sessions/{session['id']}", method="DELETE")
+
+
+# -- screenshots for the documentation ---------------------------------------------------------
+
+SCREENS = Path(__file__).resolve().parent.parent / "docs" / "_static" / "screens"
+"""Where the documentation's screenshots live (``docs/_static/screens/NAME.png``)."""
+WRITE_SCREENS = os.environ.get("REWYN_SCREENSHOTS") == "write"
+"""Set by ``python3 tasks.py screenshots``: the tests write their shots instead of comparing."""
+PALETTE = 64
+"""Colours kept: a page of text, a few tints and their anti-aliased edges fit in 64."""
+SIZE_SLACK = 0.06
+"""How far a shot's width or height may move from the stored one's (at least 12 px): a line
+of text more or fewer is further than that on every shot."""
+BLOCK = 8
+"""Side of the squares the two images are averaged over before they are compared."""
+BLOCK_LEVELS = 16
+"""A square differs when its mean grey level moved by more than this (of 255)."""
+BLOCKS_DIFFERING = 0.02
+"""The share of squares that may differ. Measured: two runs of the same tests differ in at most
+0.5% of squares (durations, a temporary folder's name, a version's id, ids); a pending cell's
+banner without its two buttons differs in 3.2%, without its text in 15%. A change of a word
+passes: the test's own assertions check the words."""
+REGENERATE = "run python3 tasks.py screenshots"
+
+
+def compact_png(png: bytes) -> bytes:
+    """``png`` in a palette of ``PALETTE`` colours, without dithering, optimised: the
+    documentation's screenshots come out at 35% to 42% of Chromium's own PNG, looking the same."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        rgb = image.convert("RGB")
+    palette = rgb.quantize(
+        colors=PALETTE, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+    )
+    out = io.BytesIO()
+    palette.save(out, format="PNG", optimize=True)
+    return out.getvalue()
+
+
+def screen_difference(stored: Path, taken: bytes) -> str | None:
+    """How the shot ``taken`` differs from the ``stored`` one beyond what is let pass, or None.
+
+    Loose on purpose: pixel-exact comparison would fail on each run's durations, temporary
+    paths and ids, and on font rendering. It fails on what a reader would see as another
+    picture: a size moved past ``SIZE_SLACK`` (a line, a button or a note more or fewer), or
+    more than ``BLOCKS_DIFFERING`` of the ``BLOCK``-pixel squares changed in grey level (a
+    badge, a colour, a layout)."""
+    import io
+
+    from PIL import Image, ImageChops
+
+    with Image.open(stored) as old_file, Image.open(io.BytesIO(taken)) as new_file:
+        old, new = old_file.convert("L"), new_file.convert("L")
+    for what, then, now in (("width", old.width, new.width), ("height", old.height, new.height)):
+        if abs(now - then) > max(12, SIZE_SLACK * then):
+            return f"its {what} is {now} px, the stored one's {then} px"
+    small = (max(1, old.width // BLOCK), max(1, old.height // BLOCK))
+    box = Image.Resampling.BOX
+    diff = ImageChops.difference(old.resize(small, box), new.resize(small, box))
+    differing = sum(diff.histogram()[BLOCK_LEVELS + 1 :])
+    share = differing / (small[0] * small[1])
+    if share > BLOCKS_DIFFERING:
+        return f"{share:.1%} of its {BLOCK}-pixel squares differ (at most {BLOCKS_DIFFERING:.0%})"
+    return None
+
+
+def shoot(page: Page, name: str, *parts: Locator, pad: int = 6, to_last: bool = False) -> None:
+    """Screenshot the region that holds ``parts`` (elements of ``page``) as ``NAME.png``; with
+    ``to_last``, the region ends where the last part ends (what is below it is left out).
+
+    Always taken, so a state the documentation shows that no longer exists fails the test
+    first. With ``REWYN_SCREENSHOTS=write`` (``python3 tasks.py screenshots``) the shot is
+    written into docs/_static/screens; otherwise it is compared with the one there
+    (``screen_difference``), and a missing or different one fails, saying how to make it
+    again (the new shot is left in the temporary folder to look at)."""
+    import tempfile
+
+    assert parts, "shoot: name at least one element"
+    page.mouse.move(0, VIEWPORT["height"] - 1)  # (no hover styles on what is shot)
+    parts[-1].scroll_into_view_if_needed()
+    parts[0].scroll_into_view_if_needed()
+    boxes = [part.bounding_box() for part in parts]
+    assert all(boxes), f"shoot {name}: an element is not shown"
+    left = max(0.0, min(b["x"] for b in boxes if b) - pad)
+    top = max(0.0, min(b["y"] for b in boxes if b) - pad)
+    right = min(float(VIEWPORT["width"]), max(b["x"] + b["width"] for b in boxes if b) + pad)
+    ends = [b["y"] + b["height"] for b in boxes if b]
+    bottom = min(float(VIEWPORT["height"]), ends[-1] + 2 if to_last else max(ends) + pad)
+    clip = FloatRect(x=left, y=top, width=right - left, height=bottom - top)
+    png = compact_png(page.screenshot(clip=clip, animations="disabled", caret="hide"))
+    stored = SCREENS / f"{name}.png"
+    if WRITE_SCREENS:
+        SCREENS.mkdir(parents=True, exist_ok=True)
+        stored.write_bytes(png)
+        return
+    taken = Path(tempfile.gettempdir()) / "rewyn-screens" / f"{name}.png"
+    taken.parent.mkdir(exist_ok=True)
+    taken.write_bytes(png)
+    assert stored.exists(), f"{stored} is missing: {REGENERATE}"
+    difference = screen_difference(stored, png)
+    assert difference is None, (
+        f"the page no longer looks like docs/_static/screens/{name}.png: {difference} "
+        f"(the new shot: {taken}); if the change is meant, {REGENERATE}"
+    )

@@ -31,6 +31,7 @@ from tests.jupyter_browser import (
     loaded_extensions,
     open_notebook,
     save,
+    shoot,
     wait_for_records,
     wait_until,
     write_notebook,
@@ -153,6 +154,8 @@ def test_agent_cells_show_who_wrote_them_and_what_became_of_them(
     assert banners[APPROVED].locator("button").count() == 0
     assert "rejected: not on this data" in banners[REJECTED].inner_text()
     assert banners[AFTER].locator("button").count() == 0
+    if frontend == "lab":  # (the documentation's picture of a cell waiting for the person)
+        shoot(page, "approval-banner", cells.nth(PROPOSED))
 
     # The server moves a cell on (here through the page's model, as a remote change arrives):
     # the banner follows, and the buttons go.

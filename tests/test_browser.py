@@ -32,11 +32,13 @@ from tests.jupyter_browser import (
     jupyter_server,
     kernels_left,
     loaded_extensions,
+    new_context,
     open_notebook,
     restart_kernel,
     run_all,
     run_cells,
     save,
+    shoot,
     wait_for_records,
     wait_until,
     write_notebook,
@@ -49,6 +51,8 @@ SANDBOX_KERNEL = "rewyn-browser"
 PATIENT_KERNEL = "rewyn-browser-patient"
 """The same kernel with the default timeout, for cells that import pandas or matplotlib: on a
 loaded machine (the suite runs on two processes) their first import can outlast 3 s."""
+SANDBOX_DISPLAY_NAME = "Python (sandboxed)"
+"""What JupyterLab calls the installed sandbox kernel (kernelspec/kernel.json)."""
 OTHER_KERNEL = "forging"  # an IPython kernel whose replies carry made-up rewyn_kernel events
 BUILT = Path(__file__).resolve().parent.parent / "rewyn_kernel" / "labextension"
 
@@ -184,7 +188,7 @@ class Watched:
 
 @pytest.fixture
 def page(browser: Browser, server: JupyterServer) -> Iterator[Watched]:
-    context = browser.new_context()
+    context = new_context(browser)
     watched = Watched(context.new_page())
     yield watched
     context.close()
@@ -304,6 +308,11 @@ def test_each_cell_that_ran_has_one_status_line(
     notebook.locator(".rewyn-Event-line").nth(1).click()
     assert "stdout\n97.7 KiB, truncated" in flood.inner_text(), flood.inner_text()
     assert page.console_errors == []
+    if frontend == "lab":  # (the documentation's pictures: a line opened, a cell past its limit)
+        # From the code to the status line (the undo note under it moves from run to run)
+        ok, late = (notebook.locator(".jp-Cell").nth(index) for index in (FIRST, SLEEPS))
+        shoot(page.page, "status-line", ok, ok.locator(".rewyn-Event"), to_last=True)
+        shoot(page.page, "timeout-badge", late, late.locator(".rewyn-Event"), to_last=True)
 
 
 @pytest.mark.parametrize("frontend", FRONTENDS)
@@ -788,14 +797,15 @@ _KERNEL_OR_DIALOG = """async (path) => {
 
 
 def test_a_review_opens_on_its_kernel_without_asking(
-    server: JupyterServer, page: Watched, tmp_path: Path
+    server: JupyterServer, page: Watched, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 25: JupyterLab asked "Select Kernel" for a review, which named a kernel that was
     not installed. A review names one that is (the run's, else the sandbox kernel); the same
     notebook naming the missing kernel brings the dialog up, as this test would see it."""
     from rewyn_kernel.cli import main as cli
 
-    log = tmp_path / "run.jsonl"
+    monkeypatch.chdir(tmp_path)  # (the review names the log as given: a short name, shown)
+    log = Path("run.jsonl")
     with create(timeout=5, listeners=[JsonlRunLog(log)]) as box, box.session() as session:
         session.execute("print('reviewed')")
     assert cli(["review", str(log), "-o", str(server.root / "review.ipynb")]) == 0
@@ -805,12 +815,19 @@ def test_a_review_opens_on_its_kernel_without_asking(
     page.page.goto(server.notebook_url("lab", "review.ipynb"))
     page.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
     assert page.page.evaluate(_KERNEL_OR_DIALOG, "review.ipynb") == "kernel: rewyn-sandbox"
+    notebook = current_notebook(page.page)
+    notebook.locator(".jp-MarkdownOutput").first.wait_for(timeout=30_000)
+    shoot(page.page, "review-notebook", notebook)
 
     nb["metadata"]["kernelspec"]["name"] = nb["metadata"][METADATA_KEY]["review"]["kernel"]
     (server.root / "missing.ipynb").write_text(json.dumps(nb))
     page.page.goto(server.notebook_url("lab", "missing.ipynb"))
     page.page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
     assert page.page.evaluate(_KERNEL_OR_DIALOG, "missing.ipynb") == "dialog: Select Kernel"
+    # The kernel a person picks there: the sandbox kernel, by the name its kernelspec gives it.
+    dialog = page.page.locator(".jp-Dialog-content")
+    dialog.locator("select").select_option(label=SANDBOX_DISPLAY_NAME)
+    shoot(page.page, "kernel-picker", dialog, pad=0)
 
 
 UNDO_CELLS = [("code", "x = 1"), ("code", "x = 2"), ("code", "print('x is', x)")]
@@ -858,3 +875,45 @@ def test_the_undo_command_brings_back_the_variables_before_the_last_cell(
     wait_until(lambda: toast.count() > 0, 30, lambda: "no note of the undo")
     assert "Files are not rolled back" in toast.first.inner_text()
     wait_until(lambda: said().count("its changes to the state were undone") == 2, 30, said_text)
+
+
+VERSIONS_CELLS = [
+    ("code", "_ = open('results.csv', 'w').write('rewritten by the cell\\n')"),
+    ("code", "%undo"),
+]
+RESTORE = re.compile(r"rewyn-kernel files (\S+) --restore (\S+)")
+
+
+def test_an_undo_names_the_kept_version_of_the_file_a_cell_replaced(
+    server: JupyterServer, page: Watched
+) -> None:
+    """A cell overwrites a file the person had; the undo under it says the files stay as the
+    cell left them, and names the command that puts the person's version back, which does."""
+    from rewyn_kernel.cli import main as cli
+
+    results = server.root / "results.csv"
+    results.write_text("the person's results\n")
+    assert start(server, page, "versions.ipynb", cells=VERSIONS_CELLS) == "rewyn-kernel"
+    run_cells(page.page, [0])
+    wait_for_records(page.page, [1, 0])
+    assert results.read_text() == "rewritten by the cell\n"
+    notebook = current_notebook(page.page)
+    notes = notebook.locator(".rewyn-CellStatus-undo")
+    wait_until(
+        lambda: "undo available" in " ".join(notes.all_inner_texts()),
+        30,
+        lambda: str(notes.all_inner_texts()),
+    )
+    run_cells(page.page, [1])
+    cells = notebook.locator(".jp-Cell")
+    output = cells.nth(1).locator(".jp-OutputArea-output")
+    wait_until(lambda: "--restore" in " ".join(output.all_inner_texts()), 30, lambda: "no note")
+    note = output.first.inner_text()
+    assert "Cell [1] changed files in the workspace, which stay as it left them:" in note, note
+    assert "changed: results.csv" in note, note
+    found = RESTORE.search(note)
+    assert found is not None, note
+    assert Path(found.group(1)) == server.root
+    shoot(page.page, "workspace-versions", cells.nth(0), cells.nth(1))
+    assert cli(["files", found.group(1), "--restore", found.group(2)]) == 0
+    assert results.read_text() == "the person's results\n"
