@@ -12,6 +12,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from _collect import make_sybil
 
-pytest_collect_file = make_sybil(Path(__file__).resolve().parent).pytest()
+HERE = Path(__file__).resolve().parent
+
+pytest_collect_file = make_sybil(HERE).pytest()
+
+
+@pytest.hookimpl(tryfirst=True)  # (before xdist reads the groups off the markers)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The blocks of one page stay in one process of a parallel run (``--dist loadgroup``), in
+    the page's order: they share a namespace, a folder and a kernel."""
+    for item in items:
+        if item.path.suffix == ".md" and item.path.is_relative_to(HERE):
+            page = item.path.relative_to(HERE).as_posix()
+            item.add_marker(pytest.mark.xdist_group(f"docs:{page}"))
