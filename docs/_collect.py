@@ -31,10 +31,12 @@ Comments on the line(s) just before a block (MyST comments, not rendered):
 - ``% needs: bubblewrap`` (or ``landlock``, ``docker``, ``podman``; comma-separated): the block
   is skipped where that is missing, except under ``CI``, where it fails.
 
-No block may send traffic anywhere but loopback: shell blocks run in a network namespace of
-their own with only loopback up (where ``unshare --net`` works: as root); a connection a Python
-block (or a thread it started, such as the sandbox's egress proxy) makes to anything but
-loopback or a Unix socket raises ``PermissionError``.
+No block may send traffic anywhere but loopback. Where ``unshare --net`` works (as root), shell
+blocks and the page's kernels run in a network namespace of their own with only loopback up (a
+kernel then speaks to the collector over Unix sockets). A connection a Python block (or a
+thread it started, such as the sandbox's egress proxy) makes to anything but loopback or a Unix
+socket raises ``PermissionError``. A process a Python block starts itself (``rewyn-kernel
+mcp``) is not confined: give it no ``--allow-host``.
 """
 
 from __future__ import annotations
@@ -159,9 +161,7 @@ class Page:
         """The page's kernel of ``spec``, started in ``cwd`` (under the page's folder) when the
         page has none yet."""
         if spec not in self.kernels:
-            from jupyter_client.manager import KernelManager
-
-            manager = KernelManager(kernel_name=spec)
+            manager = _manager(spec, self.root)
             manager.start_kernel(cwd=str(self.folder / cwd))
             client = manager.client()
             client.start_channels()
@@ -169,6 +169,23 @@ class Page:
             self.kernels[spec] = kernel
             client.wait_for_ready(timeout=60)
         return self.kernels[spec]
+
+
+def _manager(spec: str, root: Path) -> Any:
+    """A KernelManager for ``spec``. Where shell blocks get a network namespace, the kernel gets
+    one too, and speaks to us over Unix sockets (the ``ipc`` transport) under ``root``."""
+    from jupyter_client.manager import KernelManager
+
+    if not NETNS:
+        return KernelManager(kernel_name=spec)
+
+    class Isolated(KernelManager):
+        def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+            command: list[str] = super().format_kernel_cmd(extra_arguments)
+            return [*NETNS_PREFIX, *command]
+
+    sockets = root / f"kernel-{len(os.listdir(root))}"
+    return Isolated(kernel_name=spec, transport="ipc", ip=str(sockets))
 
 
 def setup(namespace: dict[str, Any]) -> None:
@@ -351,17 +368,7 @@ def run_python(example: Example, block: Block, page: Page) -> None:
 
 def run_shell(example: Example, block: Block, page: Page) -> None:
     script = "set -euo pipefail\n" + block.source
-    argv = ["bash", "-c", script]
-    if NETNS:
-        argv = [
-            "unshare",
-            "--net",
-            "--",
-            "bash",
-            "-c",
-            'ip link set lo up && exec bash -c "$0"',
-            script,
-        ]
+    argv = [*NETNS_PREFIX, "bash", "-c", script] if NETNS else ["bash", "-c", script]
     try:
         done = subprocess.run(
             argv,
@@ -441,6 +448,8 @@ def netns_works() -> bool:
 
 
 NETNS = netns_works()
+NETNS_PREFIX = ["unshare", "--net", "--", "bash", "-c", 'ip link set lo up && exec "$@"', "-"]
+"""What runs a command in a network namespace of its own, with loopback up."""
 
 # Python blocks: loopback only
 

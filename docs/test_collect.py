@@ -6,6 +6,7 @@ page or two, and reads the outcome of each block from ``-rA``'s summary.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -76,7 +77,9 @@ $ exit 3
 """
 
 
-def run(tmp_path: Path, pages: dict[str, str]) -> tuple[int, str]:
+def run(
+    tmp_path: Path, pages: dict[str, str], env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """pytest over a docs tree of ``pages`` with a copy of the collector: (exit code, output)."""
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -87,7 +90,7 @@ def run(tmp_path: Path, pages: dict[str, str]) -> tuple[int, str]:
     (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "docs"]
     done = subprocess.run(
-        argv, cwd=tmp_path, capture_output=True, text=True, timeout=100, check=False
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100, check=False
     )
     return done.returncode, done.stdout + done.stderr
 
@@ -130,3 +133,18 @@ def test_a_marker_away_from_its_block_is_an_error(tmp_path: Path) -> None:
     code, output = run(tmp_path, {"page.md": page})
     assert code != 0, output
     assert "marks nothing" in output
+
+
+def test_a_block_whose_needs_are_missing_skips_but_fails_under_ci(tmp_path: Path) -> None:
+    page = f"% needs: podman\n{FENCE}python\nx = 1\n{FENCE}\n"
+    bare = {k: v for k, v in os.environ.items() if k != "CI"} | {"PATH": "/nowhere"}
+    (tmp_path / "here").mkdir()
+    code, output = run(tmp_path / "here", {"page.md": page}, env=bare)
+    assert code == 0, output
+    assert "1 skipped" in output, output
+    assert "this block needs podman: no podman on PATH" in output
+    (tmp_path / "ci").mkdir()
+    code, output = run(tmp_path / "ci", {"page.md": page}, env=bare | {"CI": "true"})
+    assert code == 1, output
+    assert outcomes(output) == {"page.md:2": "FAILED"}, output
+    assert "no podman on PATH" in output
