@@ -7,6 +7,7 @@ What runs, per page (``docs/**/*.md``), in the order of the page:
 - A ```` ```bash ```` (or ``sh``) block runs as one ``bash`` script under ``set -euo pipefail``.
   A ```` ```console ```` block runs its ``$ `` lines the same way (a line ending in ``\\`` goes
   on to the next; the other lines are output, shown to the reader and not compared).
+- ```` ```{code-block} LANGUAGE ```` (or ``{code}``) runs as a fenced block of LANGUAGE does.
 - A ```` ```{code-cell} ```` block, or a ```` ```python ```` block just under the comment
   ``% kernel``, runs as a cell of the real sandboxed kernel ("Python (sandboxed)",
   ``rewyn_kernel.kernel.kernelspec.KERNEL_NAME``), started with jupyter_client in the page's
@@ -17,6 +18,9 @@ What runs, per page (``docs/**/*.md``), in the order of the page:
   folder under the page's (the notebook's folder; it counts at the kernel's first cell only);
   ``expect=error``: the cell must end in an error (a time limit, a refused host).
 - Any other block (```` ```text ````, ```` ```json ````, ```` ```toml ````...) is for reading.
+  A python block in IPython's syntax (``%%sandbox``, ``%pip``) fails as plain Python: run it
+  on a kernel (``% kernel: spec=python3`` is the plain IPython kernel, where ``%%sandbox``
+  belongs) or mark it not-run.
 
 Every page gets a fresh folder, the current directory of all its blocks and its kernels, and
 Jupyter's data, runtime and config dirs of its own (``JUPYTER_DATA_DIR``... beside that
@@ -77,6 +81,7 @@ NEEDS = ("bubblewrap", "landlock", "docker", "podman")
 MARKER = re.compile(r"[ \t]*%[ \t]*(?P<name>[\w-]+)[ \t]*(?P<colon>:?)(?P<rest>.*)")
 LOOKS_LIKE_NOT_RUN = re.compile(r"[ \t]*%[ \t]*not[-_ ]?run", re.IGNORECASE)
 INFO = re.compile(r"(?P<info>[^\n]*)$\n", re.MULTILINE)
+DIRECTIVE = re.compile(r"\{(?P<name>code-cell|code-block|code|sourcecode)\}(?P<language>.*)")
 SHELLS = {"bash", "sh", "shell"}
 PYTHONS = {"python", "py", "python3"}
 
@@ -262,11 +267,15 @@ def block_of(document: Document, region: Region) -> Block | None:
                 if need not in NEEDS:
                     raise PageError(f"{where}: `% needs:` knows {', '.join(NEEDS)}")
                 needs.append(need)
-    if info.startswith("{code-cell}"):
+    directive = DIRECTIVE.fullmatch(info)
+    if directive is not None:  # ```{code-cell}, or ```{code-block} LANGUAGE and its kin
         lines = source.splitlines(keepends=True)
         while lines and re.match(r"\s*:[\w-]+:", lines[0]):
             lines.pop(0)
-        return Block("kernel", "".join(lines), line, spec, expect_error, tuple(needs), cwd)
+        source = "".join(lines)
+        if directive["name"] == "code-cell":
+            return Block("kernel", source, line, spec, expect_error, tuple(needs), cwd)
+        info = directive["language"].strip()
     if info in PYTHONS:
         kind = "kernel" if kernel else "python"
         return Block(kind, source, line, spec, expect_error, tuple(needs), cwd)
