@@ -56,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -329,7 +330,9 @@ def parse(document: Document) -> Iterable[Region]:
 # Running
 
 
-def evaluate(example: Example) -> None:
+def evaluate(example: Example) -> str | None:
+    """Run one block: None when it did what it should, else what went wrong (Sybil fails the
+    test with it; a text, so the report needs none of the traceback's frames of Sybil's own)."""
     block = example.parsed
     assert isinstance(block, Block)
     for need in block.needs:
@@ -339,12 +342,32 @@ def evaluate(example: Example) -> None:
                 pytest.fail(message)
             pytest.skip(message)
     page = page_of(example)
-    if block.kind == "python":
-        run_python(example, block, page)
-    elif block.kind == "shell":
-        run_shell(example, block, page)
-    else:
-        run_cell(example, block, page)
+    try:
+        if block.kind == "python":
+            run_python(example, block, page)
+        elif block.kind == "shell":
+            run_shell(example, block, page)
+        else:
+            run_cell(example, block, page)
+    except BlockFailed as exc:
+        return str(exc)
+    except (Exception, SystemExit) as exc:  # the page's own Python raised
+        return page_traceback(exc, example.path)
+    return None
+
+
+class BlockFailed(AssertionError):
+    """A shell block or a kernel cell that did not end as it should; the message says how."""
+
+
+def page_traceback(exc: BaseException, path: str) -> str:
+    """The traceback of ``exc`` from the page's own frames down (the collector's left out)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    first = next((i for i, frame in enumerate(frames) if frame.filename == path), 0)
+    lines = ["Traceback (most recent call last):\n"]
+    lines += traceback.format_list(frames[first:])
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines)
 
 
 def why_missing(need: str) -> str | None:
@@ -391,10 +414,10 @@ def run_shell(example: Example, block: Block, page: Page) -> None:
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"the block ran past {SHELL_TIMEOUT:.0f} s:\n{block.source}") from exc
+        raise BlockFailed(f"the block ran past {SHELL_TIMEOUT:.0f} s:\n{block.source}") from exc
     print(done.stdout, done.stderr, sep="")  # pytest shows it with -rP
     if done.returncode != 0:
-        raise AssertionError(
+        raise BlockFailed(
             f"the block exited {done.returncode}:\n{block.source}\n"
             f"--- stdout\n{tail(done.stdout)}\n--- stderr\n{tail(done.stderr)}"
         )
@@ -414,7 +437,7 @@ def run_cell(example: Example, block: Block, page: Page) -> None:
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise AssertionError(f"the cell ran past {CELL_TIMEOUT:.0f} s: {''.join(texts)}")
+            raise BlockFailed(f"the cell ran past {CELL_TIMEOUT:.0f} s: {''.join(texts)}")
         try:
             msg = client.get_iopub_msg(timeout=min(left, 1.0))
         except Exception:  # queue.Empty
@@ -436,9 +459,9 @@ def run_cell(example: Example, block: Block, page: Page) -> None:
     output = ANSI.sub("", "".join(texts))
     print(output)  # pytest shows it with -rP, to check what a page says the reader sees
     if block.expect_error and status != "error":
-        raise AssertionError(f"the cell was to end in an error; it ended {status}:\n{output}")
+        raise BlockFailed(f"the cell was to end in an error; it ended {status}:\n{output}")
     if not block.expect_error and status != "ok":
-        raise AssertionError(f"the cell on {spec} ended {status}:\n{tail(output)}")
+        raise BlockFailed(f"the cell on {spec} ended {status}:\n{tail(output)}")
 
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -494,6 +517,28 @@ def loopback_only() -> Iterator[None]:
         yield
     finally:
         _Guard.active -= 1
+
+
+def _report_any_failure() -> None:
+    """Sybil's pytest item trims a failure's traceback to the example's frames, and fails with
+    IndexError (an INTERNALERROR that stops the run) when the failure has none: a warning that
+    pytest raises after the block (an unclosed file's ResourceWarning, under
+    ``filterwarnings = error``). Fall back to the whole traceback then."""
+    from _pytest._code.code import Traceback
+    from sybil.integration.pytest import SybilItem
+
+    trim = SybilItem._traceback_filter
+
+    def trim_or_keep(item: SybilItem, excinfo: pytest.ExceptionInfo[BaseException]) -> Traceback:
+        try:
+            return trim(item, excinfo)
+        except IndexError:
+            return excinfo.traceback
+
+    setattr(SybilItem, "_traceback_filter", trim_or_keep)  # noqa: B010 (a method, replaced)
+
+
+_report_any_failure()
 
 
 def make_sybil(path: Path) -> Sybil:
