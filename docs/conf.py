@@ -43,6 +43,8 @@ myst_heading_anchors = 3
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+# (In Sphinx 9 this boolean default overrides an explicit :members: list: the API page lists
+# members with :no-members: and autodoc directives of their own where it wants fewer.)
 autodoc_default_options = {"members": True, "show-inheritance": False}
 
 html_theme = "pydata_sphinx_theme"

@@ -102,7 +102,7 @@ def test_every_surface_has_a_name_and_a_meaning() -> None:
 # -- the command line ----------------------------------------------------------------------------
 
 
-UNDESCRIBED = {"review": ["RUNLOG.jsonl|NOTEBOOK.ipynb"]}
+UNDESCRIBED: dict[str, list[str]] = {}
 """Arguments with no help of their own (the command's description says what they are)."""
 
 

@@ -265,7 +265,13 @@ def add_parser(
         "(rewyn-kernel mcp --notebook), write its review: who wrote each cell, and which "
         "calls the person approved, edited or rejected.",
     )
-    parser.add_argument("source", type=Path, metavar="RUNLOG.jsonl|NOTEBOOK.ipynb")
+    parser.add_argument(
+        "source",
+        type=Path,
+        metavar="RUNLOG.jsonl|NOTEBOOK.ipynb",
+        help="a run log (the events of a kernel, a run or an MCP server), or a notebook an "
+        "agent and a person shared (--notebook)",
+    )
     parser.add_argument(
         "-o",
         "--output",

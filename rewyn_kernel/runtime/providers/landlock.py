@@ -19,12 +19,12 @@ mechanisms an unprivileged process may apply to itself:
   (root); otherwise RLIMIT_AS per process and RLIMIT_NPROC over the user's tasks (see
   ``nproc_for``), which the isolation report names.
 
-What it does not give, against bubblewrap: no network namespace (so no allow-list: there is no
-relay the code cannot go around, and a sandbox asking for one is refused; no loopback of its own
-either), no PID namespace (``/proc`` lists the host's processes and their command lines, though
-not their environment, memory or descriptors), no view of the workspace (it is read-only to the
-code: without a mount namespace nothing could keep the versions its writes would replace), and
-the host's ``/dev/shm``.
+What it does not give, against bubblewrap: no network namespace (an allow-list still holds:
+every ``connect()`` of the code is made by the supervisor's broker, to the proxy's relay; but
+there is no loopback of its own), no PID namespace (``/proc`` lists the host's processes and
+their command lines, though not their environment, memory or descriptors), no view of the
+workspace (it is read-only to the code: without a mount namespace nothing could keep the
+versions its writes would replace), and the host's ``/dev/shm``.
 """
 
 from __future__ import annotations
