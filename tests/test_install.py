@@ -51,6 +51,15 @@ EXTRA_CHECKS: dict[str, tuple[str, str]] = {
         "assert papermill_engines.get_engine('rewyn').__name__ == 'SandboxEngine'",
     ),
     "ray": ("ray", "from rewyn_kernel.runtime.cluster import RaySandboxPool"),
+    # The site builds with this extra alone, as Read the Docs installs it (.readthedocs.yaml):
+    # no Ray, no MCP SDK, warnings as errors.
+    "docs": (
+        "sphinx",
+        "import subprocess, sys, tempfile\n"
+        "out = tempfile.mkdtemp()\n"
+        "argv = ['-m', 'sphinx', '-W', '--keep-going', '-q', '-b', 'html']\n"
+        f"subprocess.run([sys.executable, *argv, {str(ROOT / 'docs')!r}, out], check=True)",
+    ),
 }
 """Each extra: the top-level module it brings, and code that uses it through the package."""
 COMMANDS = ("demo", "doctor", "install", "run", "review", "mcp", "files")
