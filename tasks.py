@@ -5,6 +5,9 @@
                               in a venv of its own (.venv-demo) holding the package alone
     python3 tasks.py test     the whole test suite, with the format, lint and type checks
     python3 tasks.py bench    benchmarks that print figures
+    python3 tasks.py prepare  create or update .venv, the extension's node_modules and the
+                              lowest-versions venv, and stop: what `test` does first (.ci/run
+                              overlaps it with the engines' set-up)
     python3 tasks.py docs     build the documentation site into docs/_build/html (warnings are
                               errors); --serve then serves it on http://127.0.0.1:8000/
     python3 tasks.py labextension
@@ -352,7 +355,7 @@ def serve_docs(port: int = 8000) -> None:
 
 def main(argv: list[str]) -> int:
     command = argv[0] if argv else ""
-    if command not in {"demo", "test", "bench", "docs", "labextension", "screenshots"}:
+    if command not in {"demo", "prepare", "test", "bench", "docs", "labextension", "screenshots"}:
         print(__doc__)
         return 2
     try:
@@ -362,7 +365,13 @@ def main(argv: list[str]) -> int:
         ensure_venv()
         # (.venv's install is editable: no byte code caches in the checkout)
         os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-        if command == "bench":
+        if command == "prepare":  # (then `test` finds each current and goes straight on)
+            try:
+                ensure_node_modules()
+            except subprocess.CalledProcessError as exc:
+                print(f"tasks.py: npm ci failed ({exc}); `test` tries again")
+            prepare_lowest()
+        elif command == "bench":
             run(BIN / "python", "-m", "benchmarks.bench_runtime", *argv[1:])
         elif command == "docs":
             build_docs()
