@@ -32,7 +32,9 @@ PRIVATE, COOKIE, SESSION or DSN (in any case). Values are never read: ``DATA_DIR
 MEDIUM, ``OPENAI_API_KEY`` makes it HIGH. Names are taken from ``env``, from ``inherit_env``
 (a ``PREFIX*`` pattern counts by its prefix and by the names it matches in this process's
 environment when the tool is made). Time and memory limits do not change the level: they bound
-cost, not reach. A provider this table does not know counts as sharing the host's files.
+cost, not reach. The level follows what the sandbox reports in ``isolation`` (its files, its
+network, its seccomp filter), whatever the provider's name: a provider from a package of its own
+is taken at its report, which is part of the provider contract.
 """
 
 from __future__ import annotations
