@@ -6,7 +6,7 @@ interpreter it will use, and runs code in it: only a provider that did is report
 one that did not shows what its start wrote to stderr (a path the sandbox cannot see, an
 interpreter that fails). Then which provider ``create()``, the kernel and ``rewyn-kernel mcp``
 choose here, with what the chosen one stops on this host (its column of the declared table,
-``runtime/providers/stops/``), and the kernel's own pieces: the kernelspec Jupyter would
+``runtime/stops.py``), and the kernel's own pieces: the kernelspec Jupyter would
 start and the JupyterLab extension.
 """
 
@@ -28,13 +28,13 @@ from rewyn_kernel.runtime import (
 )
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE, ContainerProvider
 from rewyn_kernel.runtime.machine import cgroup_support
-from rewyn_kernel.runtime.providers.stops import Condition, Verdict, settle, stops_for
 from rewyn_kernel.runtime.sandbox import (
     CheckItem,
     SandboxProvider,
     SandboxSpec,
     SubprocessProvider,
 )
+from rewyn_kernel.runtime.stops import Condition, Verdict, settle, stops_for
 
 PROBE = "import sys\nprint('Python %d.%d.%d' % sys.version_info[:3])"
 """What the trial sandbox runs (the worker needs Python 3.8 or newer; so does this)."""
