@@ -266,11 +266,13 @@ def test_a_failure_puts_the_traceback_in_stderr(make_box: Callable[..., Sandbox]
 
 
 @pytest.mark.providers("subprocess", "docker")
+@pytest.mark.timeout(300)  # (128 MiB through the channel: a minute on a loaded 2-core machine)
 def test_a_flood_of_frames_between_executions_does_not_grow_the_host(
     make_box: Callable[..., Sandbox], tmp_path: Path
 ) -> None:
     """16 MiB displays sent by a background thread after its cell ended, while the host is
-    idle, are read and dropped unparsed (before, the host kept up to 64 of them, parsed)."""
+    idle, are read and dropped unparsed (before, the host kept up to 64 of them, parsed: the
+    eight sent here, kept, are more than the 100 MiB of growth allowed)."""
 
     def rss() -> int:
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -288,7 +290,7 @@ def test_a_flood_of_frames_between_executions_does_not_grow_the_host(
         import threading, time
         def flood():
             time.sleep(0.3)
-            for i in range(16):
+            for i in range(8):
                 display({{'text/plain': 'x' * (16 * 1024 * 1024 - 16384)}}, raw=True)
             open({inside + "/flooded"!r}, "w").close()
         threading.Thread(target=flood).start()
@@ -298,7 +300,7 @@ def test_a_flood_of_frames_between_executions_does_not_grow_the_host(
         session.execute("pass")
         before = peak = rss()
         assert session.execute(flood).ok
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 240
         while not (workdir / "flooded").exists() and time.monotonic() < deadline:
             peak = max(peak, rss())
             time.sleep(0.05)
