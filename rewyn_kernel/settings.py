@@ -53,6 +53,8 @@ __all__ = [
     "SANDBOX_SETTINGS",
     "add_options",
     "default_run_log",
+    "host_data_dir",
+    "notebook_key",
     "describe_error",
     "from_options",
     "option_arguments",
@@ -395,17 +397,28 @@ def notebook_name() -> str:
     return safe_name(Path(session).stem) if session else "kernel"
 
 
-def default_run_log() -> Path:
-    """The kernel's own run log when no run_log is given: one per notebook, named after it and
-    a hash of its path, in Jupyter's data directory (where no sandbox can write)."""
+def notebook_key() -> str:
+    """What names the notebook a kernel runs for among the host's files: its name and a hash of
+    its absolute path (``analysis-1a2b3c4d``); with no notebook known, of the working folder."""
     import hashlib
-
-    from jupyter_core.paths import jupyter_data_dir
 
     where = os.path.abspath(os.environ.get("JPY_SESSION_NAME") or os.getcwd())
     tag = hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    runs = Path(jupyter_data_dir(), "rewyn-kernel", "runs")
-    return runs / f"{notebook_name()}-{tag}.events.jsonl"
+    return f"{notebook_name()}-{tag}"
+
+
+def host_data_dir(kind: str) -> Path:
+    """``kind``'s folder (``runs``, ...) in rewyn-kernel's part of Jupyter's data directory:
+    the host's, where no sandbox can write."""
+    from jupyter_core.paths import jupyter_data_dir
+
+    return Path(jupyter_data_dir(), "rewyn-kernel", kind)
+
+
+def default_run_log() -> Path:
+    """The kernel's own run log when no run_log is given: one per notebook (``notebook_key``),
+    in Jupyter's data directory (where no sandbox can write)."""
+    return host_data_dir("runs") / f"{notebook_key()}.events.jsonl"
 
 
 def _flag_values(value: object) -> list[str]:
