@@ -53,8 +53,6 @@ __all__ = [
     "SANDBOX_SETTINGS",
     "add_options",
     "default_run_log",
-    "host_data_dir",
-    "notebook_key",
     "describe_error",
     "from_options",
     "option_arguments",
