@@ -144,13 +144,14 @@ class KernelSettings(SandboxSpec):
         "(the cell's metadata keeps its record either way).",
     )
     checkpoints: int = Field(
-        default=1,
+        default=10,
         ge=0,
         le=20,
-        description="How many cells back %undo (and the Kernel menu's undo) can go: before each "
-        "cell the kernel keeps the state as a paused copy-on-write fork of the code's process, "
-        "the first to go when memory runs short, and never one the memory cap has no room for; "
-        "0: off. Files are not part of it.",
+        description="How many cells back %undo can go (%undo N: the last N cells; %undo --to N: "
+        "back to before cell [N]; the Kernel menu's undo and a cell's Undo back to this cell): "
+        "before each cell the kernel keeps the state as a paused copy-on-write fork of the "
+        "code's process, dropped oldest first when memory runs short, and never one the memory "
+        "cap has no room for; 0: off. Files are not part of it.",
     )
     trust_output: bool = Field(
         default=False,

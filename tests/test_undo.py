@@ -1,6 +1,7 @@
 """Undo for cells (kernel/undo.py), on real kernels: ``%undo`` brings back the state before the
-last cell, as far back as ``checkpoints`` cells, says what it did not bring back (files), and
-nothing the sandbox's code does can trigger it."""
+last cell (``%undo N``: the last N cells, ``%undo --to N``: back to before cell [N]), as far
+back as ``checkpoints`` cells, names the cells it took back, says what it did not bring back
+(files), uses no execution count, and nothing the sandbox's code does can trigger it."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
 from rewyn_kernel.kernel.record import METADATA_KEY
-from rewyn_kernel.kernel.undo import UNDO_KEY, is_undo
+from rewyn_kernel.kernel.undo import UNDO_KEY, Request, UsageError, first_line, is_undo, request
+from rewyn_kernel.settings import KernelSettings
 
-from .kernel_client import Cell, plain, running_kernel, write_spec
+from .kernel_client import Cell, plain, running_kernel, write_ipykernel_spec, write_spec
 from .kernel_client import run_cell as run_at_once
 
 Kernel = tuple[KernelManager, BlockingKernelClient]
@@ -28,6 +30,8 @@ Kernel = tuple[KernelManager, BlockingKernelClient]
 def kernel_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("jupyter")
     write_spec(root, "rewyn-undo")
+    write_spec(root, "rewyn-undo-one", ["--SandboxKernel.checkpoints=1"])
+    write_ipykernel_spec(root, "ipykernel-undo")
     write_spec(root, "rewyn-undo-two", ["--SandboxKernel.checkpoints=2"])
     write_spec(root, "rewyn-undo-off", ["--SandboxKernel.checkpoints=0"])
     write_spec(root, "rewyn-undo-capped", ["--SandboxKernel.memory_limit_mb=256"])
@@ -64,11 +68,35 @@ def value(kc: BlockingKernelClient, expression: str) -> str:
     return cell.stream()
 
 
-def test_an_undo_cell_is_only_percent_undo() -> None:
-    for code in ("%undo", "  %undo \n", "\n%undo"):
+def test_an_undo_cell_is_only_percent_undo_and_its_arguments() -> None:
+    for code in ("%undo", "  %undo \n", "\n%undo", "%undo 2", "%undo --to 12 ", "%undo x"):
         assert is_undo(code)
-    for code in ("%undo 2", "x = 1\n%undo", "print('%undo')"):
+    for code in ("x = 1\n%undo", "print('%undo')", "%undo\nx = 1", "%undo 2\n3", "%undoo"):
         assert not is_undo(code)
+
+
+def test_the_grammar_of_an_undo() -> None:
+    assert request("%undo") == Request(cells=1)
+    assert request(" %undo 3 \n") == Request(cells=3)
+    assert request("%undo --to 12") == Request(to=12)
+    assert request("%undo --to=12") == Request(to=12)
+    for bad in ("%undo 0", "%undo -1", "%undo x", "%undo --to", "%undo --to 0", "%undo 2 3"):
+        with pytest.raises(UsageError, match="%undo N the last N cells"):
+            request(bad)
+    with pytest.raises(UsageError, match=r"'\\x1b\[2J'"):  # (printable: never the terminal's)
+        request("%undo \x1b[2J")
+
+
+def test_a_cells_first_line_is_bounded_and_printable() -> None:
+    assert first_line("\n  x = 1  \ny = 2") == "x = 1"
+    assert first_line("s = '\x1b]0;title\x07'") == "s = '\\x1b]0;title\\x07'"
+    long = first_line("x = " + "1" * 200)
+    assert len(long) == 60
+    assert long.endswith("...")
+
+
+def test_the_default_keeps_several_cells() -> None:
+    assert KernelSettings().checkpoints >= 10
 
 
 def test_undo_brings_back_the_variables_before_the_last_cell(kernel: Kernel) -> None:
@@ -77,27 +105,42 @@ def test_undo_brings_back_the_variables_before_the_last_cell(kernel: Kernel) -> 
     changed = run_cell(kc, "x = 2\na[:] = 0\ndel np")  # (the array rewritten in place)
     assert changed.status == "ok"
     count = changed.reply["content"]["execution_count"]
-    assert undo_state(changed) == {"available": 1, "cell": count}
+    state = undo_state(changed)
+    assert state is not None
+    assert state["cell"] == count
+    assert state["reach"][-2:] == [count - 1, count]
     undone = run_cell(kc, "%undo")
     assert undone.status == "ok", undone.reply
     said = undone.stream()
-    assert f"Undid cell [{count}]'s changes to the state" in said
+    assert (
+        f"Undid cell [{count}] `x = 2`: the variables are as they were before cell [{count}]"
+        in said
+    )
     assert "Files are not rolled back" in said
-    assert "There is nothing more to undo." in said
-    assert undo_state(undone) == {"available": 0, "cell": None, "undone": [count]}
+    assert f"%undo again goes back over cell [{count - 1}]." in said
+    assert undo_state(undone) == {
+        "available": state["available"] - 1,
+        "cell": count - 1,
+        "reach": state["reach"][:-1],
+        "undone": [count],
+    }
     assert value(kc, "x, a.tolist(), np.__name__") == "1 [0, 1, 2, 3, 4] numpy\n"
 
 
-def test_undo_twice_with_one_checkpoint_says_there_is_nothing_more(kernel: Kernel) -> None:
-    _, kc = kernel
-    assert run_cell(kc, "z = 1").status == "ok"
-    assert run_cell(kc, "%undo").status == "ok"
-    again = run_cell(kc, "%undo")
-    assert again.status == "error"
-    assert again.reply["content"]["ename"] == "UsageError"
-    assert "Nothing to undo" in again.stream("stderr")
-    assert "SandboxKernel.checkpoints" in again.stream("stderr")
-    assert undo_state(again) == {"available": 0, "cell": None}
+def test_undo_twice_with_one_checkpoint_says_there_is_nothing_more(kernel_root: Path) -> None:
+    with running_kernel(kernel_root, "rewyn-undo-one") as (_, kc):
+        assert run_cell(kc, "z = 0").status == "ok"
+        assert run_cell(kc, "z = 1").status == "ok"
+        first = run_cell(kc, "%undo")
+        assert first.status == "ok"
+        assert "There is nothing more to undo." in first.stream()
+        again = run_cell(kc, "%undo")
+        assert again.status == "error"
+        assert again.reply["content"]["ename"] == "UsageError"
+        assert "Nothing to undo" in again.stream("stderr")
+        assert "SandboxKernel.checkpoints" in again.stream("stderr")
+        assert undo_state(again) == {"available": 0, "cell": None, "reach": []}
+        assert value(kc, "z") == "0\n"
 
 
 def test_code_in_the_sandbox_cannot_trigger_an_undo(kernel: Kernel) -> None:
@@ -158,8 +201,9 @@ def test_cells_sent_at_once_share_one_checkpoint_and_cells_apart_keep_their_own(
         undone = run_cell(kc, "%undo")
         assert undone.status == "ok", undone.reply
         said = undone.stream()
-        listed = ", ".join(f"[{count}]" for count in counts)
-        assert f"Undid cells {listed}'s changes to the state" in said, said
+        named = ", ".join(f"cell [{c}] `x = {n}`" for n, c in enumerate(counts[:5], 1))
+        assert f"Undid {named} and 1 more cell, to [{counts[-1]}]: " in said, said
+        assert "6 cells were undone, where 1 was asked for" in said
         assert value(kc, "x, log") == "0 []\n"
         time.sleep(0.3)
         assert run_cell(kc, "x = 7").status == "ok"
@@ -208,7 +252,7 @@ def test_a_full_memory_cap_skips_the_checkpoint_and_the_cell_runs(kernel_root: P
         note = cell.stream("stderr")
         assert f"cell [{count + 1}] cannot be undone: " in note
         assert "memory cap" in note
-        assert undo_state(cell) == {"available": 0, "cell": None}
+        assert undo_state(cell) == {"available": 0, "cell": None, "reach": []}
         nothing = run_cell(kc, "%undo")
         assert nothing.status == "error"
         assert f"the state before cell [{count + 1}] could not be kept" in nothing.stream("stderr")
@@ -231,7 +275,7 @@ def test_a_cell_that_needs_the_checkpoints_memory_gets_it(kernel_root: Path) -> 
         assert cell.status == "ok"
         assert cell.stream() == "done\n"
         assert f"the state kept to undo cell [{count}] is gone" in cell.stream("stderr")
-        assert undo_state(cell) == {"available": 0, "cell": None}
+        assert undo_state(cell) == {"available": 0, "cell": None, "reach": []}
         nothing = run_cell(kc, "%undo")
         assert nothing.status == "error"
         assert f"the state kept to undo cell [{count}] was dropped" in nothing.stream("stderr")
@@ -272,3 +316,107 @@ def test_a_restart_drops_the_checkpoints(kernel_root: Path) -> None:
         undo = run_cell(kc, "%undo")
         assert undo.status == "error"
         assert "no cell has run since the kernel started" in undo.stream("stderr")
+
+
+def count_of(cell: Cell) -> int:
+    return int(cell.reply["content"]["execution_count"])
+
+
+def test_a_bad_cell_then_a_look_then_undo_two_with_the_default_setting(kernel: Kernel) -> None:
+    """The natural sequence: a cell that damages the data, a cell to look at the damage, then
+    an undo of both, on a kernel installed without any flag."""
+    _, kc = kernel
+    assert run_cell(kc, "df = {'a': 1, 'b': 2}").status == "ok"
+    bad = run_cell(kc, "df.pop('b')  # the bad cell\ndf['a'] = 0")
+    look = run_cell(kc, "print(sorted(df.items()))")
+    assert look.stream() == "[('a', 0)]\n"
+    undone = run_cell(kc, "%undo 2")
+    assert undone.status == "ok", undone.messages
+    said = undone.stream()
+    bad_n, look_n = count_of(bad), count_of(look)
+    assert said.startswith(
+        f"Undid cell [{bad_n}] `df.pop('b')  # the bad cell` and cell [{look_n}] "
+        f"`print(sorted(df.items()))`: the variables are as they were before cell [{bad_n}] ran."
+    ), said
+    assert undo_state(undone)["undone"] == [bad_n, look_n]  # type: ignore[index]
+    assert value(kc, "sorted(df.items())") == "[('a', 1), ('b', 2)]\n"
+
+
+def test_undo_to_a_chosen_cell(kernel: Kernel) -> None:
+    _, kc = kernel
+    assert run_cell(kc, "y = 1").status == "ok"
+    bad = run_cell(kc, "y = 2")
+    cells = [bad, run_cell(kc, "y += 10"), run_cell(kc, "print(y)")]
+    counts = [count_of(cell) for cell in cells]
+    assert undo_state(cells[-1])["reach"][-3:] == counts  # type: ignore[index]
+    too_far = run_cell(kc, "%undo --to 100000")
+    assert too_far.status == "error"
+    assert "Nothing was undone: the state before cell [100000] is not kept" in too_far.stream(
+        "stderr"
+    )
+    undone = run_cell(kc, f"%undo --to {counts[0]}")
+    assert undone.status == "ok", undone.messages
+    said = undone.stream()
+    assert said.startswith(
+        f"Undid cell [{counts[0]}] `y = 2`, cell [{counts[1]}] `y += 10` and cell [{counts[2]}] "
+        f"`print(y)`: the variables are as they were before cell [{counts[0]}] ran."
+    ), said
+    state = undo_state(undone)
+    assert state is not None
+    assert state["undone"] == counts
+    assert not set(counts) & set(state["reach"])
+    assert value(kc, "y") == "1\n"
+    gone = run_cell(kc, f"%undo --to {counts[1]}")  # (undone: its state is no longer kept)
+    assert gone.status == "error"
+    assert "is not kept" in gone.stream("stderr")
+    assert value(kc, "y") == "1\n"
+
+
+def test_an_undo_that_cannot_be_read_changes_nothing(kernel: Kernel) -> None:
+    _, kc = kernel
+    assert run_cell(kc, "w = 1").status == "ok"
+    wrong = run_cell(kc, "%undo everything")
+    assert wrong.status == "error"
+    assert "%undo does not take 'everything'" in wrong.stream("stderr")
+    assert "%undo --to N" in wrong.stream("stderr")
+    too_many = run_cell(kc, "%undo 20")
+    assert too_many.status == "error"
+    assert "20 cells were asked for, and the state kept goes back" in too_many.stream("stderr")
+    assert value(kc, "w") == "1\n"
+    assert run_cell(kc, "%undo").stream().startswith("Undid cell [")  # (the print's)
+
+
+def execute_counts(kc: BlockingKernelClient, code: str, *, store_history: bool) -> tuple[int, int]:
+    """Run ``code``; the execution counts of its execute_input and its reply."""
+    msg_id = kc.execute(code, store_history=store_history)
+    reply = kc.get_shell_msg(timeout=60)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    shown = None
+    while True:
+        msg = kc.get_iopub_msg(timeout=60)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "execute_input":
+            shown = msg["content"]["execution_count"]
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    assert shown is not None
+    time.sleep(PACE)
+    return int(shown), int(reply["content"]["execution_count"])
+
+
+def test_an_undo_uses_no_execution_count(kernel_root: Path, kernel: Kernel) -> None:
+    """An undo's counts are those of a cell ipykernel does not store in its history: the reply
+    has the last cell's, and the next cell gets the count the undo would have taken."""
+    seen = {}
+    with running_kernel(kernel_root, "ipykernel-undo") as (_, control):
+        _, before = execute_counts(control, "x = 1", store_history=True)
+        shown, replied = execute_counts(control, "x = 2", store_history=False)
+        _, after = execute_counts(control, "x = 3", store_history=True)
+        seen["ipykernel"] = (shown - before, replied - before, after - before)
+    _, kc = kernel
+    _, before = execute_counts(kc, "x = 1", store_history=True)
+    shown, replied = execute_counts(kc, "%undo", store_history=True)
+    _, after = execute_counts(kc, "x = 3", store_history=True)
+    seen["sandbox"] = (shown - before, replied - before, after - before)
+    assert seen == {"ipykernel": (1, 0, 1), "sandbox": (1, 0, 1)}

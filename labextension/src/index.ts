@@ -2,8 +2,9 @@
  * The rewyn-kernel JupyterLab / Notebook 7 extension: each cell run on the sandbox kernel keeps
  * the record of its latest execution in its own metadata (recorder.ts), a status line under the
  * cell shows it (status.ts), and the event output the kernel persists on request reads as the
- * same line (the MIME renderer in renderer.ts). The command "Undo the last cell's changes to
- * the state" asks the kernel for an undo (undo.ts); its menu entry and shortcut are declared in
+ * same line (the MIME renderer in renderer.ts). The commands "Undo the last cell's changes to
+ * the state" and "Undo back to this cell" ask the kernel for an undo (undo.ts); their menu
+ * entries (Kernel menu, a code cell's context menu) and shortcut are declared in
  * schema/undo.json. A cell an MCP agent wrote into a live notebook carries a banner that says
  * so, and on a cell waiting for the person's approval offers to run or reject it (agent.ts).
  */
@@ -14,7 +15,14 @@ import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { AgentBanners } from './agent';
 import { CellEventRecorder } from './recorder';
 import { CellStatusLines } from './status';
-import { UNDO_COMMAND, UNDO_LABEL, UndoState, undoLastCell } from './undo';
+import {
+  UNDO_COMMAND,
+  UNDO_LABEL,
+  UNDO_TO_COMMAND,
+  UNDO_TO_LABEL,
+  UndoState,
+  undoLastCell
+} from './undo';
 
 const cellEvents: JupyterFrontEndPlugin<void> = {
   id: 'rewyn-kernel:cell-events',
@@ -68,12 +76,51 @@ const undo: JupyterFrontEndPlugin<void> = {
     const current = (): NotebookPanel | null => notebooks.currentWidget;
     const stateOf = (panel: NotebookPanel): UndoState =>
       UndoState.of(panel) ?? new UndoState(panel);
+    const changed = (): void => {
+      app.commands.notifyCommandChanged(UNDO_COMMAND);
+      app.commands.notifyCommandChanged(UNDO_TO_COMMAND);
+    };
     const refresh = (panel: NotebookPanel): void => {
-      stateOf(panel).onChange(() => app.commands.notifyCommandChanged(UNDO_COMMAND));
+      stateOf(panel).onChange(changed);
     };
     notebooks.forEach(refresh);
     notebooks.widgetAdded.connect((__, panel) => refresh(panel));
-    notebooks.currentChanged.connect(() => app.commands.notifyCommandChanged(UNDO_COMMAND));
+    notebooks.currentChanged.connect(changed);
+    notebooks.activeCellChanged.connect(changed);
+    const show = (ok: boolean, text: string): void => {
+      const options = { autoClose: ok ? 8000 : false } as const;
+      if (ok) {
+        Notification.success(text, options);
+      } else {
+        Notification.warning(text, options);
+      }
+    };
+    /** The active cell's execution count, where an undo can go back to before it. */
+    const reachable = (): { panel: NotebookPanel; count: number } | null => {
+      const panel = current();
+      const cell = panel?.content.activeCell;
+      if (!panel || !cell || cell.model.type !== 'code' || !stateOf(panel).ours) {
+        return null;
+      }
+      const count = stateOf(panel).reachFor(cell.model.id);
+      return count === null ? null : { panel, count };
+    };
+    app.commands.addCommand(UNDO_TO_COMMAND, {
+      label: UNDO_TO_LABEL,
+      caption:
+        'Put the variables back as they were before this cell ran, undoing it and the cells ' +
+        'run after it (files are not rolled back)',
+      isEnabled: () => reachable() !== null,
+      isVisible: () => reachable() !== null,
+      execute: async () => {
+        const target = reachable();
+        if (target === null) {
+          return;
+        }
+        const { ok, text } = await undoLastCell(target.panel, target.count);
+        show(ok, text);
+      }
+    });
     app.commands.addCommand(UNDO_COMMAND, {
       label: UNDO_LABEL,
       caption:
@@ -89,12 +136,7 @@ const undo: JupyterFrontEndPlugin<void> = {
           return;
         }
         const { ok, text } = await undoLastCell(panel);
-        const options = { autoClose: ok ? 8000 : false } as const;
-        if (ok) {
-          Notification.success(text, options);
-        } else {
-          Notification.warning(text, options);
-        }
+        show(ok, text);
       }
     });
   }

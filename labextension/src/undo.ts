@@ -1,13 +1,17 @@
 /**
  * Undo for cells, in the frontend: the command "Undo the last cell's changes to the state"
- * (Kernel menu and Ctrl+Alt+Z, declared in schema/undo.json) sends the cell `%undo`, which the
- * sandbox kernel reads on the host (rewyn_kernel/kernel/undo.py), and shows what it answered.
+ * (Kernel menu and Ctrl+Alt+Z, declared in schema/undo.json) sends the cell `%undo`, and the
+ * command "Undo back to this cell" (a code cell's context menu) sends `%undo --to N`, N the
+ * cell's execution count; the sandbox kernel reads them on the host
+ * (rewyn_kernel/kernel/undo.py), and the command shows what it answered.
  *
  * Each execute_reply of the sandbox kernel says in its metadata whether an undo is there
- * (`{rewyn_kernel: {undo: {available, cell, undone?}}}`); an UndoState per notebook keeps the
- * latest, and which of its cells ran as which execution, so that the status line under a cell
- * can say "undo available" or "undone" (status.ts). Nothing of it is saved in the notebook: a
- * checkpoint lives only as long as its kernel.
+ * (`{rewyn_kernel: {undo: {available, cell, reach, undone?}}}`: `reach`, the executions an undo
+ * can go back to); an UndoState per notebook keeps the latest, and which of its cells ran as
+ * which execution, so that the status line under a cell can say "undo available" or "undone"
+ * (status.ts), and the context menu offers "Undo back to this cell" only on a cell it can go
+ * back to. Nothing of it is saved in the notebook: a checkpoint lives only as long as its
+ * kernel.
  */
 import { ISessionContext } from '@jupyterlab/apputils';
 import { IChangedArgs } from '@jupyterlab/coreutils';
@@ -18,22 +22,32 @@ import { isObject, KERNEL_IMPLEMENTATION, METADATA_KEY } from './event';
 
 export const UNDO_COMMAND = 'rewyn-kernel:undo';
 export const UNDO_LABEL = "Undo the last cell's changes to the state";
+export const UNDO_TO_COMMAND = 'rewyn-kernel:undo-to';
+export const UNDO_TO_LABEL = 'Undo back to this cell';
 const MAX_CELLS = 1000;
+/** A cell the kernel reads as an undo (as UNDO_CELL in undo.py): its reply's count is not its. */
+const UNDO_CELL = /^\s*%undo(?:[ \t][^\n]*)?\s*$/;
 
 /** The undo part of an execute_reply's metadata, checked; null when it has none. */
 export function replyUndo(
   metadata: unknown
-): { available: number; cell: number | null; undone: number[] } | null {
+): { available: number; cell: number | null; reach: number[]; undone: number[] } | null {
   const holder = isObject(metadata) ? metadata[METADATA_KEY] : undefined;
   const undo = isObject(holder) ? holder['undo'] : undefined;
   if (!isObject(undo) || typeof undo['available'] !== 'number') {
     return null;
   }
   const cell = typeof undo['cell'] === 'number' ? undo['cell'] : null;
-  const undone = Array.isArray(undo['undone'])
-    ? undo['undone'].filter((n): n is number => typeof n === 'number')
-    : [];
-  return { available: Math.max(0, Math.floor(undo['available'])), cell, undone };
+  const numbers = (value: unknown): number[] =>
+    Array.isArray(value)
+      ? value.filter((n): n is number => typeof n === 'number').slice(-MAX_CELLS)
+      : [];
+  return {
+    available: Math.max(0, Math.floor(undo['available'])),
+    cell,
+    reach: numbers(undo['reach']),
+    undone: numbers(undo['undone'])
+  };
 }
 
 /** What a notebook's sandbox kernel last said of undo, by the notebook's cell ids. */
@@ -85,6 +99,18 @@ export class UndoState {
     return this.undoneCells.has(cellId) ? "its changes to the state were undone" : '';
   }
 
+  /** The execution count `%undo --to` takes to go back to before cell ``cellId``'s last run,
+   * or null when the kernel cannot go back there (it kept no state from before it). */
+  reachFor(cellId: string): number | null {
+    let latest: number | null = null;
+    for (const [count, id] of this.cells) {
+      if (id === cellId && (latest === null || count > latest)) {
+        latest = count;
+      }
+    }
+    return latest !== null && this.reach.has(latest) ? latest : null;
+  }
+
   private onKernelChanged(
     _: ISessionContext,
     change: IChangedArgs<Kernel.IKernelConnection | null, Kernel.IKernelConnection | null, 'kernel'>
@@ -123,6 +149,8 @@ export class UndoState {
     this.requests.clear();
     this.cells.clear();
     this.undoneCells.clear();
+    this.undoRequests.clear();
+    this.reach.clear();
     this._available = 0;
     this.nextCell = null;
   }
@@ -134,6 +162,12 @@ export class UndoState {
       if (msg.header.msg_type === 'execute_request' && typeof cellId === 'string') {
         bounded(this.requests, msg.header.msg_id, cellId);
       }
+      const code = (msg.content as { code?: unknown }).code;
+      if (msg.header.msg_type === 'execute_request' && typeof code === 'string') {
+        if (UNDO_CELL.test(code)) {
+          bounded(this.undoRequests, msg.header.msg_id, true); // (it uses no execution count)
+        }
+      }
       return;
     }
     if (msg.header.msg_type !== 'execute_reply' || !this._ours) {
@@ -142,8 +176,9 @@ export class UndoState {
     const requestId = (msg.parent_header as Partial<KernelMessage.IHeader>).msg_id ?? '';
     const cellId = this.requests.get(requestId);
     this.requests.delete(requestId);
+    const isUndo = this.undoRequests.delete(requestId);
     const count = (msg.content as { execution_count?: unknown }).execution_count;
-    if (cellId !== undefined && typeof count === 'number') {
+    if (cellId !== undefined && typeof count === 'number' && !isUndo) {
       bounded(this.cells, count, cellId);
       this.undoneCells.delete(cellId);
     }
@@ -158,6 +193,7 @@ export class UndoState {
       }
     }
     this._available = undo.available;
+    this.reach = new Set(undo.reach);
     this.nextCell = undo.cell === null ? null : (this.cells.get(undo.cell) ?? null);
     this.emit();
   }
@@ -170,6 +206,8 @@ export class UndoState {
   private readonly requests = new Map<string, string>();
   private readonly cells = new Map<number, string>();
   private readonly undoneCells = new Set<string>();
+  private readonly undoRequests = new Map<string, boolean>();
+  private reach = new Set<number>();
   private readonly listeners: (() => void)[] = [];
 }
 
@@ -184,17 +222,21 @@ function bounded<K, V>(map: Map<K, V>, key: K, value: V): void {
 }
 
 /**
- * Send `%undo` to ``panel``'s kernel; resolve to what it said and whether it undid anything.
- * (Not stored in the history: the command, not a cell, asked.)
+ * Send `%undo` (``to``: `%undo --to N`, back to before the cell with execution count N) to
+ * ``panel``'s kernel; resolve to what it said and whether it undid anything. (Not stored in the
+ * history: the command, not a cell, asked.)
  */
-export async function undoLastCell(panel: NotebookPanel): Promise<{ ok: boolean; text: string }> {
+export async function undoLastCell(
+  panel: NotebookPanel,
+  to: number | null = null
+): Promise<{ ok: boolean; text: string }> {
   const kernel = panel.sessionContext.session?.kernel;
   if (!kernel) {
     return { ok: false, text: 'The notebook has no kernel.' };
   }
   const texts: string[] = [];
   const future = kernel.requestExecute({
-    code: '%undo',
+    code: to === null ? '%undo' : `%undo --to ${Math.floor(to)}`,
     silent: false,
     store_history: false,
     allow_stdin: false,

@@ -39,7 +39,7 @@ from rewyn_kernel.kernel.record import (
     shown_error,
 )
 from rewyn_kernel.kernel.safety import WIDGET_VIEW_MIME, drop_note, filter_bundle
-from rewyn_kernel.kernel.undo import UNDO_KEY, Undo, is_undo
+from rewyn_kernel.kernel.undo import UNDO_KEY, Undo, UsageError, is_undo, request
 from rewyn_kernel.kernel.widgets import WidgetPolicy
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.network import entry_for
@@ -160,21 +160,26 @@ class SandboxKernel(Kernel, SandboxSettings):
         if not code.strip():
             return self._ok()
         if is_undo(code):  # (read here, from the frontend's request: never the sandbox's)
+            if not silent:
+                self.execution_count -= 1  # (an undo uses none: store_history=False's reply)
             async with self._sandbox_turn():
-                return await self._run_undo(code, silent, store_history)
+                return await self._run_undo(code, silent)
         timeout = self._requested_timeout(cell_meta)
         async with self._sandbox_turn():
             if not silent:
                 self._parent = self.get_parent("shell")  # type: ignore[no-untyped-call]
-                self._note(await self._undo.before(self._session, self.execution_count))
+                self._note(await self._undo.before(self._session, self.execution_count, code))
             return await self._execute(code, silent, store_history, allow_stdin, timeout)
 
-    async def _run_undo(self, code: str, silent: bool, store_history: bool) -> dict[str, Any]:
-        """``%undo``: the state before the last cell (``undo.py``), on the host."""
+    async def _run_undo(self, code: str, silent: bool) -> dict[str, Any]:
+        """``%undo``, ``%undo N``, ``%undo --to N``: the state before a cell (``undo.py``), on
+        the host. Not stored in the history: it has no execution count."""
         self._parent = self.get_parent("shell")  # type: ignore[no-untyped-call]
-        outcome = await self._undo.undo(self._session)
-        if store_history and not silent:
-            self._history.append(self.execution_count, code)
+        try:
+            asked = request(code)
+        except UsageError as exc:  # (nothing is touched: the checkpoints stay as they are)
+            return self._undo_refused(str(exc), silent)
+        outcome = await self._undo.undo(self._session, asked)
         listener = self._listener
         if outcome.undone and listener is not None:
             # (it listened to the process the undo replaced: the turn's end starts another)
@@ -184,9 +189,13 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._undo.prepare(self._session)  # (the state the next cell starts from)
         if not silent:
             self._send_stream("stdout" if outcome.undone else "stderr", outcome.text + "\n")
-        if outcome.undone:
-            return self._ok()
-        error = {"ename": "UsageError", "evalue": outcome.text, "traceback": []}
+        return self._ok() if outcome.undone else self._undo_refused(outcome.text, silent, said=True)
+
+    def _undo_refused(self, text: str, silent: bool, *, said: bool = False) -> dict[str, Any]:
+        """The reply to an undo that undid nothing (``text`` says why; ``said``: already sent)."""
+        if not silent and not said:
+            self._send_stream("stderr", text + "\n")
+        error = {"ename": "UsageError", "evalue": text, "traceback": []}
         return {"status": "error", "execution_count": self.execution_count, "payload": [], **error}
 
     def _note(self, notes: list[str]) -> None:

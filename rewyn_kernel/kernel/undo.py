@@ -3,10 +3,18 @@
 Before each cell that runs code, the kernel keeps the session's state as a checkpoint
 (``Session.checkpoint``: a paused copy-on-write fork of the code's process in the same sandbox,
 the first process the OOM killer takes, and refused where the memory cap leaves too little
-room); a cell whose whole text is ``%undo`` makes the latest one the session's state again
-(``Session.restore``). That cell is read here, on the host, from the frontend's request, and
-never reaches the sandbox: code there can neither trigger an undo nor forge one (a ``%undo``
-inside other code meets the sandbox's IPython, which refuses it: worker/magics.py).
+room); a cell whose whole text is an undo makes one of them the session's state again
+(``Session.restore``) and drops those kept after it:
+
+- ``%undo``: the last cell;
+- ``%undo N``: the last N cells;
+- ``%undo --to N``: back to the state before the cell whose execution count is N.
+
+That cell is read here, on the host, from the frontend's request, and never reaches the
+sandbox: code there can neither trigger an undo nor forge one (a ``%undo`` inside other code
+meets the sandbox's IPython, which refuses it: worker/magics.py). An undo names the cells it
+took back, and uses no execution count (the kernel's reply is that of a cell not stored in the
+history, as on ipykernel).
 
 What an undo does not bring back, and says so: files (where the workspace kept the versions a
 cell replaced, the note names the command that restores them), threads the code had started (a
@@ -30,31 +38,90 @@ from rewyn_kernel.runtime.result import WorkspaceFiles
 from rewyn_kernel.runtime.sandbox import Session
 from rewyn_kernel.runtime.session import Checkpoint
 
-UNDO_CELL = re.compile(r"\s*%undo\s*")
-"""A cell that asks for an undo: ``%undo`` and nothing else (whitespace aside)."""
+UNDO_CELL = re.compile(r"\s*%undo(?:[ \t]+(?P<args>[^\n]*))?\s*")
+"""A cell that asks for an undo: one line, ``%undo`` and its arguments (whitespace aside)."""
+USAGE = (
+    "%undo takes back the last cell, %undo N the last N cells, %undo --to N the cells from the "
+    "one with execution count N on"
+)
 UNDO_KEY = "undo"
 """Under the kernel's key in each execute_reply's metadata: ``{"available": N, "cell": K,
-"undone": [...]}`` (``Undo.state``), for the frontend to say when an undo is there."""
+"reach": [...], "undone": [...]}`` (``Undo.state``), for the frontend to say when an undo is
+there and which cells ``%undo --to`` can go back to."""
 MAX_LISTED = 10
 """Paths named per kind (created, changed, deleted) in an undo's note."""
+MAX_NAMED = 5
+"""Cells an undo's note names with their first line (the rest are counted)."""
+MAX_LINE = 60
+"""Characters of a cell's first line in an undo's note."""
+MAX_REACH = 1000
+"""Cells listed in ``Undo.state``'s ``reach`` (the latest)."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What an undo cell asks for: the last ``cells`` cells, or (``to``) those from the cell
+    with that execution count on."""
+
+    cells: int = 1
+    to: int | None = None
+
+
+class UsageError(ValueError):
+    """An undo cell the kernel cannot read (its message says why, and the grammar)."""
 
 
 def is_undo(code: str) -> bool:
-    """Whether ``code`` is a cell that asks for an undo."""
+    """Whether ``code`` is a cell that asks for an undo (``request`` reads what it asks)."""
     return UNDO_CELL.fullmatch(code) is not None
+
+
+def request(code: str) -> Request:
+    """What the undo cell ``code`` asks for; UsageError if its arguments are not the grammar's
+    (``%undo``, ``%undo N``, ``%undo --to N``, N a positive integer)."""
+    found = UNDO_CELL.fullmatch(code)
+    args = (found.group("args") or "").split() if found else ["?"]
+    if not args:
+        return Request()
+    if len(args) == 1 and args[0].isdecimal() and int(args[0]) > 0:
+        return Request(cells=int(args[0]))
+    if args[0].startswith("--to="):
+        args = ["--to", args[0].removeprefix("--to="), *args[1:]]
+    if len(args) == 2 and args[0] == "--to" and args[1].isdecimal() and int(args[1]) > 0:
+        return Request(to=int(args[1]))
+    given = printable(" ".join(args))[:MAX_LINE]
+    raise UsageError(f"%undo does not take '{given}': {USAGE}.")
+
+
+def first_line(code: str) -> str:
+    """The first line of ``code`` that is not blank, bounded and printable, for a note."""
+    line = next((line.strip() for line in code.splitlines() if line.strip()), "")
+    if len(line) > MAX_LINE:
+        line = line[: MAX_LINE - 3].rstrip() + "..."
+    return printable(line)
+
+
+@dataclass
+class Ran:
+    """A cell an undo can take back: its execution count, first line (``first_line``), and
+    what it changed in the workspace (None: nothing, or not known yet)."""
+
+    count: int
+    line: str = ""
+    files: WorkspaceFiles | None = None
 
 
 @dataclass(eq=False)
 class Point:
-    """The state before cell ``cells[0][0]`` and the cells run since (restoring it undoes them
+    """The state before cell ``cells[0]`` and the cells run since (restoring it undoes them
     all), each with what it changed in the workspace."""
 
     checkpoint: Checkpoint
-    cells: list[tuple[int, WorkspaceFiles | None]] = field(default_factory=list)
+    cells: list[Ran] = field(default_factory=list)
 
     @property
     def first(self) -> int:
-        return self.cells[0][0]
+        return self.cells[0].count
 
 
 @dataclass(frozen=True)
@@ -81,9 +148,10 @@ class Undo:
 
     # -- around each cell ----------------------------------------------------------------------
 
-    async def before(self, session: Session, cell: int) -> list[str]:
-        """Keep the state as it is before ``cell`` runs; return notes for the person (a
-        checkpoint skipped, an older one dropped to make room, one the OOM killer took).
+    async def before(self, session: Session, cell: int, code: str = "") -> list[str]:
+        """Keep the state as it is before ``cell`` (its text: ``code``) runs; return notes for
+        the person (a checkpoint skipped, an older one dropped to make room, one the OOM killer
+        took).
 
         Nothing here waits for a fork: the checkpoint is the one the sandbox kept as the cell
         before ended (``execute(checkpoint_after=True)``, see ``checkpoint_after``), or, where
@@ -116,7 +184,7 @@ class Undo:
                     )
                     continue
                 self._why_none = f"the state before cell [{cell}] could not be kept: {exc}"
-                self._ran(cell)
+                self._ran(Ran(cell, first_line(code)))
                 if self._points:
                     again = f"cells [{self._points[-1].first}] to [{cell}]"
                     notes.append(
@@ -126,7 +194,7 @@ class Undo:
                 else:
                     notes.append(f"cell [{cell}] cannot be undone: {exc}")
                 return notes
-        self._points.append(Point(checkpoint, [(cell, None)]))
+        self._points.append(Point(checkpoint, [Ran(cell, first_line(code))]))
         await self._trim()
         return notes
 
@@ -177,23 +245,23 @@ class Undo:
         except Exception:
             return None
 
-    def _ran(self, cell: int) -> None:
+    def _ran(self, cell: Ran) -> None:
         """``cell`` ran without a checkpoint of its own: the latest one's undo covers it."""
         if self._points:
-            self._points[-1].cells.append((cell, None))
+            self._points[-1].cells.append(cell)
 
     def after(self, cell: int, files: WorkspaceFiles | None) -> None:
         """``cell`` ended, having changed ``files`` in its workspace (kept for the undo's note)."""
         if self._points and files is not None and not files.empty:
-            cells = self._points[-1].cells
-            for index, (count, _) in enumerate(cells):
-                if count == cell:
-                    cells[index] = (cell, files)
+            for ran in self._points[-1].cells:
+                if ran.count == cell:
+                    ran.files = files
 
     def lost(self) -> list[str]:
         """Forget the checkpoints the sandbox could not make and those the OOM killer took
         (their cells join the point before, whose undo now covers them); a note for each."""
-        notes = []
+        notes: list[str] = []
+        whys: list[str] = []  # (newest first: the one an undo would have used says why not)
         for index in range(len(self._points) - 1, -1, -1):
             point = self._points[index]
             if point.checkpoint.alive:
@@ -203,13 +271,13 @@ class Undo:
             if index > 0:
                 self._points[index - 1].cells += point.cells
             if point.checkpoint.busy:  # (cells sent at once: one undo goes back over them)
-                self._why_none = f"cell [{point.first}] came at once after the one before"
+                whys.append(f"cell [{point.first}] came at once after the one before")
                 continue
             if point.checkpoint.taken is False:
                 why = why.removeprefix("it could not be made: ")
-                self._why_none = f"the state before cell [{point.first}] could not be kept: {why}"
+                whys.append(f"the state before cell [{point.first}] could not be kept: {why}")
                 if index > 0:
-                    again = f"cells [{self._points[index - 1].first}] to [{point.cells[-1][0]}]"
+                    again = f"cells [{self._points[index - 1].first}] to [{point.cells[-1].count}]"
                     notes.append(
                         f"cell [{point.first}] cannot be undone alone: {why} (an undo now goes "
                         f"back over {again})"
@@ -217,12 +285,14 @@ class Undo:
                 else:
                     notes.append(f"cell [{point.first}] cannot be undone: {why}")
                 continue
-            self._why_none = f"the state kept to undo cell [{point.first}] was dropped: {why}"
+            whys.append(f"the state kept to undo cell [{point.first}] was dropped: {why}")
             notes.append(
                 f"the state kept to undo cell [{point.first}] is gone: {why} (checkpoints are "
                 "the first processes killed when memory runs short, so that the code keeps its "
                 "memory)"
             )
+        if whys:
+            self._why_none = whys[0]
         return notes
 
     async def _drop_oldest(self) -> int:
@@ -232,9 +302,11 @@ class Undo:
 
     # -- the undo ------------------------------------------------------------------------------
 
-    async def undo(self, session: Session) -> Outcome:
-        """Make the latest checkpoint the session's state; say what that undid and what it did
-        not, or why there is nothing to undo."""
+    async def undo(self, session: Session, asked: Request | None = None) -> Outcome:
+        """Make the checkpoint ``asked`` for (the last cell's: None) the session's state, and
+        drop those kept after it; say what that undid and what it did not, or why nothing was
+        undone (then nothing changed)."""
+        asked = asked or Request()
         if not self.keep:
             return Outcome(
                 "Nothing to undo: checkpoints are off for this kernel (SandboxKernel.checkpoints "
@@ -244,37 +316,90 @@ class Undo:
         notes = self.lost()
         if not self._points:
             return Outcome(f"Nothing to undo: {self._why_none}.", ())
-        point = self._points.pop()
+        index = self._target(asked)
+        if isinstance(index, str):
+            return Outcome(f"Nothing was undone: {index}.")
+        point, later = self._points[index], self._points[index + 1 :]
         try:
             await asyncio.to_thread(session.restore, point.checkpoint)
         except (ForkError, SandboxError) as exc:
-            if self._points:
-                self._points[-1].cells += point.cells
+            del self._points[index]
+            if index:
+                self._points[index - 1].cells += point.cells
             self._why_none = f"the state kept to undo cell [{point.first}] is gone"
             return Outcome(f"Nothing was undone: {exc}.")
+        del self._points[index:]
+        for dropped in later:  # (states of what was undone: nothing goes back to them)
+            await asyncio.to_thread(dropped.checkpoint.close)
         self._why_none = (
             f"the state kept before cell [{point.first}] was the last one "
             f"(the kernel keeps {self.keep}: SandboxKernel.checkpoints)"
         )
-        undone = tuple(count for count, _ in point.cells)
-        return Outcome("\n".join([*(f"[rewyn: {n}]" for n in notes), self._said(point)]), undone)
+        cells = [ran for undone in (point, *later) for ran in undone.cells]
+        said = self._said(cells, asked)
+        return Outcome(
+            "\n".join([*(f"[rewyn: {n}]" for n in notes), said]), tuple(r.count for r in cells)
+        )
 
-    def _said(self, point: Point) -> str:
-        cells = ", ".join(f"[{count}]" for count, _ in point.cells)
-        what = f"cell {cells}'s" if len(point.cells) == 1 else f"cells {cells}'s"
+    def _target(self, asked: Request) -> int | str:
+        """The index of the point to go back to for ``asked``, or why there is none."""
+        points = self._points
+        if asked.to is not None:
+            for index, point in enumerate(points):
+                if any(ran.count == asked.to for ran in point.cells):
+                    return index
+            return (
+                f"the state before cell [{asked.to}] is not kept: an undo can go back to cell "
+                f"[{points[0].first}] at most, over {self._reach()}"
+            )
+        index, cells = len(points) - 1, len(points[-1].cells)
+        while cells < asked.cells and index > 0:
+            index -= 1
+            cells += len(points[index].cells)
+        if cells < asked.cells:
+            return (
+                f"{asked.cells} cells were asked for, and the state kept goes back {cells} "
+                f"(to before cell [{points[0].first}]: %undo --to {points[0].first})"
+            )
+        return index
+
+    def _reach(self) -> str:
+        """The cells an undo can go back over, for a note (bounded)."""
+        counts = [ran.count for point in self._points for ran in point.cells]
+        shown = ", ".join(f"[{count}]" for count in counts[-MAX_NAMED:])
+        return f"cells {'..., ' if len(counts) > MAX_NAMED else ''}{shown}"
+
+    def _said(self, cells: list[Ran], asked: Request) -> str:
+        """What an undo of ``cells`` (oldest first) says: the cells, by count and first line."""
+        named = [f"cell [{ran.count}] `{ran.line}`" for ran in cells[:MAX_NAMED]]
+        if len(cells) > MAX_NAMED:
+            more = len(cells) - MAX_NAMED
+            named.append(f"{more} more cell{'s' if more > 1 else ''}, to [{cells[-1].count}]")
+        listed = named[0] if len(named) == 1 else f"{', '.join(named[:-1])} and {named[-1]}"
         lines = [
-            f"Undid {what} changes to the state: the variables are as they were before cell "
-            f"[{point.first}] ran.",
-            "Files are not rolled back, and threads the code had started do not run in the "
-            "restored state.",
+            f"Undid {listed}: the variables are as they were before cell [{cells[0].count}] ran."
         ]
-        for count, files in point.cells:
-            if files is not None:
-                lines += self._files(count, files)
-        left = len(self._points)
+        wanted = asked.cells
+        if asked.to is not None and cells[0].count != asked.to:
+            lines.append(
+                f"(Cell [{asked.to}] ran at once after cell [{cells[0].count}], and they share "
+                "one checkpoint: the state before it is the nearest one kept.)"
+            )
+        elif asked.to is None and len(cells) > wanted:
+            lines.append(
+                f"(Cells run at once share one checkpoint: {len(cells)} cells were undone, "
+                f"where {wanted} {'was' if wanted == 1 else 'were'} asked for.)"
+            )
+        lines.append(
+            "Files are not rolled back, and threads the code had started do not run in the "
+            "restored state."
+        )
+        for ran in cells:
+            if ran.files is not None:
+                lines += self._files(ran.count, ran.files)
         lines.append(
             f"%undo again goes back over cell [{self._points[-1].first}]."
-            if left
+            if self._points
             else "There is nothing more to undo."
         )
         return "\n".join(lines)
@@ -307,11 +432,14 @@ class Undo:
 
     def state(self, undone: tuple[int, ...] = ()) -> dict[str, Any]:
         """For the execute_reply's metadata: how many undos are there now, the cell the next
-        one undoes (None: none), and the cells a reply's undo just undid."""
+        one undoes (None: none), the cells ``%undo --to`` can go back to (the latest
+        ``MAX_REACH``, oldest first), and the cells a reply's undo just undid."""
         live = [point for point in self._points if point.checkpoint.alive]
+        reach = [ran.count for point in live for ran in point.cells]
         state: dict[str, Any] = {
             "available": len(live),
             "cell": live[-1].first if live else None,
+            "reach": reach[-MAX_REACH:],
         }
         if undone:
             state["undone"] = list(undone)
