@@ -14,7 +14,8 @@ entry does. The proxy resolves names itself and connects only to the addresses i
 those that are not public (loopback, private, link-local and the cloud metadata address,
 carrier-grade NAT, unique-local IPv6, multicast, unspecified...) only where an address entry
 of ``allow`` covers them. So a name that resolves to the host's own services (DNS rebinding,
-a redirect to ``localhost``) is refused, unless an entry names those addresses.
+a redirect to ``localhost``) is refused, unless an entry names those addresses; the name
+``localhost`` itself, in an entry, names the loopback addresses it resolves to.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ WEB_PORTS = frozenset({80, 443})
 """The ports an entry without one allows."""
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+"""The loopback networks, IPv4's and IPv6's."""
+LOOPBACK_NAME = "localhost"
 _6TO4 = ipaddress.ip_network("2002::/16")
 
 
@@ -330,6 +334,10 @@ class Gate:
                 return Decision("refused", f"denied by the entry {rule.text!r}")
         explicit = tuple(rule for rule in self.allow if rule.network is not None)
         explicit = tuple(rule for rule in explicit if rule.matches_port(port))
+        if target == LOOPBACK_NAME and any(rule.matches(target, port) for rule in self.allow):
+            # (an entry 'localhost:PORT' names this machine's loopback: what the name resolves
+            # to is let in, as with an entry naming the address)
+            explicit += tuple(HostRule(LOOPBACK_NAME, network=net, ports=None) for net in LOOPBACK)
         if not any(rule.matches(target, port) for rule in self.allow):
             other = [rule for rule in self.allow if _any_port(rule, target)]
             if other:
@@ -354,6 +362,16 @@ class Gate:
                 f"'{_entry_for(address, port)}') lets the sandbox reach it"
             )
         return ""
+
+
+def names_loopback(rule: HostRule) -> bool:
+    """Whether ``rule`` names a loopback address (of either family, or a network holding one)
+    or ``localhost``: a host the sandbox's own loopback would answer for, were it asked."""
+    if rule.network is None:
+        return not rule.wildcard and rule.name == LOOPBACK_NAME
+    return any(
+        rule.network.overlaps(net) for net in LOOPBACK if net.version == rule.network.version
+    )
 
 
 def _any_port(rule: HostRule, target: str | IPAddress) -> bool:

@@ -5,7 +5,8 @@ sandbox gets a ``Door``: a folder of its own, which the provider shows to the sa
 Unix sockets, and the record of what came through them. ``proxy.sock`` takes connections that
 speak to the proxy; ``hand.sock`` takes connections the sandbox's supervisor accepted on its
 loopback port, handed over as descriptors (worker/relay.py). The sandbox's network namespace
-stays empty, and the code's proxy variables point at that port.
+stays empty, and the code's proxy variables point at that port. The folder also holds
+``no_proxy``, what the sandbox's ``NO_PROXY`` holds (``sandbox_no_proxy``).
 
 A client speaks HTTP (http.py: ``CONNECT host:port`` for TLS, or a plain request with an
 absolute URL) or SOCKS5 (socks.py). Each request's host and port are decided by the policy
@@ -48,7 +49,13 @@ import h11
 from rewyn_kernel.runtime._result import NetworkAttempt, NetworkLog
 from rewyn_kernel.runtime.egress.attempt import Attempt, Refused, refusal
 from rewyn_kernel.runtime.egress.http import serve_http
-from rewyn_kernel.runtime.egress.policy import Decision, Gate, IPAddress, NetworkPolicy
+from rewyn_kernel.runtime.egress.policy import (
+    Decision,
+    Gate,
+    IPAddress,
+    NetworkPolicy,
+    names_loopback,
+)
 from rewyn_kernel.runtime.egress.pump import Conn, Count, tunnel, wait_ready
 from rewyn_kernel.runtime.egress.socks import serve_socks
 
@@ -80,6 +87,10 @@ MAX_RECORDS = 512
 TEST_HOSTS = "REWYN_KERNEL_TEST_HOSTS"
 """For tests only: ``name=address,...`` resolved so instead of by the system's resolver. The
 addresses are checked as any other (a loopback one still needs an entry naming it)."""
+SANDBOX_LOOPBACK = "localhost,127.0.0.1,::1"
+"""The sandbox's own loopback, as its ``NO_PROXY`` names it where no entry names loopback."""
+NO_PROXY_FILE = "no_proxy"
+"""The file of a door's folder that holds the sandbox's ``NO_PROXY`` (worker/relay.py)."""
 T = TypeVar("T")
 
 
@@ -176,6 +187,9 @@ class Door:
     # -- on the loop -------------------------------------------------------------------------
 
     async def _open(self) -> None:
+        no_proxy = self.folder / NO_PROXY_FILE
+        no_proxy.write_text(sandbox_no_proxy(self.policy))
+        no_proxy.chmod(0o644)
         for name in ("proxy.sock", "hand.sock"):
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._listeners.append(listener)
@@ -468,6 +482,18 @@ class Door:
         if early:
             await self.send_out(link, attempt, Conn(upstream), early)
         await tunnel(link.conn.sock, upstream, self.counter(link, attempt))
+
+
+def sandbox_no_proxy(policy: NetworkPolicy) -> str:
+    """What the sandbox's ``NO_PROXY`` holds: its own loopback (a server the code starts there
+    answers directly), unless an allow entry names a loopback address or ``localhost``. Then
+    nothing: such an entry means the host's loopback, which only the proxy reaches (the
+    sandbox's is empty), and clients cannot be told one loopback port from another (``NO_PROXY``
+    has no ports in most of them). The code's own loopback servers are then reached by what
+    bypasses the proxy (a socket, ``proxies={}``, a ``NO_PROXY`` the code sets itself)."""
+    if any(names_loopback(rule) for rule in policy.allow_rules):
+        return ""
+    return SANDBOX_LOOPBACK
 
 
 def room(sock: socket.socket) -> bool:
