@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import idna
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -232,7 +239,8 @@ Rules = tuple[HostRule, ...]
 class NetworkPolicy(BaseModel):
     """``network=[...]``: the hosts the code may reach, through a proxy on the host."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # (an error does not repeat what it was given: upstream_proxy may hold a password)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     allow: tuple[str, ...] = Field(
         min_length=1,
@@ -253,6 +261,28 @@ class NetworkPolicy(BaseModel):
     idle_timeout: Annotated[float, Field(gt=0, le=86400)] = Field(
         default=120.0, description="Seconds a connection may pass nothing before it is closed."
     )
+    upstream_proxy: str = Field(
+        default="env",
+        max_length=2048,
+        repr=False,
+        description="The proxy the host's proxy connects through (HTTP CONNECT, for TLS and "
+        "plain HTTP alike): 'env', the host's HTTPS_PROXY/HTTP_PROXY and NO_PROXY where set; "
+        "'none', directly; or a URL http://[user:password@]host:port (Basic auth; the "
+        "credentials are never shown). The allow-list is still decided here.",
+    )
+
+    @field_validator("upstream_proxy")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        from rewyn_kernel.runtime.egress.upstream import check_upstream_setting
+
+        return check_upstream_setting(value)
+
+    @field_serializer("upstream_proxy", when_used="json")
+    def _hide_credentials(self, value: str) -> str:
+        from rewyn_kernel.runtime.egress.upstream import redact
+
+        return redact(value)  # (a dump goes into events and logs: never the password)
 
     @field_validator("allow", "deny", mode="before")
     @classmethod

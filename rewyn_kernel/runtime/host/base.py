@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from rewyn_kernel.errors import SandboxClosedError
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.egress.corporate import egress_isolation
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
 from rewyn_kernel.runtime.host.scratch import READ_LIMIT, ScratchEntry
@@ -127,7 +128,7 @@ class BaseSandbox(Closeable):
     ) -> None:
         sandbox_id = uuid.uuid4().hex[:12]
         files = provider.files(spec, sandbox_id)
-        isolation = provider.isolation(spec)
+        isolation = egress_isolation(provider.isolation(spec), spec)
         if files.disk is not None or files.notes:
             update: dict[str, object] = {"notes": (*isolation.notes, *files.notes)}
             if files.disk is not None:
