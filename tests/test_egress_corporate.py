@@ -24,7 +24,7 @@ from rewyn_kernel.runtime.egress import proxy
 from rewyn_kernel.runtime.egress.policy import NetworkPolicy
 from rewyn_kernel.runtime.events import SandboxEvent
 from rewyn_kernel.runtime.sandbox import Sandbox
-from tests.egress_servers import Servers, local_servers
+from tests.egress_servers import PACKAGE, Servers, local_servers
 from tests.upstream_proxy import upstream_proxy
 
 SECRET = "s3cret-Pa55"
@@ -32,6 +32,7 @@ USER = "alice.corp"
 UNRESOLVED = "files.test=-,index.test=-"
 """The test names as the host sees them behind the corporate proxy: unresolvable."""
 PROXY_NAMES = ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY")
+CA_NAMES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE")
 
 
 @pytest.fixture
@@ -40,6 +41,8 @@ def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Servers]:
     for name in PROXY_NAMES:  # (the host's own: each test sets what it means)
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
+    for name in CA_NAMES:
+        monkeypatch.delenv(name, raising=False)
     folder = Path(tempfile.mkdtemp(prefix="rewyn-egress-ca-"))
     folder.chmod(0o755)
     try:
@@ -210,3 +213,117 @@ def test_a_bad_upstream_setting_is_refused_without_its_password() -> None:
     with pytest.raises(ValueError, match="only an http:// proxy") as caught:
         NetworkPolicy(allow=("pypi.org",), upstream_proxy="https://bob:hunter2@p.corp:3128")
     assert "hunter2" not in str(caught.value)
+
+
+TLS_CLIENTS = """
+import json, ssl, subprocess, sys, tempfile, urllib.request
+def attempt(call):
+    try:
+        return call()
+    except Exception as exc:
+        return "failed: %r" % (exc,)
+def by_urllib(url):
+    with urllib.request.urlopen(url, timeout=20) as answer:
+        return answer.read().decode()
+def by_requests(url):
+    import requests
+    return requests.get(url, timeout=20).text
+def by_pip(index):
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+         "--target", tempfile.mkdtemp(), "--index-url", index, "{package}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    return "installed" if done.returncode == 0 else (done.stdout + done.stderr)[-1500:]
+def have(module):
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+base = "https://index.test:{port}"
+found = {"urllib": attempt(lambda: by_urllib(base + "/tls"))}
+if have("requests"):
+    found["requests"] = attempt(lambda: by_requests(base + "/tls"))
+if {pip} and have("pip"):
+    found["pip"] = attempt(lambda: by_pip(base + "/simple"))
+import os
+print(json.dumps([found, {name: os.environ.get(name) for name in {names}}]))
+"""
+
+
+def tls_code(servers: Servers, pip: bool) -> str:
+    from rewyn_kernel.runtime.egress.corporate import CA_VARIABLES
+
+    return (
+        TLS_CLIENTS.replace("{package}", PACKAGE)
+        .replace("{port}", str(servers.https_port))
+        .replace("{pip}", repr(pip))
+        .replace("{names}", repr(CA_VARIABLES))
+    )
+
+
+@pytest.mark.providers("bubblewrap", "landlock", "subprocess", "docker")
+def test_the_hosts_ca_is_given_read_only_and_tls_verifies_only_with_it(
+    make_box: Callable[..., Sandbox],
+    servers: Servers,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Behind an inspecting proxy: the host's SSL_CERT_FILE, REQUESTS_CA_BUNDLE and PIP_CERT
+    name the test CA; through the upstream, urllib, requests and pip verify the index's
+    certificate with it, in the sandbox, and fail without it. The copy is read-only; a file
+    that holds a private key is refused with a note."""
+    ca = str(servers.ca_file)
+    key = tmp_path / "client.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
+    entries = [f"index.test:{servers.https_port}"]
+    with upstream_proxy({"index.test": "127.0.0.1"}) as upstream:
+        monkeypatch.setenv("HTTPS_PROXY", upstream.url())
+        box = make_box(network=entries, timeout=300)
+        pip = box.provider.name == "bubblewrap"  # (see test_egress_loopback: landlock's pip)
+        (without, _), _ = run_json(box, tls_code(servers, pip))
+        for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT"):
+            monkeypatch.setenv(name, ca)
+        monkeypatch.setenv("CURL_CA_BUNDLE", str(key))
+        box = make_box(network=entries, timeout=300)
+        (found, seen), _ = run_json(box, tls_code(servers, pip))
+        copies = Path(seen["SSL_CERT_FILE"]).parent.parent
+        write = box.execute(f"open({seen['SSL_CERT_FILE']!r}, 'a').write('x')")
+        listed = box.execute(
+            f"import os\nfor top, _, names in os.walk({str(copies)!r}):\n"
+            f"    print(*(os.path.relpath(os.path.join(top, n), {str(copies)!r}) for n in names))"
+        )
+        closed = make_box(network="none")
+        (_, none_seen), _ = run_json(
+            closed,
+            "import os, json\n"
+            "names = ('SSL_CERT_FILE', 'PIP_CERT')\n"
+            "print(json.dumps([{}, {n: os.environ.get(n) for n in names}]))",
+        )
+    assert without["urllib"].startswith("failed")
+    assert "CERTIFICATE_VERIFY_FAILED" in without["urllib"]
+    for client, answer in found.items():
+        expected = (
+            "installed" if client == "pip" else f"hello from index.test:{servers.https_port} /tls"
+        )
+        assert answer == expected, (client, answer)
+        if client != "urllib":
+            assert without[client] != expected, client
+    if box.provider.name == "bubblewrap":
+        assert set(found) == {"urllib", "requests", "pip"}
+    assert {s.target for s in upstream.seen} == {f"index.test:{servers.https_port}"}
+    assert seen["SSL_CERT_FILE"] != ca  # (the copy's path, as the code sees it)
+    assert seen["CURL_CA_BUNDLE"] is None  # (a private key: not given)
+    assert write.exit_code != 0
+    assert "Read-only file system" in write.stderr or "Permission denied" in write.stderr
+    assert listed.stdout.split() == ["SSL_CERT_FILE/test-ca.pem"]  # (that file alone, once)
+    shown = box.isolation.ca_files
+    assert [item.split("=", 1)[0] for item in shown] == [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "PIP_CERT",
+    ]
+    assert any("holds a private key" in note for note in box.isolation.notes)
+    assert none_seen == {"SSL_CERT_FILE": None, "PIP_CERT": None}
+    assert closed.isolation.ca_files == ()
