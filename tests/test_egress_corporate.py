@@ -327,3 +327,24 @@ def test_the_hosts_ca_is_given_read_only_and_tls_verifies_only_with_it(
     assert any("holds a private key" in note for note in box.isolation.notes)
     assert none_seen == {"SSL_CERT_FILE": None, "PIP_CERT": None}
     assert closed.isolation.ca_files == ()
+
+
+def test_the_setting_reaches_the_policy_and_never_a_kernelspec() -> None:
+    """``upstream_proxy`` on the kernel's settings becomes the allow-list's; with credentials
+    it is not written into a kernelspec, and a summary shows it without them."""
+    from rewyn_kernel.settings import KernelSettings
+
+    plain = KernelSettings(network=["pypi.org"], upstream_proxy="none")
+    policy = plain.spec().allow_list
+    assert policy is not None
+    assert policy.upstream_proxy == "none"
+    assert "--SandboxKernel.upstream_proxy=none" in plain.flags()
+    secret = KernelSettings(network=["pypi.org"], upstream_proxy=f"http://{USER}:{SECRET}@p:1")
+    with pytest.raises(ValueError, match="not written into a kernelspec"):
+        secret.flags()
+    assert SECRET not in json.dumps(secret.summary())
+    assert SECRET not in repr(secret)
+    assert SECRET not in json.dumps(secret.spec().summary())
+    spec_policy = secret.spec().allow_list
+    assert spec_policy is not None
+    assert spec_policy.upstream_proxy == f"http://{USER}:{SECRET}@p:1"  # (used, not shown)
