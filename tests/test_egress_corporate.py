@@ -334,12 +334,14 @@ def test_the_setting_reaches_the_policy_and_never_a_kernelspec() -> None:
     it is not written into a kernelspec, and a summary shows it without them."""
     from rewyn_kernel.settings import KernelSettings
 
-    plain = KernelSettings(network=["pypi.org"], upstream_proxy="none")
+    plain = KernelSettings.model_validate({"network": ["pypi.org"], "upstream_proxy": "none"})
     policy = plain.spec().allow_list
     assert policy is not None
     assert policy.upstream_proxy == "none"
     assert "--SandboxKernel.upstream_proxy=none" in plain.flags()
-    secret = KernelSettings(network=["pypi.org"], upstream_proxy=f"http://{USER}:{SECRET}@p:1")
+    secret = KernelSettings.model_validate(
+        {"network": ["pypi.org"], "upstream_proxy": f"http://{USER}:{SECRET}@p:1"}
+    )
     with pytest.raises(ValueError, match="not written into a kernelspec"):
         secret.flags()
     assert SECRET not in json.dumps(secret.summary())
