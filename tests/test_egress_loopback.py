@@ -119,7 +119,7 @@ def run_json(box: Sandbox, code: str) -> tuple[Any, SandboxResult]:
     return json.loads(result.stdout.strip().splitlines()[-1]), result
 
 
-@pytest.mark.providers("bubblewrap", "landlock", "docker")
+@pytest.mark.providers("bubblewrap", "landlock", "subprocess", "docker")
 def test_a_loopback_address_in_the_allow_list_is_reached_through_the_proxy(
     make_box: Callable[..., Sandbox], loopback_ports: dict[str, int]
 ) -> None:
