@@ -42,10 +42,11 @@ WEB_PORTS = frozenset({80, 443})
 """The ports an entry without one allows."""
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_6TO4 = ipaddress.ip_network("2002::/16")
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 """The loopback networks, IPv4's and IPv6's."""
 LOOPBACK_NAME = "localhost"
-_6TO4 = ipaddress.ip_network("2002::/16")
+"""The name an entry gives this machine's loopback by."""
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,8 @@ TEST_HOSTS = "REWYN_KERNEL_TEST_HOSTS"
 addresses are checked as any other (a loopback one still needs an entry naming it); ``name=-``:
 the name does not resolve here (an upstream proxy resolves it)."""
 SANDBOX_LOOPBACK = "localhost,127.0.0.1,::1"
-"""The sandbox's own loopback, as its ``NO_PROXY`` names it where no entry names loopback."""
+"""The sandbox's own loopback, as its ``NO_PROXY`` names it where no entry names loopback
+(worker/relay.py has the same: the sandbox's end imports nothing of the host's)."""
 NO_PROXY_FILE = "no_proxy"
 """The file of a door's folder that holds the sandbox's ``NO_PROXY`` (worker/relay.py)."""
 T = TypeVar("T")
@@ -532,7 +533,8 @@ def sandbox_no_proxy(policy: NetworkPolicy) -> str:
     nothing: such an entry means the host's loopback, which only the proxy reaches (the
     sandbox's is empty), and clients cannot be told one loopback port from another (``NO_PROXY``
     has no ports in most of them). The code's own loopback servers are then reached by what
-    bypasses the proxy (a socket, ``proxies={}``, a ``NO_PROXY`` the code sets itself)."""
+    bypasses the proxy (a socket, requests' ``proxies={"http": None}``, a ``NO_PROXY`` the
+    code sets itself)."""
     if any(names_loopback(rule) for rule in policy.allow_rules):
         return ""
     return SANDBOX_LOOPBACK
