@@ -28,7 +28,14 @@ from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from rewyn_kernel.runtime import (
     ContainerProvider,
@@ -38,6 +45,7 @@ from rewyn_kernel.runtime import (
     registry,
 )
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
+from rewyn_kernel.runtime.egress.policy import NetworkPolicy
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
 from rewyn_kernel.runtime.workspace import not_a_workspace
@@ -79,6 +87,9 @@ class KernelSettings(SandboxSpec):
     writes no flag into a kernelspec, so the kernel's own default (or a Jupyter config file)
     stays in charge; a field set explicitly, even to its default, is pinned there.
     """
+
+    # (an error does not repeat what it was given: upstream_proxy may hold a password)
+    model_config = ConfigDict(**SandboxSpec.model_config, hide_input_in_errors=True)
 
     timeout: Annotated[float, Field(gt=0, le=7 * 24 * 3600)] | None = Field(
         default=KERNEL_TIMEOUT,
@@ -153,11 +164,35 @@ class KernelSettings(SandboxSpec):
         "code's process, dropped oldest first when memory runs short, and never one the memory "
         "cap has no room for; 0: off. Files are not part of it.",
     )
+    upstream_proxy: str = Field(
+        default="env",
+        max_length=2048,
+        repr=False,
+        description="With an allow-list (network=[...]): the proxy the host's proxy connects "
+        "through, for a host that reaches the internet only so. 'env': the host's HTTPS_PROXY "
+        "and HTTP_PROXY (and NO_PROXY), where set; 'none': directly; or a URL "
+        "http://[user:password@]host:port (Basic auth; never shown, nor written into a "
+        "kernelspec). The allow-list is still decided on the host; isolation.upstream_proxy "
+        "says which is used.",
+    )
     trust_output: bool = Field(
         default=False,
         description="Relay the sandbox's HTML and JavaScript unfiltered. Dangerous: output runs "
         "in the frontend with the user's Jupyter credentials, outside any sandbox.",
     )
+
+    @field_validator("upstream_proxy")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        from rewyn_kernel.runtime.egress.upstream import check_upstream_setting
+
+        return check_upstream_setting(value)
+
+    @field_serializer("upstream_proxy", when_used="json")
+    def _hide_credentials(self, value: str) -> str:
+        from rewyn_kernel.runtime.egress.upstream import redact
+
+        return redact(value)  # (a summary goes into a kernelspec's metadata)
 
     @field_validator("provider")
     @classmethod
@@ -215,6 +250,10 @@ class KernelSettings(SandboxSpec):
     def spec(self) -> SandboxSpec:
         """The sandbox's limits alone (with the notebook's directory, for a kernel)."""
         values = {name: getattr(self, name) for name in SandboxSpec.model_fields}
+        if isinstance(self.network, NetworkPolicy) and "upstream_proxy" in self.model_fields_set:
+            values["network"] = self.network.model_copy(
+                update={"upstream_proxy": self.upstream_proxy}
+            )
         here = Path.cwd().resolve()
         if self.workspace is None and self.notebook_workspace and not not_a_workspace(here):
             values["workspace"] = here
@@ -253,6 +292,12 @@ class KernelSettings(SandboxSpec):
             raise ValueError(
                 "env values are not written into a kernelspec (they could be secrets): "
                 "set c.SandboxKernel.env in a Jupyter config file instead"
+            )
+        if "@" in self.upstream_proxy.partition("://")[2].partition("/")[0]:
+            raise ValueError(
+                "an upstream_proxy with credentials is not written into a kernelspec: set "
+                "c.SandboxKernel.upstream_proxy in a Jupyter config file, or leave it 'env' "
+                "and give the kernel's process HTTPS_PROXY"
             )
         return [
             f"--{KERNEL_CLASS}.{name}={text}"
@@ -360,6 +405,9 @@ SETTINGS: dict[str, Setting] = {
     "event_output": Setting(_KERNEL | _COMMANDS, Option("--event-output", const=True)),
     "checkpoints": Setting(_KERNEL | _COMMANDS, Option("--checkpoints", "N")),
     "trust_output": Setting(_KERNEL | _COMMANDS, Option("--trust-output", const=True)),
+    "upstream_proxy": Setting(
+        _KERNEL | _COMMANDS | Surface.MCP, Option("--upstream-proxy", "env|none|URL")
+    ),
     # The kernel's alone (traits and config files): no command takes them.
     "workdir": Setting(_KERNEL),
     "startup_timeout": Setting(_KERNEL),

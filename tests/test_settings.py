@@ -178,6 +178,7 @@ def samples(tmp_path: Path) -> dict[str, Any]:
         "event_output": True,
         "checkpoints": 3,
         "trust_output": True,
+        "upstream_proxy": "http://proxy.test:3128",
         "workdir": tmp_path / "workdir",
         "startup_timeout": 12.0,
         "python": sys.executable,

@@ -134,6 +134,18 @@ class Isolation(_Model):
         description="What runs a session's code, once its worker is up: IPython, or plain "
         "Python (asked for, or IPython is not installed in the sandbox).",
     )
+    upstream_proxy: str | None = Field(
+        default=None,
+        description="With an allow-list: the upstream proxy the host's proxy connects through "
+        "and where it came from (the host's HTTPS_PROXY, or the setting), never its "
+        "credentials; None: it connects directly.",
+    )
+    ca_files: tuple[str, ...] = Field(
+        default=(),
+        description="The host's CA configuration given to the sandbox read-only, with the "
+        "variables that name it (SSL_CERT_FILE=..., PIP_CERT=...), for TLS behind an "
+        "inspecting proxy; empty: none.",
+    )
     notes: tuple[str, ...] = Field(default=(), description="Protections that were not applied.")
 
 

@@ -9,6 +9,7 @@ by h11 chunk by chunk.
 
 from __future__ import annotations
 
+import ipaddress
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
@@ -242,12 +243,31 @@ async def _next(
 
 
 def _absolute_url(target: str) -> urllib.parse.SplitResult:
-    """A plain request's absolute URL, its host and port readable; Refused if it is not one."""
+    """A plain request's absolute URL, its host and port readable; Refused if it is not one.
+    An IPv6 address without its brackets (``http://::1:8080/``, as httpx writes the target
+    for a proxy) is read as the address and the port after its last colon."""
     try:
         url = urllib.parse.urlsplit(target)
+        url = _bracketed(url)
         url.port  # noqa: B018 (it raises for a port that is not one)
     except ValueError as exc:
         raise Refused(f"{target[:200]!r} is not a URL a proxy can carry ({exc})", 400) from None
+    return url
+
+
+def _bracketed(url: urllib.parse.SplitResult) -> urllib.parse.SplitResult:
+    """``url`` with a bare IPv6 address in its authority put in brackets (else as it is)."""
+    netloc = url.netloc
+    if "[" in netloc or "@" in netloc or netloc.count(":") < 2:
+        return url
+    for host, port in ((netloc, ""), netloc.rpartition(":")[::2]):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            continue
+        if port and not port.isdigit():
+            continue
+        return url._replace(netloc=f"[{host}]" + (f":{port}" if port else ""))
     return url
 
 

@@ -14,7 +14,8 @@ entry does. The proxy resolves names itself and connects only to the addresses i
 those that are not public (loopback, private, link-local and the cloud metadata address,
 carrier-grade NAT, unique-local IPv6, multicast, unspecified...) only where an address entry
 of ``allow`` covers them. So a name that resolves to the host's own services (DNS rebinding,
-a redirect to ``localhost``) is refused, unless an entry names those addresses.
+a redirect to ``localhost``) is refused, unless an entry names those addresses; the name
+``localhost`` itself, in an entry, names the loopback addresses it resolves to.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import idna
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -35,6 +43,10 @@ WEB_PORTS = frozenset({80, 443})
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _6TO4 = ipaddress.ip_network("2002::/16")
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+"""The loopback networks, IPv4's and IPv6's."""
+LOOPBACK_NAME = "localhost"
+"""The name an entry gives this machine's loopback by."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +240,8 @@ Rules = tuple[HostRule, ...]
 class NetworkPolicy(BaseModel):
     """``network=[...]``: the hosts the code may reach, through a proxy on the host."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # (an error does not repeat what it was given: upstream_proxy may hold a password)
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     allow: tuple[str, ...] = Field(
         min_length=1,
@@ -249,6 +262,28 @@ class NetworkPolicy(BaseModel):
     idle_timeout: Annotated[float, Field(gt=0, le=86400)] = Field(
         default=120.0, description="Seconds a connection may pass nothing before it is closed."
     )
+    upstream_proxy: str = Field(
+        default="env",
+        max_length=2048,
+        repr=False,
+        description="The proxy the host's proxy connects through (HTTP CONNECT, for TLS and "
+        "plain HTTP alike): 'env', the host's HTTPS_PROXY/HTTP_PROXY and NO_PROXY where set; "
+        "'none', directly; or a URL http://[user:password@]host:port (Basic auth; the "
+        "credentials are never shown). The allow-list is still decided here.",
+    )
+
+    @field_validator("upstream_proxy")
+    @classmethod
+    def _check_upstream(cls, value: str) -> str:
+        from rewyn_kernel.runtime.egress.upstream import check_upstream_setting
+
+        return check_upstream_setting(value)
+
+    @field_serializer("upstream_proxy", when_used="json")
+    def _hide_credentials(self, value: str) -> str:
+        from rewyn_kernel.runtime.egress.upstream import redact
+
+        return redact(value)  # (a dump goes into events and logs: never the password)
 
     @field_validator("allow", "deny", mode="before")
     @classmethod
@@ -330,6 +365,10 @@ class Gate:
                 return Decision("refused", f"denied by the entry {rule.text!r}")
         explicit = tuple(rule for rule in self.allow if rule.network is not None)
         explicit = tuple(rule for rule in explicit if rule.matches_port(port))
+        if target == LOOPBACK_NAME and any(rule.matches(target, port) for rule in self.allow):
+            # (an entry 'localhost:PORT' names this machine's loopback: what the name resolves
+            # to is let in, as with an entry naming the address)
+            explicit += tuple(HostRule(LOOPBACK_NAME, network=net, ports=None) for net in LOOPBACK)
         if not any(rule.matches(target, port) for rule in self.allow):
             other = [rule for rule in self.allow if _any_port(rule, target)]
             if other:
@@ -354,6 +393,16 @@ class Gate:
                 f"'{_entry_for(address, port)}') lets the sandbox reach it"
             )
         return ""
+
+
+def names_loopback(rule: HostRule) -> bool:
+    """Whether ``rule`` names a loopback address (of either family, or a network holding one)
+    or ``localhost``: a host the sandbox's own loopback would answer for, were it asked."""
+    if rule.network is None:
+        return not rule.wildcard and rule.name == LOOPBACK_NAME
+    return any(
+        rule.network.overlaps(net) for net in LOOPBACK if net.version == rule.network.version
+    )
 
 
 def _any_port(rule: HostRule, target: str | IPAddress) -> bool:

@@ -5,7 +5,8 @@ sandbox gets a ``Door``: a folder of its own, which the provider shows to the sa
 Unix sockets, and the record of what came through them. ``proxy.sock`` takes connections that
 speak to the proxy; ``hand.sock`` takes connections the sandbox's supervisor accepted on its
 loopback port, handed over as descriptors (worker/relay.py). The sandbox's network namespace
-stays empty, and the code's proxy variables point at that port.
+stays empty, and the code's proxy variables point at that port. The folder also holds
+``no_proxy``, what the sandbox's ``NO_PROXY`` holds (``sandbox_no_proxy``).
 
 A client speaks HTTP (http.py: ``CONNECT host:port`` for TLS, or a plain request with an
 absolute URL) or SOCKS5 (socks.py). Each request's host and port are decided by the policy
@@ -48,9 +49,17 @@ import h11
 from rewyn_kernel.runtime._result import NetworkAttempt, NetworkLog
 from rewyn_kernel.runtime.egress.attempt import Attempt, Refused, refusal
 from rewyn_kernel.runtime.egress.http import serve_http
-from rewyn_kernel.runtime.egress.policy import Decision, Gate, IPAddress, NetworkPolicy
+from rewyn_kernel.runtime.egress.policy import (
+    Decision,
+    Gate,
+    IPAddress,
+    NetworkPolicy,
+    names_loopback,
+    parse_host,
+)
 from rewyn_kernel.runtime.egress.pump import Conn, Count, tunnel, wait_ready
 from rewyn_kernel.runtime.egress.socks import serve_socks
+from rewyn_kernel.runtime.egress.upstream import Routes, Upstream, choose, open_tunnel
 
 HEAD_TIMEOUT = 15.0
 """Seconds a client has to send a whole request head (a slow one is dropped: slowloris)."""
@@ -79,11 +88,21 @@ MAX_RECORDS = 512
 """Attempts kept per execution; past it they are counted."""
 TEST_HOSTS = "REWYN_KERNEL_TEST_HOSTS"
 """For tests only: ``name=address,...`` resolved so instead of by the system's resolver. The
-addresses are checked as any other (a loopback one still needs an entry naming it)."""
+addresses are checked as any other (a loopback one still needs an entry naming it); ``name=-``:
+the name does not resolve here (an upstream proxy resolves it)."""
+SANDBOX_LOOPBACK = "localhost,127.0.0.1,::1"
+"""The sandbox's own loopback, as its ``NO_PROXY`` names it where no entry names loopback
+(worker/relay.py has the same: the sandbox's end imports nothing of the host's)."""
+NO_PROXY_FILE = "no_proxy"
+"""The file of a door's folder that holds the sandbox's ``NO_PROXY`` (worker/relay.py)."""
 T = TypeVar("T")
 
 
 LOG = logging.getLogger("rewyn_kernel.egress")
+
+
+class Unresolved(Refused):
+    """A name that does not resolve on this host (an upstream proxy may resolve it)."""
 
 
 @dataclass(eq=False)
@@ -120,6 +139,8 @@ class Door:
     gate: Gate
     folder: Path
     hosts: Mapping[str, tuple[str, ...]]
+    routes: Routes = field(default_factory=Routes)
+    """The upstream proxy its connections go through, if any (upstream.py)."""
     _listeners: list[socket.socket] = field(default_factory=list)
     _tasks: set[asyncio.Future[None]] = field(default_factory=set)
     _links: set[Link] = field(default_factory=set)
@@ -176,6 +197,9 @@ class Door:
     # -- on the loop -------------------------------------------------------------------------
 
     async def _open(self) -> None:
+        no_proxy = self.folder / NO_PROXY_FILE
+        no_proxy.write_text(sandbox_no_proxy(self.policy))
+        no_proxy.chmod(0o644)
         for name in ("proxy.sock", "hand.sock"):
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             self._listeners.append(listener)
@@ -396,15 +420,34 @@ class Door:
     # -- reaching a host --------------------------------------------------------------------
 
     async def reach(self, attempt: Attempt) -> socket.socket:
-        """Decide, resolve, check each address and connect; Refused says why not."""
+        """Decide, resolve, check each address and connect (through the upstream proxy, where
+        there is one: upstream.py); Refused says why not."""
         decision = self.gate.decide(attempt.host, attempt.port)
         if decision.verdict != "allowed":
             raise Refused(decision.reason)
-        addresses = await self._resolve(attempt, decision)
+        upstream = self.routes.upstream(attempt.protocol)
+        if upstream is not None:
+            target = parse_host(attempt.host)
+            if isinstance(target, str) and self.routes.direct(target):
+                upstream = None  # (NO_PROXY names it)
+        try:
+            addresses = await self._resolve(attempt, decision)
+        except Unresolved:
+            if upstream is None:
+                raise
+            # (no name service of the internet here: the upstream resolves it; see upstream.py)
+            name = str(parse_host(attempt.host))
+            sock = await self._tunnel(attempt, upstream, name)
+            attempt.verdict = "allowed"
+            return sock
         last = ""
         deadline = time.monotonic() + CONNECT_TIMEOUT
         loop = asyncio.get_running_loop()
         for address in addresses:
+            if upstream is not None and not self.routes.direct(address):
+                sock = await self._tunnel(attempt, upstream, str(address))
+                attempt.verdict, attempt.address = "allowed", str(address)
+                return sock
             family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             if not room(sock):
@@ -425,14 +468,28 @@ class Door:
         attempt.verdict = "failed"
         raise Refused(f"could not connect ({last})", 502, socks="unreachable")
 
-    async def _resolve(self, attempt: Attempt, decision: Decision) -> list[IPAddress]:
-        from rewyn_kernel.runtime.egress.policy import parse_host
+    async def _tunnel(self, attempt: Attempt, upstream: Upstream, host: str) -> socket.socket:
+        """A tunnel to ``host`` on the attempt's port through ``upstream``."""
+        try:
+            sock = await open_tunnel(upstream, host, attempt.port, CONNECT_TIMEOUT)
+        except Refused:
+            attempt.verdict = "failed"
+            raise
+        if not room(sock):
+            sock.close()
+            raise Refused("the host process is short of descriptors", 503, "failure")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
 
+    async def _resolve(self, attempt: Attempt, decision: Decision) -> list[IPAddress]:
         target = parse_host(attempt.host)
         if not isinstance(target, str):
             found: list[IPAddress] = [target]
         elif target in self.hosts:
-            found = [ipaddress.ip_address(text) for text in self.hosts[target]]
+            found = [ipaddress.ip_address(text) for text in self.hosts[target] if text != "-"]
+            if not found:  # (a test's name that does not resolve here: see TEST_HOSTS)
+                attempt.verdict = "failed"
+                raise Unresolved(f"{target} does not resolve here", 502, "unreachable")
         else:
             loop = asyncio.get_running_loop()
             try:
@@ -442,7 +499,7 @@ class Door:
                 )
             except (OSError, asyncio.TimeoutError) as exc:
                 attempt.verdict = "failed"
-                raise Refused(f"{target} does not resolve ({exc})", 502, "unreachable") from None
+                raise Unresolved(f"{target} does not resolve ({exc})", 502, "unreachable") from None
             found = []
             for info in infos:
                 address = ipaddress.ip_address(str(info[4][0]).partition("%")[0])
@@ -468,6 +525,19 @@ class Door:
         if early:
             await self.send_out(link, attempt, Conn(upstream), early)
         await tunnel(link.conn.sock, upstream, self.counter(link, attempt))
+
+
+def sandbox_no_proxy(policy: NetworkPolicy) -> str:
+    """What the sandbox's ``NO_PROXY`` holds: its own loopback (a server the code starts there
+    answers directly), unless an allow entry names a loopback address or ``localhost``. Then
+    nothing: such an entry means the host's loopback, which only the proxy reaches (the
+    sandbox's is empty), and clients cannot be told one loopback port from another (``NO_PROXY``
+    has no ports in most of them). The code's own loopback servers are then reached by what
+    bypasses the proxy (a socket, requests' ``proxies={"http": None}``, a ``NO_PROXY`` the
+    code sets itself)."""
+    if any(names_loopback(rule) for rule in policy.allow_rules):
+        return ""
+    return SANDBOX_LOOPBACK
 
 
 def room(sock: socket.socket) -> bool:
@@ -524,7 +594,7 @@ class EgressService:
         may run as another than this process)."""
         folder = Path(tempfile.mkdtemp(prefix="rewyn-egress-"))
         os.chmod(folder, 0o755)
-        door = Door(self, Gate(policy), folder, test_hosts())
+        door = Door(self, Gate(policy), folder, test_hosts(), choose(policy.upstream_proxy))
         try:
             self.call(door._open())
         except BaseException:
@@ -541,7 +611,8 @@ def test_hosts() -> dict[str, tuple[str, ...]]:
     for item in os.environ.get(TEST_HOSTS, "").split(","):
         name, sep, address = item.strip().partition("=")
         if sep and name and address:
-            ipaddress.ip_address(address)  # (a bad one fails the door, loudly)
+            if address != "-":
+                ipaddress.ip_address(address)  # (a bad one fails the door, loudly)
             found.setdefault(name.lower().rstrip("."), []).append(address)
     return {name: tuple(addresses) for name, addresses in found.items()}
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from rewyn_kernel.errors import SandboxClosedError
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
+from rewyn_kernel.runtime.egress.corporate import cleanup_with, egress_isolation, host_ca
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
 from rewyn_kernel.runtime.host.scratch import READ_LIMIT, ScratchEntry
@@ -126,8 +127,17 @@ class BaseSandbox(Closeable):
         listeners: Sequence[EventListener] = (),
     ) -> None:
         sandbox_id = uuid.uuid4().hex[:12]
-        files = provider.files(spec, sandbox_id)
-        isolation = provider.isolation(spec)
+        # (the host's CA files, copied for the code where it has a network: egress/corporate.py)
+        ca = host_ca(spec)
+        if ca is not None:
+            spec = ca.apply(spec)
+        try:
+            files = provider.files(spec, sandbox_id)
+            isolation = egress_isolation(provider.isolation(spec), spec, ca)
+        except BaseException:
+            if ca is not None:
+                ca.close()
+            raise
         if files.disk is not None or files.notes:
             update: dict[str, object] = {"notes": (*isolation.notes, *files.notes)}
             if files.disk is not None:
@@ -146,7 +156,7 @@ class BaseSandbox(Closeable):
         self._sessions: weakref.WeakSet[Session] = weakref.WeakSet()
         self._closed = False
         # Holds only the core: the sandbox itself can be collected, and then this runs.
-        self._finalizer = weakref.finalize(self, self._core.cleanup)
+        self._finalizer = weakref.finalize(self, cleanup_with(self._core.cleanup, ca))
         self._oneshot_session: Session | None = None
 
     @property

@@ -51,19 +51,20 @@ def loopback_up() -> str:
     return ""
 
 
-def proxy_environment(port: int) -> Dict[str, str]:
+SANDBOX_LOOPBACK = "localhost,127.0.0.1,::1"
+"""``NO_PROXY`` where the host's proxy says nothing (the sandbox's own loopback, directly)."""
+
+
+def proxy_environment(port: int, no_proxy: str = SANDBOX_LOOPBACK) -> Dict[str, str]:
     """The variables that send the code's clients to the relay (both cases: curl reads only
-    the lower-case ``http_proxy``; ``NO_PROXY``: the sandbox's own loopback is reached
-    directly). ``ALL_PROXY`` names the port as an HTTP proxy too: a ``socks5h://`` there makes
-    httpx, without its SOCKS extra, fail every request; a client that asks for SOCKS5 gets
-    it on the same port."""
+    the lower-case ``http_proxy``). ``NO_PROXY``: what the host's proxy wrote in its folder
+    (egress/proxy.py, ``sandbox_no_proxy``): the sandbox's own loopback, reached directly,
+    unless an allow entry names a loopback address, which is the host's and reached through
+    the proxy (an empty ``NO_PROXY`` is removed). ``ALL_PROXY`` names the port as an HTTP proxy
+    too: a ``socks5h://`` there makes httpx, without its SOCKS extra, fail every request; a
+    client that asks for SOCKS5 gets it on the same port."""
     http = "http://127.0.0.1:%d" % port
-    names = {
-        "HTTP_PROXY": http,
-        "HTTPS_PROXY": http,
-        "ALL_PROXY": http,
-        "NO_PROXY": "localhost,127.0.0.1,::1",
-    }
+    names = {"HTTP_PROXY": http, "HTTPS_PROXY": http, "ALL_PROXY": http, "NO_PROXY": no_proxy}
     found = dict(names)
     found.update((name.lower(), value) for name, value in names.items())
     return found
@@ -327,5 +328,22 @@ def start_relay(
     except OSError as exc:
         note("the network proxy could not be reached from here: %s" % exc)
         return None
-    os.environ.update(proxy_environment(relay.port))
+    os.environ.update(proxy_environment(relay.port, read_no_proxy(relay.folder)))
+    for name in ("NO_PROXY", "no_proxy"):
+        if not os.environ.get(name):
+            os.environ.pop(name, None)  # (empty: no variable at all)
     return relay
+
+
+def read_no_proxy(folder: int) -> str:
+    """The ``NO_PROXY`` the host's proxy wrote in its folder (held open as ``folder``); the
+    sandbox's own loopback where it wrote none."""
+    try:
+        fd = os.open("no_proxy", os.O_RDONLY | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        return SANDBOX_LOOPBACK
+    try:
+        text = os.read(fd, 4096).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+    return ",".join(part for part in text.strip().split(",") if part.strip())
