@@ -63,7 +63,9 @@ ETC = (
     "alternatives",
     "ca-certificates",
     "ca-certificates.conf",
+    "armbian-release",
     "crypto-policies",
+    "debian_version",
     "fonts",
     "gai.conf",
     "host.conf",
@@ -72,6 +74,7 @@ ETC = (
     "ld.so.conf",
     "ld.so.conf.d",
     "localtime",
+    "lsb-release",
     "matplotlibrc",
     "mime.types",
     "nsswitch.conf",
@@ -86,7 +89,9 @@ ETC = (
 )
 """What of ``/etc`` the code sees (read-only): what libraries and tools read, no secrets (of
 ``ssl`` and ``pki``, the certificates only: a host run as root would show its private keys).
-``passwd`` and ``group`` are made up for the sandbox; ``resolv.conf`` comes with the network."""
+``passwd`` and ``group`` are made up for the sandbox; ``resolv.conf`` comes with the network.
+The distribution's name files are there because tools read them and take only "not there" for an
+answer (pip's ``distro`` reads ``debian_version``: where Landlock alone denies it, pip failed)."""
 ETC_FOLDERS = (
     "/etc",
     *(
