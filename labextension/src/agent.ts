@@ -70,12 +70,15 @@ export class AgentBanners {
     this.panel.disposed.connect(() => awareness.off('change', redraw));
   }
 
-  /** Whether the agent whose awareness client is ``client`` has left the document (unknown:
-   * no awareness here, or no client named: not gone). */
+  /**
+   * Whether the agent has left the document: its awareness client (`agent.client`) is no longer
+   * among those present. Unknown (no awareness here, or no client named) is not gone.
+   */
   private gone(agent: IAgentCell): boolean {
-    return (
-      agent.client !== null && this.presence !== null && !this.presence.getStates().has(agent.client)
-    );
+    if (agent.client === null || this.presence === null) {
+      return false;
+    }
+    return !this.presence.getStates().has(agent.client);
   }
 
   private watchAll(): void {
