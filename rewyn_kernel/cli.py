@@ -160,7 +160,7 @@ def _add_install_parser(
 
 def _add_settings(parser: argparse.ArgumentParser, surface: Surface) -> None:
     """The kernel settings ``install`` bakes into a spec and ``run`` runs a notebook with
-    (``env`` is not one: its values could be secrets, and a kernelspec is a readable file)."""
+    (``env`` only for ``install``, whose person types the values; ``run`` takes none)."""
     add_options(parser.add_argument_group("kernel settings"), taken_by(surface))
 
 

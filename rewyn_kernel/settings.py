@@ -285,14 +285,10 @@ class KernelSettings(SandboxSpec):
     def flags(self) -> list[str]:
         """The traitlets flags for the fields that were set, in declaration order.
 
-        ``env`` is refused: its values could be secrets, and a kernelspec is a file anyone with
-        the notebook server can read. Set them in a Jupyter config file instead.
+        ``env`` is written only where it was given (``rewyn-kernel install --env``), one flag
+        per variable: a kernelspec is a file anyone with the notebook server can read, so a
+        secret belongs in ``inherit_env`` (its name only) or a Jupyter config file.
         """
-        if "env" in self.model_fields_set and self.env:
-            raise ValueError(
-                "env values are not written into a kernelspec (they could be secrets): "
-                "set c.SandboxKernel.env in a Jupyter config file instead"
-            )
         if "@" in self.upstream_proxy.partition("://")[2].partition("/")[0]:
             raise ValueError(
                 "an upstream_proxy with credentials is not written into a kernelspec: set "
@@ -383,9 +379,11 @@ SETTINGS: dict[str, Setting] = {
     "disk_limit_mb": Setting(_EVERYWHERE | Surface.REVIEW, Option("--disk", "MB|none")),
     "network": Setting(_EVERYWHERE | Surface.REVIEW, Option("--network", "none|allow|HOST,...")),
     "inherit_env": Setting(_EVERYWHERE, Option("--inherit-env", "NAME,...")),
-    # Its values could be secrets: never written into a kernelspec (so not install's or run's,
-    # which write one), nor kept as a notebook's default by %sandbox config.
-    "env": Setting(Surface.KERNEL | Surface.MAGIC | Surface.MCP, Option("--env", "NAME=VALUE")),
+    # Written into a kernelspec only by install's --env, which names the variables a person
+    # types (not run's, nor kept as a notebook's default by %sandbox config).
+    "env": Setting(
+        _KERNEL | Surface.INSTALL | Surface.MAGIC | Surface.MCP, Option("--env", "NAME=VALUE")
+    ),
     "output_limit_bytes": Setting(
         _KERNEL | _COMMANDS | Surface.MCP, Option("--output-limit", "BYTES")
     ),
@@ -471,8 +469,11 @@ def default_run_log() -> Path:
 def _flag_values(value: object) -> list[str]:
     # traitlets parses "None", "True" and "False" for Float(allow_none=True) and Bool traits;
     # a List takes one flag per item, or the literal [] for none.
+    # A Dict takes one KEY=VALUE flag per item.
     if isinstance(value, tuple):
         return [str(item) for item in value] or ["[]"]
+    if isinstance(value, dict):
+        return [f"{name}={item}" for name, item in value.items()]
     return [str(value)]  # (an allow-list: its comma form, see NetworkPolicy.__str__)
 
 

@@ -110,8 +110,9 @@ class PermissionPolicy(Protocol):
 
 class MaxRiskLevel(BaseModel):
     """Allow tools up to ``deny_above``; deny riskier ones; ask for approval above
-    ``approve_above``: ``MaxRiskLevel(RiskLevel.MEDIUM)``,
-    ``MaxRiskLevel(RiskLevel.HIGH, approve_above=RiskLevel.LOW)``."""
+    ``approve_above``, or of every call with ``approve_all``: ``MaxRiskLevel(RiskLevel.MEDIUM)``,
+    ``MaxRiskLevel(RiskLevel.HIGH, approve_above=RiskLevel.LOW)``,
+    ``MaxRiskLevel(RiskLevel.HIGH, approve_all=True)``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
@@ -121,11 +122,22 @@ class MaxRiskLevel(BaseModel):
         description="Tools riskier than this (and not denied) need a person's approval; "
         "None: no approval step.",
     )
+    approve_all: bool = Field(
+        default=False,
+        description="Every tool not denied needs a person's approval, low risk too "
+        "(approve_above then asks nothing more).",
+    )
 
     def __init__(
-        self, deny_above: RiskLevel | str, *, approve_above: RiskLevel | str | None = None
+        self,
+        deny_above: RiskLevel | str,
+        *,
+        approve_above: RiskLevel | str | None = None,
+        approve_all: bool = False,
     ) -> None:
-        super().__init__(deny_above=deny_above, approve_above=approve_above)
+        super().__init__(
+            deny_above=deny_above, approve_above=approve_above, approve_all=approve_all
+        )
 
     @model_validator(mode="after")
     def _ordered(self) -> MaxRiskLevel:
@@ -145,6 +157,12 @@ class MaxRiskLevel(BaseModel):
         if level > self.deny_above:
             return PermissionDecision(
                 allowed=False, reason=f"{what}; this policy denies tools above {self.deny_above}"
+            )
+        if self.approve_all:
+            return PermissionDecision(
+                allowed=True,
+                requires_approval=True,
+                reason=f"{what}; this policy needs a person's approval for every call",
             )
         if self.approve_above is not None and level > self.approve_above:
             return PermissionDecision(

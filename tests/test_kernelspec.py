@@ -110,12 +110,45 @@ def test_no_time_limit_is_the_literal_None_and_an_explicit_default_is_pinned() -
 
 
 def test_no_environment_and_no_secret_reaches_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's variables never reach a spec; the sandbox's only where they were given."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-do-not-leak")
     kernel = build_kernel_dict(KernelSettings(provider="container", network="allow"))
     assert "env" not in kernel
     assert "sk-do-not-leak" not in json.dumps(kernel)
-    with pytest.raises(ValueError, match="env values are not written into a kernelspec"):
-        build_kernel_dict(KernelSettings(env={"TOKEN": "sk-do-not-leak"}))
+    given = build_kernel_dict(KernelSettings(env={"MODE": "a=b c"}))
+    assert "env" not in given
+    assert given["argv"][-1:] == ["--SandboxKernel.env=MODE=a=b c"]
+    assert "sk-do-not-leak" not in json.dumps(given)
+
+
+def test_install_env_reaches_the_code_in_the_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rewyn-kernel install --env``, run as a user would: the kernel it installs gives the
+    code those variables (and the spec holds no other)."""
+    done = run_cli(
+        "install", "--prefix", tmp_path, "--name", "rewyn-env",
+        "--env", "MODE=from install", "--env", "EMPTY=",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    spec = read_spec(tmp_path, "rewyn-env")
+    assert "env" not in spec
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share/jupyter"))
+    km, kc = start_new_kernel(kernel_name="rewyn-env", startup_timeout=60)
+    try:
+        out: list[str] = []
+
+        def keep(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] == "stream":
+                out.append(msg["content"]["text"])
+
+        code = "import os; print(repr((os.environ['MODE'], os.environ['EMPTY'])))"
+        reply = kc.execute_interactive(code, timeout=30, output_hook=keep)
+        assert reply["content"]["status"] == "ok"
+        assert "".join(out) == "('from install', '')\n"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
 
 
 def test_flags_parse_into_the_kernel_traits() -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.util
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -619,3 +621,132 @@ def test_a_flood_of_output_is_bounded_in_the_notebook(server: JupyterServer, wor
         cell = structured(flooder.run("read_cell", {"index": -1}))
         kept = len(cell["stdout"]) + sum(cell["truncated"].values())
         assert kept <= MAX_CELL_OUTPUT_CHARS + 200
+
+
+# -- every cell approved, and an agent that goes away -------------------------------------------
+
+
+def _run_button(page: Page, cell_id: str) -> Any:
+    return banner(page, cell_id).locator(".rewyn-AgentRun")
+
+
+def test_with_approve_all_every_cell_waits_for_the_persons_run(
+    page: Page, server: JupyterServer, work: Path
+) -> None:
+    """The "Done when" path: an agent on a low-risk kernel, started with --approve-all, whose
+    every cell waits for the person's Run in the page. Its cells go above the person's trailing
+    blank cell, and one number names each call in the result, the cell and the review."""
+    write_notebook(
+        server.root / "all.ipynb", KERNEL, [("markdown", "# Every cell asks"), ("code", "")]
+    )
+    assert open_notebook(page, server, "lab", "all.ipynb") == "rewyn-kernel"
+    extra = ("--approve-all", "--approval-timeout", "120")
+    with agent(server, work, "asks-always", "all.ipynb", *extra) as asking:
+        call = asking.call("run_python", {"code": "answer = 6 * 7"})
+        first = wait_for_pending(page, "answer = 6 * 7")
+        assert first["agent"]["risk"] == "low"
+        assert "approval for every call" in first["agent"]["reason"]
+        assert not call.done()
+        _run_button(page, first["id"]).click()
+        out = structured(call.result(60))
+        assert (out["approval"], out["ok"], out["call"]) == ("approved", True, 1)
+
+        listed = structured(asking.run("list_cells", {}))  # (call 2: not run_python)
+        assert [c["author"] for c in listed["cells"]] == ["person", "agent asks-always", "person"]
+
+        call = asking.call("run_python", {"code": "print(answer)"})
+        second = wait_for_pending(page, "print(answer)")
+        assert not call.done()
+        _run_button(page, second["id"]).click()
+        result = call.result(60)
+        out = structured(result)
+        assert (out["approval"], out["stdout"], out["call"]) == ("approved", "42\n", 3)
+        assert text_of(result).startswith("[ok] call 3 · cell 2 · ")
+
+        # The person's blank cell stays last, below the agent's.
+        shown = cells(page)
+        assert [(c["type"], c["source"]) for c in shown] == [
+            ("markdown", "# Every cell asks"),
+            ("code", "answer = 6 * 7"),
+            ("code", "print(answer)"),
+            ("code", ""),
+        ]
+        assert [c["agent"]["number"] for c in shown[1:3]] == [1, 3]
+        wait_until(
+            lambda: [c["agent"]["state"] for c in agent_cells(page)] == ["approved", "approved"],
+            30,
+            lambda: f"{agent_cells(page)}",
+        )
+
+    # The run log's review names the same calls with the same numbers.
+    done = subprocess.run(
+        [sys.executable, "-m", "rewyn_kernel.cli", "review", str(asking.run_log), "-o",
+         str(work / "all-review.ipynb")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    review = json.loads((work / "all-review.ipynb").read_text())
+    lines = [
+        output_text(cell).split(" · ")[:2]
+        for cell in review["cells"]
+        if cell["cell_type"] == "code" and cell["outputs"]
+    ]
+    assert lines == [["call 1", "run_python"], ["call 2", "list_cells"], ["call 3", "run_python"]]
+
+
+def _server_pid(notebook: str) -> int:
+    """The pid of the ``rewyn-kernel mcp --notebook NOTEBOOK`` this test started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            words = (entry / "cmdline").read_bytes().split(b"\0")
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and b"--notebook" in words and notebook.encode() in words:
+            found.append(int(entry.name))
+    (pid,) = found
+    return pid
+
+
+def test_a_pending_cell_whose_agent_is_gone_offers_no_run(
+    page: Page, server: JupyterServer, work: Path
+) -> None:
+    """An agent that stops while its cell waits: the cell says it is withdrawn (the server
+    stopped cleanly) or that the agent is gone (killed: it left the document), and neither
+    offers Run or Reject any more."""
+    write_notebook(server.root / "gone.ipynb", RISKY_KERNEL, [("markdown", "# Left behind")])
+    assert open_notebook(page, server, "lab", "gone.ipynb") == "rewyn-kernel"
+    extra = ("--approve-above", "low", "--approval-timeout", "600")
+    with agent(server, work, "leaves", "gone.ipynb", *extra) as leaving:
+        call = leaving.call("run_python", {"code": "print('too late')"})
+        first = wait_for_pending(page, "print('too late')")
+        assert _run_button(page, first["id"]).is_enabled()
+    # The agent closed its connection: the server withdrew the cell as it stopped.
+    wait_until(
+        lambda: agent_cells(page, "leaves")[0]["agent"]["state"] == "withdrawn",
+        60,
+        lambda: f"{agent_cells(page)}\n{leaving.stderr()}",
+    )
+    shown = banner(page, first["id"])
+    assert "withdrawn" in shown.inner_text()
+    assert shown.locator("button").count() == 0
+    assert call.done()
+
+    with agent(server, work, "killed", "gone.ipynb", *extra) as killed:
+        killed.call("run_python", {"code": "print('never answered')"})
+        second = wait_for_pending(page, "print('never answered')")
+        run = _run_button(page, second["id"])
+        wait_until(run.is_enabled, 30, lambda: banner(page, second["id"]).inner_text())
+        os.kill(_server_pid("gone.ipynb"), signal.SIGKILL)  # (no chance to withdraw anything)
+        wait_until(
+            lambda: banner(page, second["id"]).get_attribute("data-gone") == "true",
+            90,
+            lambda: banner(page, second["id"]).inner_text(),
+        )
+        assert not run.is_enabled()
+        assert not banner(page, second["id"]).locator(".rewyn-AgentReject").is_enabled()
+        assert "the agent is gone" in banner(page, second["id"]).inner_text()
+        assert agent_cells(page, "killed")[0]["agent"]["state"] == "pending"

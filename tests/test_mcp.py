@@ -1370,3 +1370,48 @@ def test_without_bubblewrap_or_an_engine_with_the_image_the_server_says_what_wou
         "bubblewrap (Linux), or run Docker Desktop or podman with the image (docker pull "
         f"{image}, or --image NAME for one you have), then restart the server\n"
     ) in said
+
+
+def test_one_number_names_a_call_in_its_result_and_the_review(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The result's "call N" is the call's number in the run log, every tool's calls counted
+    and a later server's too, as the log's review numbers it; the session's execution count is
+    "[N]" beside it."""
+    from rewyn_kernel.cli import main as cli
+
+    log = tmp_path / "run.jsonl"
+    texts: list[str] = []
+    numbers: list[Any] = []
+
+    async def body() -> None:
+        for calls in (
+            [("list_sessions", {}), ("run_python", {"code": "1"})],
+            [("run_python", {"code": "2"})],
+        ):
+            async with stdio_server(log) as client:
+                for name, arguments in calls:
+                    result = await client.call_tool(name, arguments)
+                    assert not result.is_error, text_of(result)
+                    if name == "run_python":
+                        texts.append(text_of(result))
+                        numbers.append((result.structured_content or {}).get("call"))
+
+    run(body)
+    assert numbers == [2, 3]
+    assert texts[0].startswith("[ok] call 2 · exit 0 · ")
+    assert " · session 'default' [1]" in texts[0].splitlines()[0]
+    assert texts[1].startswith("[ok] call 3 · exit 0 · ")
+    assert " · session 'default' [1]" in texts[1].splitlines()[0]  # (a new server's session)
+    out = tmp_path / "review.ipynb"
+    assert cli(["review", str(log), "-o", str(out)]) == 0
+    lines = [
+        "".join(cell["outputs"][0]["data"]["text/plain"]).split(" · ")[:2]
+        for cell in json.loads(out.read_text())["cells"]
+        if cell["cell_type"] == "code"
+    ]
+    assert lines == [
+        ["call 1", "list_sessions"],
+        ["call 2", "run_python"],
+        ["call 3", "run_python"],
+    ]

@@ -47,7 +47,7 @@ def test_each_option_reaches_its_field(tmp_path: Path, monkeypatch: pytest.Monke
     argv = [
         *("--provider", "subprocess", "--max-sessions", "3", "--idle-ttl", "0"),
         *("--max-output-chars", "4000", "--max-risk", "low", "--approve-above", "none"),
-        *("--run-log", "calls.jsonl", "--undo-depth", "2"),
+        *("--run-log", "calls.jsonl", "--undo-depth", "2", "--approve-all"),
     ]
     options, _ = options_from(command.parse_args(argv), command)
     assert dataclasses.replace(options, settings=ServerOptions().settings) == ServerOptions(
@@ -56,6 +56,7 @@ def test_each_option_reaches_its_field(tmp_path: Path, monkeypatch: pytest.Monke
         max_output_chars=4000,
         deny_above=RiskLevel.LOW,
         approve_above=None,
+        approve_all=True,
         run_log=tmp_path / "calls.jsonl",
         undo_depth=2,
     )

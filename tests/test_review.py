@@ -38,6 +38,7 @@ from rewyn_kernel.runtime.sandbox import (
     DEFAULT_PIDS,
     get_default_provider,
 )
+from rewyn_kernel.settings import KernelSettings
 from rewyn_kernel.tools import PermissionDecision, Tool, ToolArgumentsError
 from tests.kernel_client import write_spec
 
@@ -570,6 +571,71 @@ def test_a_run_under_a_quota_names_a_kernel_that_install_can_make(
     assert cli.main(["install", *words]) == 0
     spec = json.loads((tmp_path / "prefix/share/jupyter/kernels/rv-quota/kernel.json").read_text())
     assert "--SandboxKernel.disk_limit_mb=64" in spec["argv"]
+
+
+ROUND_TRIPS: dict[str, dict[str, Any]] = {
+    "an allow-list": {"network": "127.0.0.1:8901,pypi.org,*.pythonhosted.org,!bad.pypi.org"},
+    "an allow-list by address": {"network": ["[::1]:8901", "10.0.0.0/8"]},
+    "no network": {"network": "none"},
+    "the network": {"network": "allow"},
+    "no limits": {"timeout": None, "memory_limit_mb": None, "pids_limit": None},
+    "fractions": {"timeout": 0.25, "disk_limit_mb": 64},
+    "odd seconds": {"timeout": 123457.125},
+    "plain Python": {"ipython": False},
+    "IPython": {"ipython": True},
+    "a container": {"provider": "container", "container_runtime": "podman"},
+    "gVisor": {"provider": "container", "container_runtime": "docker", "oci_runtime": "runsc"},
+}
+"""A value of every type of setting a review's kernel pins."""
+
+
+@pytest.mark.parametrize("given", ROUND_TRIPS.values(), ids=list(ROUND_TRIPS))
+def test_the_install_command_gives_back_the_settings_it_was_made_from(
+    given: dict[str, Any],
+) -> None:
+    """The printed command, parsed by install's own parser, gives the same settings."""
+    import argparse
+    import shlex
+
+    from rewyn_kernel.notebooks._review_notebook import settings_for
+
+    limits = KernelSettings.model_validate({**LIMITS, **given}).model_dump(
+        mode="json", include={*LIMITS, *given}
+    )  # (the JSON a review reads limits as, as limits_of gives them)
+    command = shlex.split(install_command("rv", limits))
+    assert command[:2] == ["rewyn-kernel", "install"]
+    parser = cli._add_install_parser(argparse.ArgumentParser().add_subparsers())
+    parsed = cli._settings(parser.parse_args(command[2:]), parser)
+    expected = settings_for(limits)
+    assert parsed.model_dump() == expected.model_dump()
+    assert parsed.model_fields_set <= expected.model_fields_set  # (ipython: on by default)
+
+
+def test_an_allow_list_run_names_a_kernel_that_install_can_make(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run under an allow-list: the review's "Create its kernel with" line, run as printed
+    (into a prefix), installs a kernel that pins the same allow-list."""
+    import shlex
+
+    log = tmp_path / "run.jsonl"
+    network = "127.0.0.1:8901,pypi.org,!bad.pypi.org"
+    with create(network=network, listeners=[JsonlRunLog(log)]) as box:
+        assert box.execute("print('ran')").stdout == "ran\n"
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "nothing"))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "nothing"))
+    capsys.readouterr()
+    assert review(log, "-o", tmp_path / "r.ipynb") == 0
+    (line,) = [
+        line for line in capsys.readouterr().out.splitlines() if "Create its kernel with" in line
+    ]
+    words = shlex.split(line.partition(": ")[2])
+    assert words[:3] == ["rewyn-kernel", "install", "--user"]
+    words[2:3] = ["--prefix", str(tmp_path / "prefix")]
+    assert cli.main(words[1:]) == 0
+    (spec,) = (tmp_path / "prefix/share/jupyter/kernels").glob("*/kernel.json")
+    argv = json.loads(spec.read_text())["argv"]
+    assert f"--SandboxKernel.network={network}" in argv
 
 
 def test_a_sandbox_tool_run_shows_the_payload_the_model_was_given(tmp_path: Path) -> None:

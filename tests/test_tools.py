@@ -137,6 +137,29 @@ def test_approval_flow(box: Sandbox) -> None:
     assert payload["stdout"] == "3\n"
 
 
+def test_approve_all_asks_for_a_low_risk_tool_too() -> None:
+    """A person may ask to approve every call: approve_above stops at low, approve_all does not."""
+    low = Tool(
+        name="look",
+        description="a low-risk tool",
+        input_schema={"type": "object"},
+        risk_level=RiskLevel.LOW,
+        handler=lambda arguments: {},
+    )
+    assert not MaxRiskLevel("high", approve_above="low").check(low, {}).requires_approval
+    decision = MaxRiskLevel("high", approve_all=True).check(low, {})
+    assert (decision.allowed, decision.requires_approval) == (True, True)
+    assert "approval for every call" in decision.reason
+    high = Tool(
+        name="act",
+        description="a high-risk tool",
+        input_schema={"type": "object"},
+        risk_level=RiskLevel.HIGH,
+        handler=lambda arguments: {},
+    )
+    assert not MaxRiskLevel("medium", approve_all=True).check(high, {}).allowed  # (denial first)
+
+
 def test_policy_arguments_are_checked() -> None:
     assert MaxRiskLevel("high") == MaxRiskLevel(RiskLevel.HIGH)
     assert isinstance(MEDIUM, PermissionPolicy)

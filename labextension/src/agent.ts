@@ -11,6 +11,10 @@
  * marks the cell approved or edited. A rejection is written here, as `agent.decision`, and the
  * server marks the cell rejected. Neither is this extension's to enforce: the banner only
  * offers the two choices and shows what the server made of them.
+ *
+ * The buttons are live only while the agent waits: a cell its server marked withdrawn (the call
+ * ended first), or one whose agent has left the shared document (its client is gone from the
+ * document's awareness: the server stopped, however it stopped), says so and offers nothing.
  */
 import { InputDialog } from '@jupyterlab/apputils';
 import { NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
@@ -25,13 +29,56 @@ const REJECT_CLASS = 'rewyn-AgentReject';
 
 type Cell = NotebookPanel['content']['widgets'][number];
 
+/** What this view needs of the shared document's awareness (y-protocols' Awareness). */
+interface IPresence {
+  getStates(): Map<number, unknown>;
+  on(name: 'change', listener: () => void): void;
+  off(name: 'change', listener: () => void): void;
+}
+
 export class AgentBanners {
   constructor(private readonly panel: NotebookPanel) {
     const notebook = panel.content;
     notebook.model?.cells.changed.connect(() => this.watchAll(), this);
     notebook.modelContentChanged.connect(() => this.watchAll(), this);
-    panel.context.ready.then(() => this.watchAll(), () => undefined);
+    panel.context.ready.then(
+      () => {
+        this.watchPresence();
+        this.watchAll();
+      },
+      () => undefined
+    );
+    this.watchPresence();
     this.watchAll();
+  }
+
+  /** Redraw when someone joins or leaves the shared document (an agent among them). */
+  private watchPresence(): void {
+    const shared = this.panel.context.model?.sharedModel as unknown as { awareness?: unknown };
+    const awareness = shared?.awareness as IPresence | undefined;
+    if (
+      this.presence !== null ||
+      !awareness ||
+      typeof awareness.getStates !== 'function' ||
+      typeof awareness.on !== 'function'
+    ) {
+      return;
+    }
+    this.presence = awareness;
+    const redraw = (): void => this.watchAll();
+    awareness.on('change', redraw);
+    this.panel.disposed.connect(() => awareness.off('change', redraw));
+  }
+
+  /**
+   * Whether the agent has left the document: its awareness client (`agent.client`) is no longer
+   * among those present. Unknown (no awareness here, or no client named) is not gone.
+   */
+  private gone(agent: IAgentCell): boolean {
+    if (agent.client === null || this.presence === null) {
+      return false;
+    }
+    return !this.presence.getStates().has(agent.client);
   }
 
   private watchAll(): void {
@@ -60,7 +107,8 @@ export class AgentBanners {
       return;
     }
     const busy = this.busy.has(cell);
-    const key = JSON.stringify([agent, busy]);
+    const gone = agent.state === 'pending' && this.gone(agent);
+    const key = JSON.stringify([agent, busy, gone]);
     if (banner !== null && banner.dataset.key === key) {
       return;
     }
@@ -75,14 +123,16 @@ export class AgentBanners {
     banner.dataset.key = key;
     banner.dataset.state = agent.state ?? 'unknown';
     banner.dataset.agent = agent.name;
-    banner.replaceChildren(...this.content(cell, agent, busy));
+    banner.dataset.gone = gone ? 'true' : 'false';
+    banner.replaceChildren(...this.content(cell, agent, busy, gone));
   }
 
-  private content(cell: Cell, agent: IAgentCell, busy: boolean): HTMLElement[] {
+  private content(cell: Cell, agent: IAgentCell, busy: boolean, gone: boolean): HTMLElement[] {
     // "agent <name>" opens every line: "agent <name> asks to run this cell — risk HIGH: ..."
     const label = element('span', 'rewyn-AgentBanner-label', 'agent ');
     label.append(element('span', 'rewyn-AgentBanner-name', agent.name));
-    label.title = agent.call ? `MCP call ${agent.call}` : '';
+    const number = agent.number !== null ? `call ${agent.number}` : 'call';
+    label.title = agent.call ? `MCP ${number} (${agent.call})` : '';
     const line = element('span', 'rewyn-AgentBanner-text');
     const parts = [label, line];
     switch (agent.state) {
@@ -98,7 +148,7 @@ export class AgentBanners {
         if (agent.reason) {
           line.append(': ', element('span', 'rewyn-AgentBanner-reason', agent.reason));
         }
-        const open = !agent.decided && !busy;
+        const open = !agent.decided && !busy && !gone;
         const run = button(RUN_CLASS, 'Run', 'Run this cell as it is now: that approves it', open);
         run.addEventListener('click', () => void this.run(cell));
         const reject = button(
@@ -110,6 +160,10 @@ export class AgentBanners {
         reject.addEventListener('click', () => void this.reject(cell, agent.name));
         if (agent.decided) {
           line.append(' (rejection sent, waiting for the server)');
+        } else if (gone) {
+          line.append(
+            ' (the agent is gone: nothing waits for this cell, and Run would not answer it)'
+          );
         }
         parts.push(element('span', 'rewyn-AgentBanner-actions', undefined, [run, reject]));
         break;
@@ -128,6 +182,9 @@ export class AgentBanners {
         break;
       case 'expired':
         line.textContent = 'expired: nobody approved it in time, so it was refused';
+        break;
+      case 'withdrawn':
+        line.textContent = 'withdrawn: the agent stopped waiting before anyone decided; not run';
         break;
       case 'running':
         line.textContent = 'running';
@@ -192,6 +249,7 @@ export class AgentBanners {
     }
   }
 
+  private presence: IPresence | null = null;
   private readonly watched = new Set<Cell>();
   /** Cells whose run or rejection dialog this view has under way: their buttons are off. */
   private readonly busy = new Set<Cell>();

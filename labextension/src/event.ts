@@ -74,7 +74,8 @@ export const AGENT_STATES = [
   'approved',
   'edited',
   'rejected',
-  'expired'
+  'expired',
+  'withdrawn'
 ] as const;
 export type AgentState = (typeof AGENT_STATES)[number];
 export const AGENT_RISKS = ['low', 'medium', 'high'] as const;
@@ -95,6 +96,10 @@ export interface IAgentCell {
   note: string;
   /** the person's decision is written (the server has yet to act on it, or has) */
   decided: boolean;
+  /** the call's number in the server's run log ("call N"), or null */
+  number: number | null;
+  /** the agent's client id in the shared document's awareness, or null */
+  client: number | null;
 }
 
 /**
@@ -118,8 +123,14 @@ export function agentOf(entry: unknown): IAgentCell | null {
     risk: AGENT_RISKS.find(known => known === risk) ?? null,
     reason: cleanText(agent['reason'], MAX_AGENT_TEXT, false),
     note: cleanText(agent['note'], MAX_AGENT_TEXT, false),
-    decided: isObject(decision) && typeof decision['action'] === 'string'
+    decided: isObject(decision) && typeof decision['action'] === 'string',
+    number: wholeNumber(agent['number']),
+    client: wholeNumber(agent['client'])
   };
+}
+
+function wholeNumber(value: unknown): number | null {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : null;
 }
 
 /**

@@ -6,7 +6,8 @@ it (for the user, into an environment's ``sys.prefix``, or under any prefix) wit
 ships the default spec from ``kernelspec/`` as shared data, so ``pip install`` alone lists it.
 
 Settings travel as traitlets flags in ``argv`` (``--SandboxKernel.provider=container``), never as
-an ``env`` block, so no value that could be a secret is ever written into a kernel.json.
+an ``env`` block: the sandbox's variables are written only where ``install --env`` names them
+(``--SandboxKernel.env=NAME=VALUE``), and the host's own environment never.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Whether a ``run_python`` call runs, is put to the person, or is denied.
 
-``Gate`` asks the server's policy (``MaxRiskLevel(--max-risk, approve_above=--approve-above)``)
+``Gate`` asks the server's policy (``MaxRiskLevel(--max-risk, approve_above=--approve-above,
+approve_all=--approve-all)``)
 about the sandbox every call runs in. A call the policy wants approved is put to the person
 through the client (MCP elicitation: ``approval_for`` is ``run_python``'s resolver), showing all
 of its code (``approval.py``); it is denied where the client cannot ask, or the code is too long
@@ -49,7 +50,7 @@ class Gate:
                 f"not approved: {decision.reason}; this client cannot ask a person (it offers "
                 "no elicitation): use a sandbox of lower risk (bubblewrap or a container, no "
                 "network, no secret-named variables) or start the server with a higher "
-                "--approve-above"
+                "--approve-above (and without --approve-all)"
             )
         return "ask", decision.reason
 

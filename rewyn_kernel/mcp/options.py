@@ -122,6 +122,15 @@ class ServerOptions:
             read=_approve_above,
         ),
     )
+    approve_all: bool = field(
+        default=False,
+        metadata=server_option(
+            "--approve-all",
+            "ask the person before every run_python call, whatever the sandbox's risk (low "
+            "too; --approve-above then asks nothing more): with --notebook each cell waits "
+            "for the person's Run",
+        ),
+    )
     run_log: Path | None = field(
         default=None,
         metadata=server_option(
@@ -245,14 +254,16 @@ def option_arguments() -> list[tuple[str, dict[str, Any]]]:
     for item, flag in _flags():
         kind, _ = plain_type(hints[item.name])
         kwargs: dict[str, Any] = {"dest": _dest(item), "default": argparse.SUPPRESS}
-        if flag.choices is not None:
+        if kind is bool:  # (a switch: the flag alone turns it on)
+            kwargs["action"] = "store_true"
+        elif flag.choices is not None:
             kwargs["choices"] = flag.choices
         else:
             kwargs["type"] = kind
         if flag.metavar is not None:
             kwargs["metavar"] = flag.metavar
         default = flag.default if flag.default is not None else _shown(item.default)
-        kwargs["help"] = f"{flag.help} (default: {default})"
+        kwargs["help"] = flag.help if kind is bool else f"{flag.help} (default: {default})"
         arguments.append((flag.flag, kwargs))
     return arguments
 

@@ -21,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import json
 import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -37,7 +39,7 @@ from rewyn_kernel.errors import ForkError
 from rewyn_kernel.mcp.arguments import CheckedServer, LifespanT, UnknownArguments
 from rewyn_kernel.mcp.sessions import BadSessionName, Entry, SessionError
 from rewyn_kernel.mcp.undo import UndoError
-from rewyn_kernel.runtime.events import JsonlRunLog, ToolCall, record_tool_call
+from rewyn_kernel.runtime.events import TOOL_CALL_TYPE, JsonlRunLog, ToolCall, record_tool_call
 from rewyn_kernel.runtime.tool_call import (
     MAX_FILES,
     MAX_IMAGES,
@@ -87,6 +89,9 @@ class CallNotes:
     call_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     """The id of the call's TOOL_CALL record (known from its start: a notebook cell the call
     makes names it)."""
+    number: int | None = None
+    """The call's number in its run log, from 1 in the order the calls started: "call N" in the
+    result, the notebook cell the call makes, and the run log's review alike."""
     session_id: str | None = None
     sandbox_id: str | None = None
     execution_id: str | None = None
@@ -122,6 +127,8 @@ class RecordingServer(CheckedServer[LifespanT]):
     def __init__(self, *args: Any, run_log: JsonlRunLog, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.run_log = run_log
+        self._calls = _calls_in(run_log.path)
+        """Calls numbered so far (those of an earlier server writing to the same log too)."""
 
     async def call_tool(
         self,
@@ -130,7 +137,8 @@ class RecordingServer(CheckedServer[LifespanT]):
         context: Context[LifespanT, Any] | None = None,
     ) -> CallToolResult | InputRequiredResult:
         started = datetime.now(timezone.utc)
-        noted = CallNotes(session=await self._session_of(name, arguments))
+        self._calls += 1
+        noted = CallNotes(session=await self._session_of(name, arguments), number=self._calls)
         token = _current.set(noted)
         try:
             result = await super().call_tool(name, arguments, context)
@@ -196,6 +204,17 @@ class RecordingServer(CheckedServer[LifespanT]):
             return None
         session = arguments.get("session", schema.get("default"))
         return session[:64] if isinstance(session, str) and session else None
+
+
+def _calls_in(path: Path) -> int:
+    """How many TOOL_CALL records the run log at ``path`` holds (0 where there is none yet)."""
+    count = 0
+    with contextlib.suppress(OSError), path.open("rb") as lines:
+        for line in lines:
+            if TOOL_CALL_TYPE.encode() in line:
+                with contextlib.suppress(ValueError, AttributeError):
+                    count += json.loads(line).get("type") == TOOL_CALL_TYPE
+    return count
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:

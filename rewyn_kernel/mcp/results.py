@@ -68,6 +68,11 @@ class RunOutput(BaseModel):
     )
     session: str
     execution_count: int
+    call: int | None = Field(
+        default=None,
+        description="This call's number among the server's calls ('call N' in the run log's "
+        "review).",
+    )
     note: str | None = Field(default=None, description="Something the agent should know.")
 
 
@@ -138,6 +143,7 @@ def structured(
     whole_output: dict[str, str],
     files_written: list[str],
     note: str | None,
+    call: int | None = None,
 ) -> RunOutput:
     """The structured result: ``payload`` is ``result`` within the budget (``result_payload``)."""
     error = payload["error"]
@@ -160,6 +166,7 @@ def structured(
         files_written=files_written,
         session=session,
         execution_count=execution_count,
+        call=call,
         note=note,
     )
 
@@ -173,8 +180,9 @@ def shortened_streams(result: SandboxResult, payload: dict[str, Any]) -> dict[st
 def as_text(out: RunOutput) -> str:
     """The result as the model reads it: a status line, then each non-empty part."""
     status = "ok" if out.ok else out.ending
-    head = f"[{status}] exit {out.exit_code} · {out.duration_ms:g} ms · session {out.session!r}"
-    head += f" (call {out.execution_count})"
+    head = f"[{status}] call {out.call} · " if out.call is not None else f"[{status}] "
+    head += f"exit {out.exit_code} · {out.duration_ms:g} ms · session {out.session!r}"
+    head += f" [{out.execution_count}]"
     parts = [head]
     if out.note:
         parts.append(f"note: {out.note}")

@@ -163,6 +163,7 @@ async def _run(
         whole_output=whole,
         files_written=written[: results.MAX_LISTED_FILES],
         note=note,
+        call=notes().number,
     )
     text = results.as_text(out)
     notes().execution_id = result.execution_id  # (what the model read: record.py keeps it)

@@ -72,7 +72,9 @@ def build_server(options: ServerOptions | None = None) -> MCPServer[SessionTable
     provider, spec = settings.make_provider(), settings.spec()
     isolation = provider.isolation(spec)
     level, reasons = assess(isolation, spec)
-    policy = MaxRiskLevel(options.deny_above, approve_above=options.approve_above)
+    policy = MaxRiskLevel(
+        options.deny_above, approve_above=options.approve_above, approve_all=options.approve_all
+    )
     limit = spec.timeout
     about = (
         f"Runs Python in a sandbox ({isolation.provider}; network {isolation.network}; files "

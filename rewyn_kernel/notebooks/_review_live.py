@@ -39,6 +39,7 @@ WHAT = {
     "running": "running when the notebook was saved",
     "done": "run without approval (the policy did not ask)",
     "interrupted": "interrupted",
+    "withdrawn": "withdrawn: the agent stopped waiting before the person decided: not run",
 }
 
 
@@ -89,14 +90,16 @@ def _note_cell(text: str, number: int) -> dict[str, Any]:
 
 
 def _about(mark: AgentMark, source: str, ending: str | None) -> str:
-    parts = [f"**agent {plain(mark.name, 100)}** · call `{plain(mark.call, 64)}`"]
+    number = f"call {mark.number} " if mark.number is not None else "call "
+    parts = [f"**agent {plain(mark.name, 100)}** · {number}`{plain(mark.call, 64)}`"]
     parts.append(plain(WHAT.get(mark.state, mark.state)))
     if mark.risk:
         parts.append(f"risk {plain(mark.risk, 20)}")
-    if ending and mark.state not in ("rejected", "expired", "pending"):
+    if ending and mark.state not in ("rejected", "expired", "pending", "withdrawn"):
         parts.append(f"ended: {plain(ending, 40)}")
     text = " · ".join(parts)
-    if mark.reason and mark.state in ("approved", "edited", "rejected", "expired", "pending"):
+    asked = ("approved", "edited", "rejected", "expired", "pending", "withdrawn")
+    if mark.reason and mark.state in asked:
         text += f"\n\nAsked because: {plain(mark.reason)}"
     if mark.state == "rejected":
         text += f"\n\nThe person's note: {plain(mark.note) if mark.note else '(none)'}"

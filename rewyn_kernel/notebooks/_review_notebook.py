@@ -115,18 +115,33 @@ def settings_for(limits: dict[str, Any]) -> KernelSettings:
 
 def install_command(name: str, limits: dict[str, Any]) -> str:
     """Return the ``rewyn-kernel install`` command that creates kernel ``name`` with ``limits``
-    (a limit of none written as ``none``: it differs from the default)."""
+    (a limit of none written as ``none``: it differs from the default).
+
+    Each value is written as its flag reads it back: the settings' own value (``limits`` hold
+    JSON), so an allow-list is its comma form (``pypi.org,!bad.pypi.org``), not a dict.
+    """
+    settings = settings_for(limits)
     words = ["rewyn-kernel", "install", "--user", "--name", name]
     for setting in REVIEWED:
-        value, option = limits.get(setting), OPTIONS[setting]
-        if setting not in limits or (value is None and setting not in NULLABLE):
+        option = OPTIONS[setting]
+        if setting not in limits or (limits[setting] is None and setting not in NULLABLE):
             continue
+        value = getattr(settings, setting)
         if option.const is not None:
             words += [option.flag] if value == option.const else []
         else:
-            text = "none" if value is None else f"{value:g}" if isinstance(value, float) else value
-            words += [option.flag, str(text)]
+            words += [option.flag, _flag_text(value)]
     return shlex.join(words)
+
+
+def _flag_text(value: object) -> str:
+    """``value`` as its command-line flag takes it (``none``, ``1.5``, an allow-list's comma
+    form: ``NetworkPolicy.__str__``)."""
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+    return str(value)
 
 
 def installed_kernels() -> set[str]:

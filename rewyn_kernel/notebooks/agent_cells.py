@@ -5,6 +5,9 @@ Under the kernel's key (``rewyn_kernel``, beside the record of the cell's latest
     "agent": {
       "name": str,          the agent (the MCP client's name)
       "call": str,          the MCP call's id (its TOOL_CALL record in the run log)
+      "number": int,        the call's number in that run log ("call N" in its result and review)
+      "client": int,        the agent's client id in the shared document's awareness (the page
+                            sees the agent gone when it leaves)
       "state": one of STATES,
       "risk": str, "reason": str,       on a cell that asked for approval
       "code": str,          on a pending cell: the code as the agent proposed it
@@ -24,10 +27,30 @@ from typing import Any, Literal
 from rewyn_kernel.kernel.record import METADATA_KEY
 
 AGENT_KEY = "agent"
-STATES = ("running", "done", "interrupted", "pending", "approved", "edited", "rejected", "expired")
+STATES = (
+    "running",
+    "done",
+    "interrupted",
+    "pending",
+    "approved",
+    "edited",
+    "rejected",
+    "expired",
+    "withdrawn",
+)
 State = Literal[
-    "running", "done", "interrupted", "pending", "approved", "edited", "rejected", "expired"
+    "running",
+    "done",
+    "interrupted",
+    "pending",
+    "approved",
+    "edited",
+    "rejected",
+    "expired",
+    "withdrawn",
 ]
+"""``withdrawn``: a pending cell whose call ended before the person decided (the agent
+cancelled it, or went away): nothing runs it for the agent any more."""
 MAX_NAME = 100
 MAX_REASON = 2_000
 MAX_NOTE = 2_000
@@ -51,10 +74,12 @@ class AgentMark:
     rejected: str | None = None
     """The person's rejection note, where they rejected it and the server has not yet said so
     in ``state`` ("" for no note)."""
+    number: int | None = None
+    client: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "call": self.call, "state": self.state}
-        for key in ("risk", "reason", "code", "note"):
+        for key in ("number", "client", "risk", "reason", "code", "note"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
@@ -91,7 +116,16 @@ def agent_mark(metadata: Any) -> AgentMark | None:
         code=entry.get("code") if isinstance(entry.get("code"), str) else None,
         note=text("note", MAX_NOTE),
         rejected=rejected,
+        number=_whole(entry.get("number")),
+        client=_whole(entry.get("client")),
     )
+
+
+def _whole(value: Any) -> int | None:
+    """A whole number the shared document kept (as a float, maybe), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if float(value).is_integer() and 0 <= value < 2**53 else None
 
 
 def record_of(metadata: Any) -> dict[str, Any] | None:

@@ -134,7 +134,9 @@ class SandboxSpec(BaseModel):
     )
     env: dict[str, str] = Field(
         default_factory=dict,
-        description="Variables set in the sandbox. Values never appear in any argv or event.",
+        description="Variables set in the sandbox. Values never appear in an event or the "
+        "sandbox's argv; a kernelspec (rewyn-kernel install --env) keeps them in its kernel.json, "
+        "which others may read: pass a secret by name (inherit_env).",
     )
     inherit_env: tuple[str, ...] = Field(
         default=DEFAULT_INHERIT_ENV,

@@ -72,8 +72,12 @@ class Attachment:
         self._tasks: set[asyncio.Task[None]] = set()
         self._retired: list[LiveKernel] = []
         """Kernel connections a newer one replaced (each closes itself when its calls end)."""
+        self._pending: dict[str, tuple[LiveNotebook, AgentMark]] = {}
+        """The cells waiting for the person, by id: withdrawn if their call ends first."""
 
     async def close(self) -> None:
+        for cell_id in list(self._pending):  # (the agent is gone: nothing waits for them;
+            self._withdraw(cell_id)  # the document client sends the last changes as it stops)
         kernel, self.kernel = self.kernel, None
         kernels = [*self._retired, *([kernel] if kernel is not None else [])]
         self._retired.clear()
@@ -131,10 +135,17 @@ class Attachment:
     # -- a call that runs ---------------------------------------------------------------------
 
     async def run(
-        self, agent: str, call: str, code: str, timeout: float | None, budget: int
+        self,
+        agent: str,
+        call: str,
+        code: str,
+        timeout: float | None,
+        budget: int,
+        *,
+        number: int | None = None,
     ) -> tuple[LiveOutput, list[tuple[str, str]]]:
         notebook, kernel, _ = await self.ready(agent)
-        mark = AgentMark(name=agent, call=call, state="running")
+        mark = AgentMark(name=agent, call=call, state="running", number=number)
         cell_id = notebook.add_cell(code, mark)
         outputs = CellOutputs(cell_id)
         metadata: dict[str, Any] = {"cellId": cell_id}
@@ -245,13 +256,61 @@ class Attachment:
     # -- a call that waits for the person -----------------------------------------------------
 
     async def propose(
-        self, agent: str, call: str, code: str, *, risk: KernelRisk, reason: str, budget: int
+        self,
+        agent: str,
+        call: str,
+        code: str,
+        *,
+        risk: KernelRisk,
+        reason: str,
+        budget: int,
+        number: int | None = None,
     ) -> tuple[LiveOutput, list[tuple[str, str]]]:
+        """Add the call's cell as pending and wait for the person. A call that ends first (the
+        agent cancels it, or goes away: the server closes) leaves its cell withdrawn, so the
+        page offers no Run for it (``close``)."""
         notebook, _, _ = await self.ready(agent)
         mark = AgentMark(
-            name=agent, call=call, state="pending", risk=str(risk.level), reason=reason, code=code
+            name=agent,
+            call=call,
+            state="pending",
+            risk=str(risk.level),
+            reason=reason,
+            code=code,
+            number=number,
+            client=notebook.client_id,
         )
         cell_id = notebook.add_cell(code, mark)
+        self._pending[cell_id] = (notebook, mark)
+        try:
+            return await self._wait_for_person(notebook, cell_id, mark, code, budget)
+        except BaseException:
+            # (No await here: under the SDK's cancel scope every await would be cancelled.)
+            self._withdraw(cell_id)
+            raise
+        finally:
+            self._pending.pop(cell_id, None)
+
+    def _withdraw(self, cell_id: str) -> None:
+        """Mark the pending cell ``cell_id`` withdrawn, where the person has not decided yet."""
+        notebook, mark = self._pending.pop(cell_id, (None, None))
+        if notebook is None or mark is None or not notebook.connected:
+            return
+        with contextlib.suppress(Exception):
+            cell = notebook.cell(cell_id)
+            seen = agent_mark(cell.get("metadata")) if cell is not None else None
+            if (
+                cell is not None
+                and seen is not None
+                and seen.state == "pending"
+                and record_of(cell.get("metadata")) is None
+                and cell.get("execution_state") != "running"
+            ):
+                notebook.mark(cell_id, replace(mark, state="withdrawn"))
+
+    async def _wait_for_person(
+        self, notebook: LiveNotebook, cell_id: str, mark: AgentMark, code: str, budget: int
+    ) -> tuple[LiveOutput, list[tuple[str, str]]]:
         deadline = time.monotonic() + self.approval_timeout
         while True:
             cell = notebook.cell(cell_id)

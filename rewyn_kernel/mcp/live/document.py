@@ -88,6 +88,11 @@ class LiveNotebook:
                 await client.stop()
 
     @property
+    def client_id(self) -> int | None:
+        """This client's id in the room's awareness (the page sees who is there by it)."""
+        return None if self._client is None else int(self._client.get_local_client_id())
+
+    @property
     def connected(self) -> bool:
         """Open and in sync with the room (a client whose websocket closed resets its
         document: nothing written to it would reach anyone)."""
@@ -136,7 +141,11 @@ class LiveNotebook:
     # -- the agent's cells --------------------------------------------------------------------
 
     def add_cell(self, code: str, mark: AgentMark) -> str:
-        """A new code cell at the notebook's end with ``code``, marked as the agent's; its id."""
+        """A new code cell at the notebook's end with ``code``, marked as the agent's; its id.
+
+        Above a trailing blank cell of the person's (JupyterLab keeps one at the end of a
+        notebook, for the next thing the person types): it stays last.
+        """
         doc = self._doc()
         cell_id = str(uuid.uuid4())
         ycell = doc.create_ycell(
@@ -151,9 +160,12 @@ class LiveNotebook:
         )
         with self._edit():
             ycells = self._ycells()
-            ycells.append(ycell)
+            at = len(ycells)
+            if at and _blank(ycells[at - 1].to_py()):
+                at -= 1
+            ycells.insert(at, ycell)
             if mark.state == "running":
-                ycells[len(ycells) - 1]["execution_state"] = "running"
+                ycells[at]["execution_state"] = "running"
         return cell_id
 
     def mark(self, cell_id: str, mark: AgentMark, record: dict[str, Any] | None = None) -> None:
@@ -288,6 +300,18 @@ class LiveNotebook:
         self.changed.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.changed.wait(), timeout)
+
+
+def _blank(cell: dict[str, Any]) -> bool:
+    """A cell the person left empty: no source, no outputs, no agent's."""
+    source = cell.get("source")
+    text = "".join(source) if isinstance(source, list) else str(source or "")
+    return (
+        not text.strip()
+        and not cell.get("outputs")
+        and cell.get("cell_type") in ("code", "markdown", "raw")
+        and agent_mark(cell.get("metadata")) is None
+    )
 
 
 def _as_display(msg: dict[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,11 @@ class LiveOutput(BaseModel):
         default=None, description="The code as it ran, where the person edited it."
     )
     note: str | None = Field(default=None, description="The person's note, or ours.")
+    call: int | None = Field(
+        default=None,
+        description="This call's number among the server's calls: the cell's metadata and the "
+        "run log's review say 'call N' too.",
+    )
     cell: CellRef | None = Field(description="The notebook cell the call became.")
     execution_count: int | None
     duration_ms: float | None
@@ -134,7 +139,9 @@ def as_text(out: LiveOutput) -> str:
     """The result as the model reads it: a status line, then each non-empty part."""
     status = "ok" if out.ok else out.ending
     where = f"cell {out.cell.index}" if out.cell is not None else "no cell"
-    head = f"[{status}] {where}"
+    head = (
+        f"[{status}] call {out.call} · {where}" if out.call is not None else f"[{status}] {where}"
+    )
     if out.execution_count is not None:
         head += f" · [{out.execution_count}]"
     if out.duration_ms is not None:

@@ -34,7 +34,9 @@ def build_live_server(options: ServerOptions) -> MCPServer[Attachment]:
     attachment = Attachment(
         jupyter, notebook_path(options.notebook), approval_timeout=options.approval_timeout
     )
-    policy = MaxRiskLevel(options.deny_above, approve_above=options.approve_above)
+    policy = MaxRiskLevel(
+        options.deny_above, approve_above=options.approve_above, approve_all=options.approve_all
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(server: MCPServer[Attachment]) -> AsyncIterator[Attachment]:

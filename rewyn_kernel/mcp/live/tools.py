@@ -143,16 +143,25 @@ def add_live_tools(
         try:
             if decision.requires_approval:
                 out, images = await attachment.propose(
-                    agent, noted.call_id, code, risk=risk, reason=decision.reason, budget=budget
+                    agent,
+                    noted.call_id,
+                    code,
+                    risk=risk,
+                    reason=decision.reason,
+                    budget=budget,
+                    number=noted.number,
                 )
             else:
-                out, images = await attachment.run(agent, noted.call_id, code, timeout, budget)
+                out, images = await attachment.run(
+                    agent, noted.call_id, code, timeout, budget, number=noted.number
+                )
         except JupyterError as exc:
             raise BadArguments(str(exc)) from None
         finally:
             ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
+        out = out.model_copy(update={"call": noted.number})
         where = f" (cell {out.cell.index})" if out.cell is not None else ""
         if out.approval in ("rejected", "expired"):
             raise Denied(f"not run{where}: {out.message}")
