@@ -307,7 +307,7 @@ class KernelSettings(SandboxSpec):
         return {name: values[name] for name in self._given()}
 
     def _given(self) -> list[str]:
-        """The fields set that a kernelspec takes (not env), where the sandbox runs first, then
+        """The fields set that a kernelspec takes, where the sandbox runs first, then
         in declaration order."""
         written = taken_by(Surface.KERNELSPEC)
         names = [name for name in type(self).model_fields if name in self.model_fields_set]
