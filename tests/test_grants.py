@@ -179,3 +179,28 @@ def test_presets_cover_their_hosts() -> None:
     assert preset_for("objects.githubusercontent.com") == "github"
     assert preset_for("example.org") is None
     assert preset_for("pypi.org:8080") is None
+
+
+def test_without_network_a_grant_waits_for_the_next_kernel_and_says_so(
+    servers: Servers, tmp_path: Path, notebook_dir: Path
+) -> None:
+    """``network="none"``: no proxy to take a grant live; the answer says a restart is needed
+    and loses the state; the next kernel of the notebook has an allow-list of the grant (and
+    refuses the rest)."""
+    write_spec(tmp_path, "rewyn-grants", [])
+    pypi = ["pypi.org", "files.pythonhosted.org"]
+    proxied = "import os; print(bool(os.environ.get('HTTPS_PROXY')))"
+    with running_kernel(tmp_path, "rewyn-grants", cwd=notebook_dir) as (km, kc):
+        assert ask(kc, {"action": "list"})["network"] == "none"
+        answer = ask(kc, {"action": "grant", "grant": "pypi", "hosts": pypi})
+        assert answer["ok"] is True, answer
+        assert answer["live"] is False
+        assert "restart" in answer["text"]
+        assert "loses the variables" in answer["text"]
+        assert run_cell(kc, proxied).stream() == "False\n"
+        km.restart_kernel(now=False)
+        kc.wait_for_ready(timeout=60)
+        assert run_cell(kc, proxied).stream() == "True\n"
+        cell = run_cell(kc, FETCH + f"print(fetch('http://index.test:{servers.http_port}/'))")
+        assert cell.stream() == "403\n"
+        assert record_of(cell)["spec"]["network"]["allow"] == pypi

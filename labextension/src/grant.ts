@@ -20,7 +20,7 @@ export const GRANT_TARGET = 'rewyn_kernel.grants';
 export const GRANTS_COMMAND = 'rewyn-kernel:network-grants';
 export const GRANTS_LABEL = 'Network grants of this notebook';
 const BUTTON_CLASS = 'rewyn-CellStatus-grant';
-const MAX_OFFERS = 3;
+const MAX_OFFERS = 8;
 const MAX_TEXT = 300;
 
 export interface IOffer {
@@ -125,7 +125,13 @@ export function grantButtons(panel: NotebookPanel, offers: IOffer[]): HTMLElemen
   });
 }
 
-/** Show the notebook's grants, each with a button that revokes it. */
+function paragraph(text: string): HTMLElement {
+  const node = document.createElement('p');
+  node.textContent = text;
+  return node;
+}
+
+/** Show the notebook's grants, each with a button that revokes it, and the presets. */
 export async function showGrants(panel: NotebookPanel): Promise<void> {
   const listing = await askKernel(panel, { action: 'list' });
   const body = document.createElement('div');
@@ -137,8 +143,7 @@ export async function showGrants(panel: NotebookPanel): Promise<void> {
       return;
     }
     if (grants.length === 0) {
-      body.textContent = 'This notebook has no network grants.';
-      return;
+      body.append(paragraph('This notebook has no network grants.'));
     }
     for (const grant of grants) {
       if (!isObject(grant) || typeof grant['name'] !== 'string' || !Array.isArray(grant['hosts'])) {
@@ -157,6 +162,22 @@ export async function showGrants(panel: NotebookPanel): Promise<void> {
       });
       row.append(revoke);
       body.append(row);
+    }
+    const presets = offersOf({ offers: answer['presets'] });
+    if (presets.length > 0) {
+      const none = answer['network'] === 'none';
+      body.append(
+        paragraph(
+          none
+            ? 'Presets (this kernel has no network: a grant applies from its next kernel, and a restart loses the state):'
+            : 'Presets:'
+        )
+      );
+      for (const button of grantButtons(panel, presets)) {
+        const row = document.createElement('div');
+        row.append(button);
+        body.append(row);
+      }
     }
   };
   draw(listing);

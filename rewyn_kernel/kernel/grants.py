@@ -186,7 +186,18 @@ def with_grants(settings: KernelSettings, store: GrantStore | None = None) -> Ke
     """``settings`` with the notebook's grants added to its network: to its allow-list, or as
     one where the network is ``"none"`` (the person granted them for the next kernel); an
     ``"allow"`` network needs none."""
-    entries = (store or GrantStore(grants_path())).entries()
+    store = store or GrantStore(grants_path())
+    workspace = settings.spec().workspace
+    if workspace is not None and workspace.resolve() in store.path.resolve().parents:
+        # (Jupyter's data directory inside the code's own folder: the code could write grants)
+        logger.warning(
+            "the network grants in %s are ignored: the file is inside the workspace %s, where "
+            "the sandbox's code can write",
+            store.path,
+            workspace,
+        )
+        return settings
+    entries = store.entries()
     network = settings.network
     if not entries or network == "allow":
         return settings
@@ -309,10 +320,16 @@ class GrantDesk:
         }
 
     def _listing(self) -> dict[str, Any]:
+        """The notebook's grants, and the presets the page may offer (each with its hosts)."""
         return {
             "ok": True,
             "notebook": self.store.path.stem,
+            "network": "list" if self.sandbox.spec.allow_list else self.sandbox.spec.network,
             "grants": [grant.model_dump(mode="json") for grant in self.store.read()],
+            "presets": [
+                {"grant": name, "hosts": list(hosts), "title": PRESET_TITLES[name]}
+                for name, hosts in PRESETS.items()
+            ],
         }
 
 
