@@ -7,6 +7,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -24,7 +25,13 @@ def add_parser(
         "are kept on this host, per notebook, never in the notebook file; each later kernel of "
         "the notebook starts with them. A revoke takes effect from the notebook's next kernel.",
     )
-    actions = parser.add_subparsers(dest="action", required=True)
+    actions = parser.add_subparsers(
+        dest="action",
+        required=True,
+        metavar="{list,revoke}",
+        help="list [NOTEBOOK] [--json]: the grants of one notebook, or of every one; "
+        "revoke NOTEBOOK (HOST|PRESET | --all): drop a grant",
+    )
     listing = actions.add_parser("list", help="list the grants of one notebook, or of all")
     listing.add_argument(
         "notebook",
@@ -48,7 +55,9 @@ def notebook_key_of(notebook: str) -> str:
     from rewyn_kernel.kernel.grants import grants_path
     from rewyn_kernel.runtime.workspace import safe_name
 
-    if grants_path(notebook).is_file() and not Path(notebook).exists():
+    if not Path(notebook).exists() and (
+        grants_path(notebook).is_file() or re.fullmatch(r".+-[0-9a-f]{8}", notebook)
+    ):
         return notebook
     where = os.path.abspath(notebook)
     tag = hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:8]

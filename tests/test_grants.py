@@ -204,3 +204,34 @@ def test_without_network_a_grant_waits_for_the_next_kernel_and_says_so(
         cell = run_cell(kc, FETCH + f"print(fetch('http://index.test:{servers.http_port}/'))")
         assert cell.stream() == "403\n"
         assert record_of(cell)["spec"]["network"]["allow"] == pypi
+
+
+def test_the_cli_lists_and_revokes_a_notebooks_grants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rewyn-kernel grants``: a notebook named by its path finds the file its kernel keeps
+    (the server names the notebook in JPY_SESSION_NAME); list, revoke one, revoke all."""
+    from rewyn_kernel.grants_command import notebook_key_of
+    from rewyn_kernel.kernel.grants import GrantStore, grants_path
+    from rewyn_kernel.settings import notebook_key
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    notebook = tmp_path / "analysis.ipynb"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(notebook))
+    key = notebook_key()
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    assert notebook_key_of(str(notebook)) == key
+    store = GrantStore(grants_path(key))
+    store.add("pypi", ("pypi.org", "files.pythonhosted.org"))
+    store.add("index.test:8080", ("index.test:8080",))
+    assert cli_main(["grants", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert f"{key}:\n  pypi: pypi.org, files.pythonhosted.org" in listed
+    assert "  index.test:8080: index.test:8080" in listed
+    assert cli_main(["grants", "revoke", str(notebook), "files.pythonhosted.org"]) == 0
+    assert [grant.name for grant in store.read()] == ["index.test:8080"]
+    assert cli_main(["grants", "revoke", key, "pypi"]) == 2
+    assert cli_main(["grants", "revoke", key, "--all"]) == 0
+    assert store.read() == []
+    assert cli_main(["grants", "list", key]) == 0
+    assert capsys.readouterr().out.endswith(f"{key}: no network grants\n")
