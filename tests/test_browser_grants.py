@@ -161,6 +161,17 @@ def test_the_person_allows_a_refused_host_from_the_status_line(
     wait_for_records(page, [1, 1, 4], timeout=60)
     assert "status 200" in output_of(page, 1)
 
+    # The command lists the grant, with a Revoke button, and the presets with their hosts.
+    page.evaluate(  # (not awaited: the command ends when its dialog closes)
+        "() => { void window.jupyterapp.commands.execute('rewyn-kernel:network-grants'); }"
+    )
+    dialog = page.locator(".jp-Dialog")
+    wait_until(lambda: entry in " ".join(dialog.all_inner_texts()), 30, lambda: "no dialog")
+    shown = dialog.inner_text()
+    assert "Revoke" in shown
+    assert "pypi.org, files.pythonhosted.org" in shown
+    dialog.locator("button", has_text="Close").click()
+
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(server.root.parent / "data"))
     assert cli_main(["grants", "revoke", str(server.root / "grants.ipynb"), entry]) == 0
     restart_kernel(page)
