@@ -235,3 +235,29 @@ def test_the_cli_lists_and_revokes_a_notebooks_grants(
     assert store.read() == []
     assert cli_main(["grants", "list", key]) == 0
     assert capsys.readouterr().out.endswith(f"{key}: no network grants\n")
+
+
+def test_a_running_sessions_proxy_takes_added_hosts_and_keeps_its_state(
+    servers: Servers,
+) -> None:
+    """``Sandbox.allow_hosts``: the session's proxy decides its next connections by the longer
+    list (its worker is not restarted: a variable stays); a sandbox without an allow-list has
+    no proxy to take them (None)."""
+    from rewyn_kernel.runtime import create
+
+    http = servers.http_port
+    entry = f"index.test:{http}"
+    url = f"http://{entry}/"
+    with create(network=[f"127.0.0.1:{http}"]) as box:
+        session = box.session()
+        first = session.execute(FETCH + f"kept = 41\nprint(fetch({url!r}))")
+        assert first.stdout == "403\n", first.stderr
+        policy = box.allow_hosts((entry,))
+        assert policy is not None
+        assert entry in policy.allow
+        assert box.spec.allow_list == policy
+        again = session.execute(f"print(fetch({url!r}), kept + 1)")
+        assert again.stdout == "200 42\n", again.stderr
+    with create() as box:
+        assert box.allow_hosts((entry,)) is None
+        assert box.spec.network == "none"
