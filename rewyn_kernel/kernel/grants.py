@@ -16,7 +16,11 @@ A grant takes effect at once where the kernel's network is an allow-list (the pr
 new entries live: ``Sandbox.allow_hosts``; the state is kept). With ``network="none"`` the
 sandbox has no proxy, and none can be given to a running one: the grant is kept, and the next
 kernel of the notebook starts with an allow-list of it (the reply says a restart is needed and
-that the state goes with it). With ``network="allow"`` there is nothing to grant.
+that the state goes with it). Starting every ``none`` kernel with an empty allow-list instead
+would keep the grant live, but ``none`` would no longer be ``none``: the sandbox would get a
+loopback port, the proxy variables, and a way to the host's proxy process (its HTTP and SOCKS
+parsers), where today it has no network at all, loopback included. With ``network="allow"``
+there is nothing to grant.
 
 Grants are kept per notebook on the host (``GrantStore``), never in the notebook file: a
 notebook downloaded or shared carries none. ``rewyn-kernel grants`` lists and revokes them.
