@@ -62,11 +62,12 @@ def prestart(argv: Sequence[str]) -> None:
     ``take`` hands them over. Any failure leaves nothing behind and nothing waiting."""
     global _waiting
     from rewyn_kernel.kernel._settings import settings_from_argv
-    from rewyn_kernel.kernel.grants import with_grants
 
     forward = _Forward()
     try:
         with no_pydantic_plugins():
+            from rewyn_kernel.kernel.grants import with_grants  # (its models: no plugin scan)
+
             settings = with_grants(settings_from_argv(argv)).for_kernel()
             spec = settings.spec()
             build_models()  # (the session's, here rather than in the worker's launch)
