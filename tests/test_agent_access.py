@@ -504,6 +504,12 @@ THAT_RUN_CODE: list[tuple[str, str | None, dict[str, Any]]] = [
     ("stdin", "input_reply", {"value": "kept = 'the agent'"}),
     ("shell", "comm_open", {"comm_id": "x", "target_name": "jupyter.widget", "data": {}}),
     ("shell", "comm_msg", {"comm_id": "x", "data": {}}),
+    # (the person's network grant, answered on the kernel's host side: kernel/grants.py)
+    (
+        "shell",
+        "comm_open",
+        {"comm_id": "g", "target_name": "rewyn_kernel.grants", "data": {"action": "grant"}},
+    ),
     ("shell", None, {}),  # (no type at all)
 ]
 """What may run, restart or interrupt code in the kernel (or read what the agent cannot see

@@ -459,6 +459,8 @@ def test_a_kernel_installed_with_allow_host_names_each_refused_host(
         assert refused.stream("stderr") == (
             "[rewyn: the sandbox may not reach elsewhere.test (not in the allow-list); to allow "
             "it, install the kernel with --allow-host elsewhere.test]\n"
+            "[rewyn: or allow elsewhere.test for this notebook with the button in the cell's "
+            "status line]\n"
         )
 
 

@@ -7,12 +7,15 @@
  * entries (Kernel menu, a code cell's context menu) and shortcut are declared in
  * schema/undo.json. A cell an MCP agent wrote into a live notebook carries a banner that says
  * so, and on a cell waiting for the person's approval offers to run or reject it (agent.ts).
+ * A host the proxy refused a cell is offered in its status line, to allow for the notebook; the
+ * command "Network grants of this notebook" lists and revokes what was allowed (grant.ts).
  */
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
-import { Notification } from '@jupyterlab/apputils';
+import { ICommandPalette, Notification } from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 
 import { AgentBanners } from './agent';
+import { GRANTS_COMMAND, GRANTS_LABEL, showGrants } from './grant';
 import { CellEventRecorder } from './recorder';
 import { CellStatusLines } from './status';
 import {
@@ -142,4 +145,30 @@ const undo: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default [cellEvents, statusLines, agentCells, undo];
+const grants: JupyterFrontEndPlugin<void> = {
+  id: 'rewyn-kernel:network-grants',
+  description: 'Lists and revokes the hosts allowed to a notebook from the page (grant.ts).',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ICommandPalette],
+  activate: (
+    app: JupyterFrontEnd,
+    notebooks: INotebookTracker,
+    palette: ICommandPalette | null
+  ): void => {
+    app.commands.addCommand(GRANTS_COMMAND, {
+      label: GRANTS_LABEL,
+      caption: 'The hosts this notebook\'s code may reach because the person allowed them',
+      isEnabled: () => notebooks.currentWidget !== null,
+      execute: async () => {
+        const panel = notebooks.currentWidget;
+        if (panel !== null) {
+          await showGrants(panel);
+        }
+      }
+    });
+    palette?.addItem({ command: GRANTS_COMMAND, category: 'Sandbox kernel' });
+  }
+};
+
+export default [cellEvents, statusLines, agentCells, undo, grants];

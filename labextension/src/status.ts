@@ -9,11 +9,13 @@
  * output (text nodes only, every field typed and bounded).
  *
  * The line also says when an undo of the cell's changes to the state is available, or was
- * made (undo.ts): that is the kernel's live state, never saved in the notebook.
+ * made (undo.ts): that is the kernel's live state, never saved in the notebook. Where the
+ * proxy refused the cell a host, it offers to allow it for the notebook (grant.ts).
  */
 import { NotebookPanel } from '@jupyterlab/notebook';
 
 import { isObject, METADATA_KEY } from './event';
+import { grantButtons, offersOf } from './grant';
 import { UndoState } from './undo';
 import { renderEvent } from './view';
 
@@ -72,6 +74,8 @@ export class CellStatusLines {
     }
     line.dataset.record = key;
     line.replaceChildren(...(isObject(record) ? [renderEvent(record, '')] : []));
+    // (hosts the proxy refused the cell: a button each, to allow them for the notebook)
+    line.append(...grantButtons(this.panel, offersOf(record)));
     if (note) {
       const undo = document.createElement('span');
       undo.className = UNDO_CLASS;

@@ -29,6 +29,7 @@ from rewyn_kernel.kernel import prestart
 from rewyn_kernel.kernel._compat import iopub_topic, main_shell_lock, shell_ident
 from rewyn_kernel.kernel._relay import StreamRelay
 from rewyn_kernel.kernel._settings import SandboxSettings
+from rewyn_kernel.kernel.grants import TARGET, GrantDesk, GrantStore, grants_path, with_grants
 from rewyn_kernel.kernel.history import History, is_complete_ipython
 from rewyn_kernel.kernel.record import (
     METADATA_KEY,
@@ -85,7 +86,12 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._asking: set[asyncio.Task[Any]] = set()
         self._history = History()
         # (Started while this process imported Jupyter's stack, if the settings match.)
-        self._sandbox, self._session = prestart.sandbox_for(self.settings(), self._remember)
+        # (with the hosts the person granted this notebook from the page: grants.py)
+        settings = with_grants(self.settings())
+        self._sandbox, self._session = prestart.sandbox_for(settings, self._remember)
+        self._grants = GrantDesk(self._sandbox, GrantStore(grants_path()))
+        self._grant_comms: set[str] = set()
+        self._offers: list[dict[str, Any]] = []  # (this request's, for its record)
         self._undo = Undo(self.checkpoints, self._sandbox.spec.workspace)
         self._undone: tuple[int, ...] = ()  # (what this request's undo undid, for its reply)
         if self.trust_output:
@@ -326,6 +332,8 @@ class SandboxKernel(Kernel, SandboxSettings):
         the code's comms when the policy allows it; what its handler shows goes out as the
         reply to it (an Output widget captures it by this message's id)."""
         msg_type = str(parent.get("header", {}).get("msg_type", ""))
+        if self._grant_request(msg_type, parent):
+            return  # (the person's grant: answered here, never relayed into the sandbox)
         # ipykernel 7 dispatches comm messages while a cell runs (for async cells awaiting a
         # widget): here they wait their turn, in order, as the sandbox's code takes one thing
         # at a time, and the cell's outputs keep the cell as their parent.
@@ -363,6 +371,30 @@ class SandboxKernel(Kernel, SandboxSettings):
             )
         finally:
             relay.flush()
+
+    def _grant_request(self, msg_type: str, parent: dict[str, Any]) -> bool:
+        """Answer a message on the grants' comm (grants.py) on the host, at once (a grant needs
+        no turn in the sandbox); False for any other comm message."""
+        content = parent.get("content")
+        content = content if isinstance(content, dict) else {}
+        comm_id = content.get("comm_id")
+        if not isinstance(comm_id, str):
+            return False
+        if msg_type == "comm_open":
+            if content.get("target_name") != TARGET:
+                return False
+            self._grant_comms.add(comm_id)
+        elif comm_id not in self._grant_comms:
+            return False
+        if msg_type == "comm_close":
+            self._grant_comms.discard(comm_id)
+            return True
+        data = content.get("data")
+        answer = self._grants.answer(data if isinstance(data, dict) else {})
+        topic = iopub_topic(self, "comm_msg")
+        reply = {"comm_id": comm_id, "data": answer}
+        self._wire.send(self.iopub_socket, "comm_msg", reply, parent, ident=topic)
+        return True
 
     def _on_comm(self, frame: CommFrame, relay: StreamRelay) -> None:
         """Relay a comm message of the code's, as the policy allows; say once per request
@@ -491,10 +523,18 @@ class SandboxKernel(Kernel, SandboxSettings):
         return reply
 
     def _reply(self, result: SandboxResult, silent: bool, timeout: float | None) -> dict[str, Any]:
+        self._offers = self._grants.offers(result.network)
         if result.network is not None and not silent:
             note = refused_note(result.network)
             if note:
                 self._send_stream("stderr", note)
+            if self._offers:
+                titles = ", ".join(str(offer["title"]) for offer in self._offers)
+                self._send_stream(
+                    "stderr",
+                    f"[rewyn: or allow {titles} for this notebook with the button in the "
+                    "cell's status line]\n",
+                )
         error = cell_error(result, timeout)
         payload = [] if silent else self._payloads(result)
         if error is None:
@@ -560,8 +600,14 @@ class SandboxKernel(Kernel, SandboxSettings):
         if reply_content.get("status") == "aborted":
             return metadata
         ours: dict[str, Any] = {}
+        offers, self._offers = self._offers, []
         if event is not None:
             ours = {"event": event_json(event), "record": compact_record(event)}
+            if offers:  # (the buttons its status line shows: grants.py)
+                ours["record"]["offers"] = offers
+            granted = self._grants.take_granted()
+            if granted:  # (what the person granted since the last cell)
+                ours["record"]["grants"] = granted
         if self._undo.keep:  # (whether an undo is there now, for the frontend to show)
             ours[UNDO_KEY] = self._undo.state(undone)
         if ours:

@@ -66,7 +66,9 @@ def prestart(argv: Sequence[str]) -> None:
     forward = _Forward()
     try:
         with no_pydantic_plugins():
-            settings = settings_from_argv(argv).for_kernel()
+            from rewyn_kernel.kernel.grants import with_grants  # (its models: no plugin scan)
+
+            settings = with_grants(settings_from_argv(argv)).for_kernel()
             spec = settings.spec()
             build_models()  # (the session's, here rather than in the worker's launch)
             sandbox = settings.make_sandbox([forward])

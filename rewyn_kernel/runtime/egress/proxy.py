@@ -184,6 +184,14 @@ class Door:
         omitted += len(every) - len(kept)
         return NetworkLog(attempts=tuple(kept), omitted=omitted, limit_reached=limit)
 
+    def change_policy(self, policy: NetworkPolicy) -> None:
+        """Decide every connection from now on by ``policy`` (the person granted a host to a
+        running kernel: kernel/grants.py). What was refused stays refused, and what is open
+        stays open: only new requests meet the new rules."""
+        gate = Gate(policy)  # (parsed here, off the loop; the loop reads ``gate`` once a request)
+        with self._lock:
+            self.gate = gate
+
     def close(self) -> None:
         """Stop listening and cut every connection (idempotent); the folder goes too."""
         with self._lock:

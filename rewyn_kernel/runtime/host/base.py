@@ -14,6 +14,7 @@ from rewyn_kernel.errors import SandboxClosedError
 from rewyn_kernel.runtime._result import Isolation, SandboxResult
 from rewyn_kernel.runtime._spec import SandboxSpec
 from rewyn_kernel.runtime.egress.corporate import cleanup_with, egress_isolation, host_ca
+from rewyn_kernel.runtime.egress.policy import NetworkPolicy, parse_rule
 from rewyn_kernel.runtime.host.core import SandboxCore
 from rewyn_kernel.runtime.host.execution import OutputCallback, StreamCallback
 from rewyn_kernel.runtime.host.scratch import READ_LIMIT, ScratchEntry
@@ -75,6 +76,8 @@ class Sandbox(Protocol):
     ) -> SandboxResult: ...
 
     def interrupt(self) -> bool: ...
+
+    def allow_hosts(self, entries: tuple[str, ...]) -> NetworkPolicy | None: ...
 
     def session(self, *, keep_state: bool = True) -> Session: ...
 
@@ -200,6 +203,13 @@ class BaseSandbox(Closeable):
     def closed(self) -> bool:
         """Whether the sandbox is closed."""
         return self._closed
+
+    def allow_hosts(self, entries: tuple[str, ...]) -> NetworkPolicy | None:
+        """Let the code reach ``entries`` too, from its next connection on, without a restart:
+        the allow-list now (``spec`` has it), or None where ``network`` is no allow-list. For
+        the host's side only (the person's grant: kernel/grants.py); nothing in the sandbox
+        reaches this."""
+        return self._core.allow_hosts(tuple(parse_rule(entry).text for entry in entries))
 
     # -- the scratch directory, from the host ----------------------------------------------
 

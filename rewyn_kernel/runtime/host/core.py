@@ -42,6 +42,7 @@ from rewyn_kernel.runtime.providers.base import SandboxFiles, ScratchError
 from rewyn_kernel.runtime.worker.config import WorkerConfig
 
 if TYPE_CHECKING:
+    from rewyn_kernel.runtime.egress.policy import NetworkPolicy
     from rewyn_kernel.runtime.providers.base import SandboxProvider
 
 _BUILT = threading.Lock()
@@ -167,10 +168,30 @@ class SandboxCore:
             closed = self.closed()  # again: cleanup may have run while the worker started
             if not closed:
                 self._live.add(worker)
+            now = self.spec.allow_list  # (hosts granted while it started: ``allow_hosts``)
+        if door is not None and now is not None and now != policy:
+            door.change_policy(now)
         if closed:  # the sandbox closed while this worker was starting
             worker.kill("the sandbox was closed while it started")
             raise RuntimeError("the sandbox is closed")
         return worker
+
+    def allow_hosts(self, entries: tuple[str, ...]) -> NetworkPolicy | None:
+        """Add ``entries`` to the allow-list of this sandbox's proxy, live: for the workers
+        running now (their doors, forks' included: they share their root's) and those started
+        later. None where the network is no allow-list (``none``: no proxy to take them)."""
+        with self._lock:
+            policy = self.spec.allow_list
+            if policy is None:
+                return None
+            added = tuple(entry for entry in entries if entry not in policy.allow)
+            if added:
+                policy = policy.model_copy(update={"allow": (*policy.allow, *added)})
+                self.spec = self.spec.model_copy(update={"network": policy})
+            doors = [worker.egress for worker in self._live if worker.egress is not None]
+        for door in doors:
+            door.change_policy(policy)
+        return policy
 
     def closed(self) -> bool:
         return self._cleaned
