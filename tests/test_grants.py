@@ -206,6 +206,27 @@ def test_without_network_a_grant_waits_for_the_next_kernel_and_says_so(
         assert record_of(cell)["spec"]["network"]["allow"] == pypi
 
 
+def test_an_install_is_offered_its_index_where_the_network_lacks_it(
+    tmp_path: Path, notebook_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a kernel with no network the proxy refuses nothing, so no host is offered: a cell
+    that installs (read on the host, from the person's request) is offered its index's
+    preset, which the kernel then grants; a cell that installs nothing is offered none."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    write_spec(tmp_path, "rewyn-grants", [])
+    pypi = {"grant": "pypi", "hosts": ["pypi.org", "files.pythonhosted.org"]}
+    with running_kernel(tmp_path, "rewyn-grants", cwd=notebook_dir) as (_, kc):
+        cell = run_cell(kc, "%pip install --no-index tinypkg-that-is-not-there")
+        offers = record_of(cell).get("offers", [])
+        assert [{k: o[k] for k in ("grant", "hosts")} for o in offers] == [pypi]
+        conda = run_cell(kc, "!conda install -y nothing-here")
+        assert [o["grant"] for o in record_of(conda).get("offers", [])] == ["conda-forge"]
+        plain = run_cell(kc, "x = 'pip install is only text here'")
+        assert "offers" not in record_of(plain)
+        answer = ask(kc, {"action": "grant", **pypi})
+        assert answer["ok"] is True, answer
+
+
 def test_the_cli_lists_and_revokes_a_notebooks_grants(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -44,6 +44,7 @@ from rewyn_kernel.runtime.network import entry_for
 from rewyn_kernel.runtime.printable import printable
 from rewyn_kernel.runtime.result import NetworkLog
 from rewyn_kernel.runtime.sandbox import Sandbox
+from rewyn_kernel.runtime.worker.magics import INSTALL, NEEDS_INDEX
 from rewyn_kernel.settings import KernelSettings, host_data_dir, notebook_key
 
 logger = logging.getLogger(__name__)
@@ -228,13 +229,18 @@ class GrantDesk:
         self.granted: list[str] = []
         """Names granted since the last cell's record took them (``take_granted``)."""
 
-    def offers(self, log: NetworkLog | None) -> list[dict[str, Any]]:
+    def offers(self, log: NetworkLog | None, code: str = "") -> list[dict[str, Any]]:
         """Note what ``log`` refused; the offers for the cell's record (at most MAX_OFFERS):
-        ``{"grant": name, "hosts": [...], "title": ...}``."""
-        if log is None:
-            return []
+        ``{"grant": name, "hosts": [...], "title": ...}``. A cell whose ``code`` (the person's
+        request, read on the host) runs an installer is offered its index's preset too where
+        the network does not list it: on a kernel with no network no host is ever refused,
+        and an install is where a person meets that first."""
         found: dict[str, tuple[str, ...]] = {}
-        for attempt in log.refused:
+        index = installer_preset(code)
+        wanted = index is not None and self.sandbox.spec.network != "allow"
+        if index is not None and wanted and not self._covered(PRESETS[index]):
+            found[index] = PRESETS[index]
+        for attempt in log.refused if log is not None else ():
             if not (attempt.host and attempt.port):
                 continue
             entry = entry_for(attempt.host, attempt.port)
@@ -335,6 +341,15 @@ class GrantDesk:
                 for name, hosts in PRESETS.items()
             ],
         }
+
+
+def installer_preset(code: str) -> str | None:
+    """The preset an install in ``code`` needs (``%pip install``, ``!uv pip install``: pypi;
+    ``%conda install``: conda-forge), or None where ``code`` installs nothing."""
+    found = INSTALL.search(code.replace("%", " ").replace("!", " "))  # (magics, shell lines)
+    if found is None:
+        return None
+    return "conda-forge" if found.group(2) in NEEDS_INDEX else "pypi"
 
 
 def _is_address(entry: str) -> bool:

@@ -311,7 +311,7 @@ class SandboxKernel(Kernel, SandboxSettings):
             self._note(self._undo.lost())
         else:
             await self._undo.stale(self._session)  # (silent code may have changed the state)
-        return self._finish(result, silent, self.timeout if timeout is None else timeout)
+        return self._finish(result, silent, self.timeout if timeout is None else timeout, code)
 
     # -- comms (ipywidgets) ------------------------------------------------------------------
 
@@ -513,17 +513,21 @@ class SandboxKernel(Kernel, SandboxSettings):
         # (a widget's view goes with its model, whose refusal the cell was told of)
         return [mime for mime in filtered.dropped if mime != WIDGET_VIEW_MIME]
 
-    def _finish(self, result: SandboxResult, silent: bool, timeout: float | None) -> dict[str, Any]:
+    def _finish(
+        self, result: SandboxResult, silent: bool, timeout: float | None, code: str = ""
+    ) -> dict[str, Any]:
         """Publish the error (if any), then the event output; build the reply."""
-        reply = self._reply(result, silent, timeout)
+        reply = self._reply(result, silent, timeout, code)
         event = self._last_event
         if event is not None and self.event_output and not silent:
             data, metadata = event_output(event)
             self._publish("display_data", {"data": data, "metadata": metadata, "transient": {}})
         return reply
 
-    def _reply(self, result: SandboxResult, silent: bool, timeout: float | None) -> dict[str, Any]:
-        self._offers = self._grants.offers(result.network)
+    def _reply(
+        self, result: SandboxResult, silent: bool, timeout: float | None, code: str = ""
+    ) -> dict[str, Any]:
+        self._offers = self._grants.offers(result.network, code)
         if result.network is not None and not silent:
             note = refused_note(result.network)
             if note:
