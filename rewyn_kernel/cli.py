@@ -269,6 +269,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     from rewyn_kernel import files_command
 
     files_parser = files_command.add_parser(commands)
+    from rewyn_kernel import packages_command
+
+    packages_parser = packages_command.add_parser(commands)
     from rewyn_kernel.server import command as agent_token  # (needs no Jupyter server to load)
 
     agent_token_parser = agent_token.add_parser(commands)
@@ -280,6 +283,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "review": review_parser,
         "mcp": mcp_parser,
         "files": files_parser,
+        "packages": packages_parser,
         "agent-token": agent_token_parser,
     }
     return parser, parsers
@@ -306,6 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rewyn_kernel import files_command
 
         return files_command.main(args, parsers["files"])
+    if args.command == "packages":
+        from rewyn_kernel import packages_command
+
+        return packages_command.main(args, parsers["packages"])
     if args.command == "agent-token":
         from rewyn_kernel.server import command as agent_token
 
