@@ -31,24 +31,27 @@ def add_parser(
         f"keep_packages), in {packages_root()}/<notebook>-<hash>. NOTEBOOK is a notebook's "
         "path or the name of its folder there.",
     )
-    actions = parser.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser(
-        "list", help="the packages kept, per notebook: names, versions and sizes"
+    parser.add_argument(
+        "action",
+        choices=("list", "remove"),
+        metavar="{list,remove}",
+        help="list: the packages kept, per notebook, with versions and sizes; remove: the "
+        "packages named, or --all (a running kernel of the notebook keeps its own copy)",
     )
-    listing.add_argument("notebook", nargs="?", metavar="NOTEBOOK", help="only this notebook")
-    listing.add_argument("--json", action="store_true", help="print the list as JSON")
-    removing = actions.add_parser(
-        "remove", help="remove kept packages (a running kernel keeps its own copy until it ends)"
+    parser.add_argument(
+        "notebook", nargs="?", metavar="NOTEBOOK", help="the notebook (list: default every one)"
     )
-    removing.add_argument("notebook", metavar="NOTEBOOK")
-    removing.add_argument("names", nargs="*", metavar="PKG", help="the packages to remove")
-    removing.add_argument("--all", action="store_true", help="remove all of them")
+    parser.add_argument("names", nargs="*", metavar="PKG", help="remove: the packages to remove")
+    parser.add_argument("--all", action="store_true", help="remove: every package kept for it")
+    parser.add_argument("--json", action="store_true", help="list: print the list as JSON")
     return parser
 
 
 def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.action == "remove":
         return _remove(args, parser)
+    if args.names or args.all:
+        parser.error("packages list takes one NOTEBOOK at most, and no --all")
     found = [layer_for(args.notebook)] if args.notebook else layers()
     rows: list[dict[str, Any]] = []
     for layer in found:
@@ -80,8 +83,8 @@ def main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _remove(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if bool(args.names) == bool(args.all):
-        parser.error("packages remove: name the packages, or give --all")
+    if args.notebook is None or bool(args.names) == bool(args.all):
+        parser.error("packages remove: give the NOTEBOOK, then the packages or --all")
     layer = layer_for(args.notebook)
     if not layer.is_dir():
         print(f"rewyn-kernel packages: nothing is kept for {args.notebook}", file=sys.stderr)

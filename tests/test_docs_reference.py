@@ -125,6 +125,7 @@ def test_every_subcommand_and_option_is_on_the_cli_page() -> None:
         "review",
         "mcp",
         "files",
+        "packages",
         "agent-token",
     ]
     assert "--version" in " ".join(row.flags for row in top.options)

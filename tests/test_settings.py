@@ -177,6 +177,7 @@ def samples(tmp_path: Path) -> dict[str, Any]:
         "keep_run_log": False,
         "event_output": True,
         "checkpoints": 3,
+        "keep_packages": False,
         "trust_output": True,
         "workdir": tmp_path / "workdir",
         "startup_timeout": 12.0,

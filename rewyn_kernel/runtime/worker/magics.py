@@ -97,6 +97,7 @@ class Installs:
         self.proxied = network == "proxy"  # (an allow-list: see child.set_path)
         self.kept = kept.wanted()  # (the kernel keeps installs for the notebook: kept.py)
         self.in_magic = False  # (a magic's own wrapper says why, after the tool's output)
+        self.before = None  # type: Optional[frozenset]
         if self.offline:
             for name, value in OFFLINE_ENVIRONMENT:
                 os.environ[name] = value
@@ -108,6 +109,7 @@ class Installs:
         match = INSTALL.search(command) if watched else None
         if match is None:
             return None
+        self.before = _listing(_user_site()) if self.kept else None
         return re.sub(r"\s+", " ", match.group(2))
 
     def refuse(self, installer: str, shell: Any) -> bool:
@@ -133,8 +135,10 @@ class Installs:
         if not ok and "No space left on device" in output:
             self.explain(DISK_FULL, installer)
             return
-        if ok:
-            if target and installer.split(maxsplit=1)[0] in ("pip", "pip3", "python"):
+        changed = not self.kept or _listing(target) != self.before
+        if ok:  # (and nothing to say after "Requirement already satisfied")
+            pip = installer.split(maxsplit=1)[0] in ("pip", "pip3", "python")
+            if changed and target and pip:
                 sys.stdout.write((KEPT_DONE if self.kept else PROXIED_DONE) % target)
                 sys.stdout.flush()
         elif self.proxied:
@@ -148,6 +152,13 @@ class Installs:
             words % _command(installer) + ("" if words == DISK_FULL else HOW_TO_INSTALL)
         )
         sys.stderr.flush()
+
+
+def _listing(folder: str) -> frozenset:
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return frozenset()
 
 
 def _user_site() -> str:
