@@ -23,7 +23,7 @@ import pytest
 
 from rewyn_kernel.cli import main as cli
 from rewyn_kernel.runtime.egress import proxy
-from rewyn_kernel.settings import notebook_key
+from rewyn_kernel.settings import KernelSettings, notebook_key
 from tests.kernel_client import run_cell, running_kernel, write_spec
 
 BIG_MB = 12
@@ -179,6 +179,9 @@ def test_keep_packages_off_keeps_nothing(
     notebooks: tuple[Path, Path, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     root, folder, pip = notebooks
+    unkept = KernelSettings(keep_packages=False)
+    assert unkept.flags() == ["--SandboxKernel.keep_packages=False"]
+    assert unkept.for_kernel().env == {}  # (the worker is not told to keep anything)
     open_notebook(monkeypatch, folder / "scratch.ipynb")
     for _ in range(2):
         with running_kernel(root, "rewyn-pkg-unkept", cwd=folder) as (_, kc):
@@ -250,3 +253,18 @@ def test_pip_upgrades_lists_and_uninstalls_what_is_kept(
         assert run_cell(kc, IMPORT).status == "error"
     (row,) = json.loads(run_cli(["packages", "list", str(notebook), "--json"]))
     assert row["packages"] == []
+
+
+def test_the_note_after_an_install_without_the_index_offers_the_grant_not_the_open_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the default kernel (no network), a failed install's note points at the page's grant
+    and at the allow-list, and never at --network allow."""
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    write_spec(tmp_path / "jupyter", "rewyn-pkg-offline", ["--SandboxKernel.provider=bubblewrap"])
+    with running_kernel(tmp_path / "jupyter", "rewyn-pkg-offline") as (_, kc):
+        failed = run_cell(kc, "%pip install nothing-here-at-all", timeout=120)
+    note = failed.stream("stderr")
+    assert "Allow the Python package index for this notebook" in note
+    assert "--allow-host pypi.org --allow-host files.pythonhosted.org" in note
+    assert "--network allow" not in note
