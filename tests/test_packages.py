@@ -24,6 +24,7 @@ import pytest
 from rewyn_kernel.cli import main as cli
 from rewyn_kernel.runtime.egress import proxy
 from rewyn_kernel.settings import KernelSettings, notebook_key
+from tests.conftest import DATASCIENCE_IMAGE, engine_problem, unavailable
 from tests.kernel_client import run_cell, running_kernel, write_spec
 
 BIG_MB = 12
@@ -268,3 +269,45 @@ def test_the_note_after_an_install_without_the_index_offers_the_grant_not_the_op
     assert "Allow the Python package index for this notebook" in note
     assert "--allow-host pypi.org --allow-host files.pythonhosted.org" in note
     assert "--network allow" not in note
+
+
+@pytest.mark.parametrize("kind", ["landlock", "subprocess", "docker"])
+def test_every_provider_keeps_an_install(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, index_port: int
+) -> None:
+    """The other providers keep an install for the notebook too: landlock and subprocess run
+    the kernel's virtual environment, a container the data-science image's own ``python3``
+    (not a virtual environment: pip's ``--user``). Under landlock the code writes the package
+    where pip would: pip does not run there on this machine (``!pip``: "out of pty devices";
+    pip from Python: /etc/debian_version is not readable), before this change too."""
+    flags = [f"--SandboxKernel.provider={'container' if kind == 'docker' else kind}"]
+    extra = ""
+    if kind == "docker":
+        problem = engine_problem("docker")
+        if problem:
+            unavailable(problem)
+        flags.append(f"--SandboxKernel.image={DATASCIENCE_IMAGE}")
+        extra = " --break-system-packages"  # (Debian's pip: PEP 668)
+    monkeypatch.setenv(proxy.TEST_HOSTS, "index.test=127.0.0.1")
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
+    network = f"--SandboxKernel.network=index.test:{index_port},127.0.0.1:{index_port}"
+    write_spec(tmp_path / "jupyter", "rewyn-pkg-other", [*flags, network])
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "elsewhere.ipynb"))
+    pip = (
+        f"%pip install --no-cache-dir --index-url http://index.test:{index_port}/simple "
+        f"--trusted-host index.test{extra} tinypkg==1.0"
+    )
+    if kind == "landlock":  # (what pip would write, written by the code)
+        pip = (
+            "import os, site\nhere = site.getusersitepackages()\n"
+            "os.makedirs(os.path.join(here, 'tinypkg'))\n"
+            "open(os.path.join(here, 'tinypkg', '__init__.py'), 'w')"
+            ".write('GREETING = \"hello from tinypkg\"')\n"
+            "print('Successfully installed tinypkg-1.0')"
+        )
+    with running_kernel(tmp_path / "jupyter", "rewyn-pkg-other") as (_, kc):
+        installed = run_cell(kc, pip, timeout=180)
+        assert "Successfully installed tinypkg-1.0" in installed.stream(), installed.stream()
+    with running_kernel(tmp_path / "jupyter", "rewyn-pkg-other") as (_, kc):
+        again = run_cell(kc, IMPORT)
+        assert again.stream() == "hello from tinypkg\n", again.stream("stderr")
