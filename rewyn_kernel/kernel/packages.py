@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,8 @@ def layer_for(notebook: str | None = None) -> Path:
 def layers() -> list[Path]:
     """Every notebook's layer on this host, by name."""
     try:
-        return sorted(path for path in packages_root().iterdir() if path.is_dir())
+        found = packages_root().iterdir()
+        return sorted(path for path in found if path.is_dir() and not path.name.startswith("."))
     except FileNotFoundError:
         return []
 
@@ -132,24 +134,31 @@ class Layer:
         self._seen = seen
         if _full(self.scratch):
             return DISK_FULL
-        fresh = self.folder.with_name(self.folder.name + ".new")
-        old = self.folder.with_name(self.folder.name + ".old")
-        for leftover in (fresh, old):
-            shutil.rmtree(leftover, ignore_errors=True)
+        # (names of this kernel's own: two kernels of one notebook may save at once, and the
+        # last one's packages are kept)
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        fresh = Path(tempfile.mkdtemp(prefix=f".{self.folder.name}.new-", dir=self.folder.parent))
+        old = fresh.with_name(fresh.name.replace(".new-", ".old-"))
         try:
-            fresh.mkdir(parents=True, mode=0o755)
+            fresh.chmod(0o755)
             (fresh / NOTEBOOK_FILE).write_text(os.path.abspath(_notebook()) + "\n")
             self._copy_back(fresh)
         except OSError as exc:
             shutil.rmtree(fresh, ignore_errors=True)
             return f"[rewyn: the notebook's packages could not be kept: {exc}]\n"
-        if self.folder.exists():
-            self.folder.rename(old)
-        fresh.rename(self.folder)
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                self.folder.rename(old)
+            fresh.rename(self.folder)
+        except OSError as exc:  # (another kernel of the notebook saved in between: its stay)
+            shutil.rmtree(fresh, ignore_errors=True)
+            return f"[rewyn: the notebook's packages could not be kept: {exc}]\n"
+        finally:
+            shutil.rmtree(old, ignore_errors=True)
         return ""
 
     def _copy_back(self, fresh: Path) -> None:
+        """Copy the sandbox's ``~/.local/{lib,bin}`` into ``fresh``, never through a link."""
         local = _open_dir(os.open(self.scratch, os.O_RDONLY | os.O_DIRECTORY), ".local")
         if local is None:
             return

@@ -31,7 +31,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Tuple
+    from typing import Dict, FrozenSet, List, Tuple
 
 ENV_NAME = "REWYN_PACKAGES"
 _NAME = re.compile(r"[-_.]+")
@@ -89,7 +89,7 @@ def distributions(user_site: str) -> Dict[str, List[Tuple[float, str]]]:
 def _recorded(folder: str, user_site: str) -> List[str]:
     """The files a dist-info's RECORD lists, those under the user base only."""
     base = os.path.dirname(os.path.dirname(os.path.dirname(user_site)))
-    paths = []
+    paths = []  # type: List[str]
     try:
         with open(os.path.join(folder, "RECORD"), errors="replace") as handle:
             lines = handle.read().splitlines()
@@ -103,7 +103,7 @@ def _recorded(folder: str, user_site: str) -> List[str]:
     return paths
 
 
-def remove(folder: str, user_site: str, keep: frozenset = frozenset()) -> None:
+def remove(folder: str, user_site: str, keep: FrozenSet[str] = frozenset()) -> None:
     """Remove the distribution of dist-info ``folder``: its files (but those in ``keep``),
     the folder, and the folders its files leave empty."""
     emptied = set()

@@ -27,7 +27,7 @@ from . import kept
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, FrozenSet, Optional
 
 INSTALL = re.compile(
     r"(^|[\s;&|(])(pip3?|python3?(\.\d+)?\s+-m\s+pip|uv\s+pip|uv|conda|mamba|micromamba)"
@@ -97,7 +97,7 @@ class Installs:
         self.proxied = network == "proxy"  # (an allow-list: see child.set_path)
         self.kept = kept.wanted()  # (the kernel keeps installs for the notebook: kept.py)
         self.in_magic = False  # (a magic's own wrapper says why, after the tool's output)
-        self.before = None  # type: Optional[frozenset]
+        self.before = None  # type: Optional[FrozenSet[str]]
         if self.offline:
             for name, value in OFFLINE_ENVIRONMENT:
                 os.environ[name] = value
@@ -154,7 +154,7 @@ class Installs:
         sys.stderr.flush()
 
 
-def _listing(folder: str) -> frozenset:
+def _listing(folder: str) -> FrozenSet[str]:
     try:
         return frozenset(os.listdir(folder))
     except OSError:
