@@ -26,6 +26,7 @@ from rewyn_kernel.runtime.egress import proxy
 from rewyn_kernel.settings import KernelSettings, notebook_key
 from tests.conftest import DATASCIENCE_IMAGE, engine_problem, unavailable
 from tests.kernel_client import run_cell, running_kernel, write_spec
+from tests.test_planted import NAMES, PLANTED
 
 BIG_MB = 12
 """The large package's payload, over the 8 MiB disk quota of the kernel that tries it."""
@@ -311,3 +312,38 @@ def test_every_provider_keeps_an_install(
     with running_kernel(tmp_path / "jupyter", "rewyn-pkg-other") as (_, kc):
         again = run_cell(kc, IMPORT)
         assert again.stream() == "hello from tinypkg\n", again.stream("stderr")
+
+
+def test_what_the_code_plants_among_the_kept_packages_runs_in_no_supervisor_nor_host(
+    notebooks: tuple[Path, Path, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The kept packages are the code's: a kernel's code plants modules named as those the
+    worker and Python's start-up import, a ``usercustomize`` and a ``.pth`` among them. The
+    notebook's next kernel starts, its supervisor (pid 1) imports none of them, the kernel
+    process on the host none, and a failing cell still fails (no result is forged)."""
+    root, folder, _pip = notebooks
+    host_log = tmp_path / "host-log"
+    host_log.mkdir()
+    monkeypatch.setenv("PLANTED_LOG", str(host_log))  # (where the host's processes would record)
+    open_notebook(monkeypatch, folder / "planted.ipynb")
+    body = PLANTED.replace('os.environ.get("PLANTED_LOG") or ', "")
+    plant = (
+        "import os, site\nhere = site.getusersitepackages()\n"
+        f"for name in {NAMES!r}:\n"
+        f"    open(os.path.join(here, name + '.py'), 'w').write({body!r})\n"
+        "open(os.path.join(here, 'evil.pth'), 'w').write('import usercustomize\\n')\n"
+        "print('planted')"
+    )
+    with running_kernel(root, "rewyn-pkg", cwd=folder) as (_, kc):
+        assert run_cell(kc, plant).stream() == "planted\n"
+    with running_kernel(root, "rewyn-pkg", cwd=folder) as (_, kc):
+        assert run_cell(kc, "print(6 * 7)").stream() == "42\n"
+        failing = run_cell(kc, "1 / 0")
+        assert failing.reply["content"]["ename"] == "ZeroDivisionError"
+        records = run_cell(
+            kc,
+            "import os\nprint([n for n in os.listdir(os.environ['HOME']) if 'imported-' in n])",
+        ).stream()
+    assert "imported-usercustomize-by-" in records, records  # (the code's own process: kept)
+    assert "-by-1'" not in records, records
+    assert list(host_log.iterdir()) == []

@@ -88,6 +88,8 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._sandbox, self._session = prestart.sandbox_for(self.settings(), self._remember)
         self._undo = Undo(self.checkpoints, self._sandbox.spec.workspace)
         self._packages = packages.attach(self._sandbox) if self.keep_packages else None
+        if self._packages is not None and self._packages.startup_files:
+            self._session.restart()  # (its worker started before they were there)
         self._undone: tuple[int, ...] = ()  # (what this request's undo undid, for its reply)
         if self.trust_output:
             logger.warning(

@@ -102,6 +102,9 @@ class Layer:
         self.folder = folder
         self.scratch = scratch
         self._seen: tuple[tuple[str, int, int], ...] = ()
+        self.startup_files = False
+        """Whether what was loaded has ``.pth`` files, which Python reads only as a process
+        starts: the worker then needs starting again (the kernel does it)."""
 
     def load(self) -> str:
         """Copy the layer in, owned by the code's user; '' or what went wrong (a layer larger
@@ -112,6 +115,7 @@ class Layer:
             for part in PARTS:
                 if (self.folder / part).is_dir():
                     local.mkdir(exist_ok=True)
+                    self.startup_files |= any((self.folder / part).glob("*/site-packages/*.pth"))
                     shutil.copytree(
                         self.folder / part, local / part, symlinks=True, dirs_exist_ok=True
                     )

@@ -48,6 +48,10 @@ def in_venv() -> bool:
 
 def configure(user_site: str) -> None:
     """Point pip at ``user_site`` (made already), as the module docstring says."""
+    scripts = os.path.join(site.getuserbase(), "bin")  # (console scripts: after the rest)
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    if scripts not in path:
+        os.environ["PATH"] = os.pathsep.join([*path, scripts])
     if not in_venv():
         os.environ.setdefault("PIP_USER", "1")
         return
