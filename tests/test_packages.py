@@ -347,3 +347,24 @@ def test_what_the_code_plants_among_the_kept_packages_runs_in_no_supervisor_nor_
     assert "imported-usercustomize-by-" in records, records  # (the code's own process: kept)
     assert "-by-1'" not in records, records
     assert list(host_log.iterdir()) == []
+
+
+def test_a_kept_pth_file_is_read_by_the_next_kernel(
+    notebooks: tuple[Path, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept ``.pth`` file (an editable install's, a namespace package's) is read as the
+    code's process starts: the next kernel's process starts again once they are copied in
+    (it may have started before)."""
+    root, folder, _pip = notebooks
+    open_notebook(monkeypatch, folder / "pth.ipynb")
+    plant = (
+        "import os, site\nhere = site.getusersitepackages()\n"
+        "os.makedirs(os.path.join(here, 'elsewhere'))\n"
+        "open(os.path.join(here, 'elsewhere', 'farmod.py'), 'w').write('WHERE = 1')\n"
+        "open(os.path.join(here, 'far.pth'), 'w').write('elsewhere\\n')"
+    )
+    with running_kernel(root, "rewyn-pkg", cwd=folder) as (_, kc):
+        assert run_cell(kc, plant).status == "ok"
+    with running_kernel(root, "rewyn-pkg", cwd=folder) as (_, kc):
+        found = run_cell(kc, "import farmod; print(farmod.WHERE)")
+        assert found.stream() == "1\n", found.stream("stderr")
