@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rewyn_kernel.runtime.sandbox import Sandbox
+from rewyn_kernel.runtime.worker.kept import ENV_NAME
 from rewyn_kernel.settings import host_data_dir, notebook_key
 
 __all__ = [
@@ -51,9 +52,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ENV_NAME = "REWYN_PACKAGES"
-"""Set (to ``keep``) in a sandbox whose installs a kernel keeps: the worker then makes the
-user's site-packages at start and sends ``pip install`` there (see child.set_path)."""
 PARTS = ("lib", "bin")
 """What is kept of the sandbox's ``~/.local``: the site-packages (per Python version) and the
 console scripts of a ``pip install --user``."""

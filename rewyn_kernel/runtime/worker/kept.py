@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from typing import Dict, FrozenSet, List, Tuple
 
 ENV_NAME = "REWYN_PACKAGES"
+"""Set (to ``keep``) in a sandbox whose installs a kernel keeps (``KernelSettings.for_kernel``)."""
 _NAME = re.compile(r"[-_.]+")
 
 
