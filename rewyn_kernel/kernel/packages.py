@@ -145,6 +145,9 @@ class Layer:
             fresh.chmod(0o755)
             (fresh / NOTEBOOK_FILE).write_text(os.path.abspath(_notebook()) + "\n")
             self._copy_back(fresh)
+            if not self.folder.exists() and not _holds_files(fresh):
+                shutil.rmtree(fresh)  # (the worker made an empty site-packages: nothing to keep)
+                return ""
         except OSError as exc:
             shutil.rmtree(fresh, ignore_errors=True)
             return f"[rewyn: the notebook's packages could not be kept: {exc}]\n"
@@ -197,6 +200,14 @@ def _full(scratch: Path) -> bool:
         return False
     left = info.f_bavail * info.f_frsize
     return left < max(1 << 20, info.f_blocks * info.f_frsize // 100)
+
+
+def _holds_files(folder: Path) -> bool:
+    """Whether ``folder`` holds anything but folders and the notebook's name."""
+    return any(
+        files != [NOTEBOOK_FILE] if top == str(folder) else bool(files)
+        for top, _dirs, files in os.walk(folder)
+    )
 
 
 def _notebook() -> str:
