@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import sys
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -368,3 +369,25 @@ def test_a_kept_pth_file_is_read_by_the_next_kernel(
     with running_kernel(root, "rewyn-pkg", cwd=folder) as (_, kc):
         found = run_cell(kc, "import farmod; print(farmod.WHERE)")
         assert found.stream() == "1\n", found.stream("stderr")
+
+
+def test_kept_packages_over_the_quota_are_left_as_they_are(
+    notebooks: tuple[Path, Path, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Kept packages larger than the next kernel's disk quota: that kernel says they could not
+    be loaded, works on without them, and keeps nothing, so the notebook's packages stay whole
+    for a kernel with more room."""
+    root, folder, pip = notebooks
+    notebook = folder / "heavy.ipynb"
+    open_notebook(monkeypatch, notebook)
+    layer = tmp_path / "data" / "rewyn-kernel" / "packages" / notebook_key(str(notebook))
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    site_dir = layer / "lib" / version / "site-packages" / "heavy"
+    site_dir.mkdir(parents=True)
+    (site_dir / "blob.bin").write_bytes(os.urandom(BIG_MB << 20))
+    with running_kernel(root, "rewyn-pkg-small", cwd=folder) as (_, kc):
+        first = run_cell(kc, f"{pip} tinypkg==1.0", timeout=120)
+        assert "could not be loaded, and this kernel keeps no installs" in first.stream("stderr")
+        assert run_cell(kc, "print(6 * 7)").stream() == "42\n"
+    assert (site_dir / "blob.bin").stat().st_size == BIG_MB << 20
+    assert not list(layer.glob("lib/*/site-packages/tinypkg*"))

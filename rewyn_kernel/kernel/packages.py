@@ -100,6 +100,10 @@ class Layer:
         self.folder = folder
         self.scratch = scratch
         self._seen: tuple[tuple[str, int, int], ...] = ()
+        self.unloaded = ""
+        """Why the layer could not be loaded, if it could not: this kernel then keeps nothing
+        (its partial copy would replace the layer), and says so once."""
+        self._told = False
         self.startup_files = False
         """Whether what was loaded has ``.pth`` files, which Python reads only as a process
         starts: the worker then needs starting again (the kernel does it)."""
@@ -121,7 +125,11 @@ class Layer:
                 for name in (top, *(os.path.join(top, entry) for entry in dirs + files)):
                     os.lchown(name, owner.st_uid, owner.st_gid)
         except OSError as exc:
-            return f"the notebook's kept packages ({self.folder}) could not be loaded: {exc}"
+            self.unloaded = (
+                f"[rewyn: the notebook's kept packages ({self.folder}) could not be loaded, and "
+                f"this kernel keeps no installs: {exc}]\n"
+            )
+            return self.unloaded
         finally:
             self._seen = self._signature()
         return ""
@@ -130,6 +138,9 @@ class Layer:
         """Copy the sandbox's packages back to the layer if they changed since the last look
         (an install, an upgrade, an uninstall); '' or a note for the person: what filled the
         sandbox's disk quota is not kept (pip leaves half an install behind)."""
+        if self.unloaded:
+            said, self._told = ("" if self._told else self.unloaded), True
+            return said
         seen = self._signature()
         if seen == self._seen:
             return ""
