@@ -272,6 +272,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     from rewyn_kernel import grants_command
 
     grants_parser = grants_command.add_parser(commands)
+    from rewyn_kernel import packages_command
+
+    packages_parser = packages_command.add_parser(commands)
     from rewyn_kernel.server import command as agent_token  # (needs no Jupyter server to load)
 
     agent_token_parser = agent_token.add_parser(commands)
@@ -284,6 +287,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "mcp": mcp_parser,
         "files": files_parser,
         "grants": grants_parser,
+        "packages": packages_parser,
         "agent-token": agent_token_parser,
     }
     return parser, parsers
@@ -314,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rewyn_kernel import grants_command
 
         return grants_command.main(args, parsers["grants"])
+    if args.command == "packages":
+        from rewyn_kernel import packages_command
+
+        return packages_command.main(args, parsers["packages"])
     if args.command == "agent-token":
         from rewyn_kernel.server import command as agent_token
 

@@ -175,6 +175,14 @@ class KernelSettings(SandboxSpec):
         "kernelspec). The allow-list is still decided on the host; isolation.upstream_proxy "
         "says which is used.",
     )
+    keep_packages: bool = Field(
+        default=True,
+        description="Whether what the code installs (%pip install, !pip install) is kept for "
+        "the notebook: later kernels of the same notebook have it, from <Jupyter data "
+        "dir>/rewyn-kernel/packages/<notebook>-<hash> (rewyn-kernel packages lists and removes "
+        "them); it counts against disk_limit_mb. The kernel's alone: the runtime, the MCP "
+        "server and %%sandbox keep nothing.",
+    )
     trust_output: bool = Field(
         default=False,
         description="Relay the sandbox's HTML and JavaScript unfiltered. Dangerous: output runs "
@@ -271,10 +279,16 @@ class KernelSettings(SandboxSpec):
         return registry.make(self.provider)
 
     def for_kernel(self) -> KernelSettings:
-        """These settings as the kernel runs them: with its own run log where none is given."""
+        """These settings as the kernel runs them: with its own run log where none is given,
+        and its installs sent where it keeps them (``keep_packages``)."""
+        update: dict[str, Any] = {}
         if self.run_log is None and self.keep_run_log:
-            return self.model_copy(update={"run_log": default_run_log()})
-        return self
+            update["run_log"] = default_run_log()
+        if self.keep_packages:  # (the worker sends installs where the kernel keeps them)
+            from rewyn_kernel.kernel.packages import ENV_NAME
+
+            update["env"] = {**self.env, ENV_NAME: "keep"}
+        return self.model_copy(update=update) if update else self
 
     def make_sandbox(self, listeners: Sequence[EventListener] = ()) -> Sandbox:
         """Create the sandbox these settings describe; ``listeners`` get its events."""
@@ -402,6 +416,7 @@ SETTINGS: dict[str, Setting] = {
     "keep_run_log": Setting(_KERNEL | _COMMANDS, Option("--no-run-log", const=False)),
     "event_output": Setting(_KERNEL | _COMMANDS, Option("--event-output", const=True)),
     "checkpoints": Setting(_KERNEL | _COMMANDS, Option("--checkpoints", "N")),
+    "keep_packages": Setting(_KERNEL | _COMMANDS, Option("--no-keep-packages", const=False)),
     "trust_output": Setting(_KERNEL | _COMMANDS, Option("--trust-output", const=True)),
     "upstream_proxy": Setting(
         _KERNEL | _COMMANDS | Surface.MCP, Option("--upstream-proxy", "env|none|URL")
@@ -433,23 +448,25 @@ SANDBOX_SETTINGS = tuple(
 install``/``run``/``mcp`` and the magic), in the order commands list their options."""
 
 
-def notebook_name() -> str:
-    """The name of the notebook a kernel runs for, as a folder name: JupyterLab, Notebook 7
-    and ``rewyn-kernel run`` tell the kernel its notebook's path in ``JPY_SESSION_NAME``."""
+def notebook_name(notebook: str | None = None) -> str:
+    """The name of the notebook a kernel runs for (or of ``notebook``, a path), as a folder
+    name: JupyterLab, Notebook 7 and ``rewyn-kernel run`` tell the kernel its notebook's path in
+    ``JPY_SESSION_NAME``."""
     from rewyn_kernel.runtime.workspace import safe_name
 
-    session = os.environ.get("JPY_SESSION_NAME", "")
+    session = notebook or os.environ.get("JPY_SESSION_NAME", "")
     return safe_name(Path(session).stem) if session else "kernel"
 
 
-def notebook_key() -> str:
-    """What names the notebook a kernel runs for among the host's files: its name and a hash of
-    its absolute path (``analysis-1a2b3c4d``); with no notebook known, of the working folder."""
+def notebook_key(notebook: str | None = None) -> str:
+    """What names the notebook a kernel runs for (or ``notebook``, a path) among the host's
+    files: its name and a hash of its absolute path (``analysis-1a2b3c4d``); with no notebook
+    known, of the working folder."""
     import hashlib
 
-    where = os.path.abspath(os.environ.get("JPY_SESSION_NAME") or os.getcwd())
+    where = os.path.abspath(notebook or os.environ.get("JPY_SESSION_NAME") or os.getcwd())
     tag = hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:8]
-    return f"{notebook_name()}-{tag}"
+    return f"{notebook_name(notebook)}-{tag}"
 
 
 def host_data_dir(kind: str) -> Path:

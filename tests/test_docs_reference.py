@@ -126,6 +126,7 @@ def test_every_subcommand_and_option_is_on_the_cli_page() -> None:
         "mcp",
         "files",
         "grants",
+        "packages",
         "agent-token",
     ]
     assert "--version" in " ".join(row.flags for row in top.options)

@@ -177,6 +177,7 @@ def samples(tmp_path: Path) -> dict[str, Any]:
         "keep_run_log": False,
         "event_output": True,
         "checkpoints": 3,
+        "keep_packages": False,
         "trust_output": True,
         "upstream_proxy": "http://proxy.test:3128",
         "workdir": tmp_path / "workdir",

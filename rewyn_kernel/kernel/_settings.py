@@ -92,6 +92,7 @@ class SandboxSettings(HasTraits):
     ipython: bool
     event_output: bool
     checkpoints: int
+    keep_packages: bool
     trust_output: bool
 
     def settings(self) -> KernelSettings:

@@ -25,7 +25,7 @@ from ipykernel.kernelbase import Kernel
 from jupyter_client.session import Session as JupyterSession
 
 from rewyn_kernel import __version__
-from rewyn_kernel.kernel import prestart
+from rewyn_kernel.kernel import packages, prestart
 from rewyn_kernel.kernel._compat import iopub_topic, main_shell_lock, shell_ident
 from rewyn_kernel.kernel._relay import StreamRelay
 from rewyn_kernel.kernel._settings import SandboxSettings
@@ -93,6 +93,9 @@ class SandboxKernel(Kernel, SandboxSettings):
         self._grant_comms: set[str] = set()
         self._offers: list[dict[str, Any]] = []  # (this request's, for its record)
         self._undo = Undo(self.checkpoints, self._sandbox.spec.workspace)
+        self._packages = packages.attach(self._sandbox) if self.keep_packages else None
+        if self._packages is not None and self._packages.startup_files:
+            self._session.restart()  # (its worker started before they were there)
         self._undone: tuple[int, ...] = ()  # (what this request's undo undid, for its reply)
         if self.trust_output:
             logger.warning(
@@ -306,6 +309,10 @@ class SandboxKernel(Kernel, SandboxSettings):
             self._send_stream("stderr", drop_note(sorted(dropped)) + "\n")
         if store_history and not silent:
             self._history.append(self.execution_count, code)
+        if self._packages is not None:
+            kept = await asyncio.to_thread(self._packages.save)
+            if kept and not silent:
+                self._send_stream("stderr", kept)
         if not silent:
             self._undo.after(self.execution_count, result.files)
             self._note(self._undo.lost())

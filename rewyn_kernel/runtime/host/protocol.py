@@ -295,6 +295,7 @@ WORKER_MODULES = (
     "residue",
     "frontend",
     "executor",
+    "kept",
     "magics",
     "idle",
     "ipython",

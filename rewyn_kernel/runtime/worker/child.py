@@ -33,7 +33,7 @@ import threading
 import time
 import types
 
-from . import broker, landlock, residue, system
+from . import broker, kept, landlock, residue, system
 from .comms import Comms
 from .comms import available as comms_available
 from .executor import LIMITS, Gate, Runner, describe_error
@@ -218,12 +218,16 @@ class CodeProcess:
         sys.path[:0] = extra
         try:
             user_site = site.getusersitepackages()
-            if self.config.network == "proxy":
-                # Installs reach the index through the proxy; they go where the code may
-                # write and import from: the user's site-packages under HOME (the sandbox's
-                # own scratch), made now so that what is installed later imports at once.
+            if self.config.network == "proxy" or kept.wanted():
+                # Installs (through the proxy, or kept by the kernel for the notebook: see
+                # kept.py) go where the code may write and import from: the user's
+                # site-packages under HOME (the sandbox's own scratch), made now so that what
+                # is installed later imports at once, after the environment's own.
                 os.makedirs(user_site, exist_ok=True)
-                os.environ.setdefault("PIP_TARGET", user_site)
+                if kept.wanted():
+                    kept.configure(user_site)
+                else:
+                    os.environ.setdefault("PIP_TARGET", user_site)
             if os.path.isdir(user_site) and user_site not in sys.path:
                 site.addsitedir(user_site)
         except Exception:

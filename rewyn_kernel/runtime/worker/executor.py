@@ -141,8 +141,9 @@ READ_ONLY_HINT = (
 
 NO_NETWORK_HINT = (
     "rewyn: this sandbox has no network (network='none'), so names do not resolve and no "
-    "connection leaves it; a sandbox made with network='allow' (a kernel installed with "
-    "--network allow) has one"
+    "connection leaves it; a sandbox with an allow-list reaches the hosts it names (a kernel "
+    "installed with --allow-host HOST; in JupyterLab, a host allowed for the notebook from the "
+    "kernel's status line)"
 )
 MEMORY_HINT = (
     "rewyn: the sandbox's memory limit is %d MiB for all of its processes together; a sandbox "

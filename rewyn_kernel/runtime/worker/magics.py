@@ -6,10 +6,12 @@ that uses them must not meet "magic not found" in a sandbox, so each is here, do
 do from inside one: the pager goes out as a payload as on ipykernel; the two that would show the
 kernel's connection (its key) or start a program on the host say so instead.
 
-Installs (``%pip``, ``%uv``, ``!pip install``) are run, not refused: without a network the
-package tools work offline (``PIP_NO_INDEX``, ``UV_OFFLINE``), so an install whose packages are
-all in place succeeds as it does on ipykernel ("Requirement already satisfied"), and one that
-needs a download fails with the tool's own error and then one note that says why. conda and
+Installs (``%pip``, ``%uv``, ``!pip install``) go where the kernel keeps them for the notebook
+(kernel/packages.py), and the note after one that worked is plain output. They are run, not
+refused: without a network the package tools work offline (``PIP_NO_INDEX``, ``UV_OFFLINE``),
+so an install whose packages are all in place succeeds as it does on ipykernel ("Requirement
+already satisfied"), and one that needs a download fails with the tool's own error and then one
+note that says why. conda and
 its kin have no useful offline install: they are refused at once, with the same note.
 """
 
@@ -21,9 +23,11 @@ import re
 import sys
 from contextlib import redirect_stdout
 
+from . import kept
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, FrozenSet, Optional
 
 INSTALL = re.compile(
     r"(^|[\s;&|(])(pip3?|python3?(\.\d+)?\s+-m\s+pip|uv\s+pip|uv|conda|mamba|micromamba)"
@@ -33,8 +37,10 @@ INSTALL = re.compile(
 NEEDS_INDEX = frozenset({"conda", "mamba", "micromamba"})
 """Installers that are refused at once without a network (no useful offline install)."""
 HOW_TO_INSTALL = (
-    "Install the package into the environment the sandbox runs (or its image), or start a "
-    "kernel with --network allow]\n"
+    'To install from the Python package index, allow it for this notebook: "Allow the Python '
+    "package index for this notebook\" in the kernel's status line; or install a kernel that "
+    "lists it, rewyn-kernel install --allow-host pypi.org --allow-host files.pythonhosted.org. "
+    "Or install the package into the environment the sandbox runs (or its image)]\n"
 )
 NO_NETWORK = "[rewyn: %s needs the network, and this sandbox has none (network='none'). "
 OFFLINE_FAILED = (
@@ -52,12 +58,16 @@ PROXIED_DONE = (
     "[rewyn: installed into %s, the sandbox's own site-packages (under its HOME): it imports "
     "from there at once, and goes with the sandbox]\n"
 )
+KEPT_DONE = (
+    "[rewyn: installed into %s, the notebook's own packages: it imports from there at once, "
+    "and the notebook's next kernels have it too (rewyn-kernel packages lists and removes "
+    "them)]\n"
+)
 PROXIED_FAILED = (
     "[rewyn: %s failed. This sandbox reaches only the hosts of its allow-list (network=[...]) "
-    "through a proxy, which refuses the others (pip may say only that no version was found): "
-    "the index and its files' host must be listed, as in --allow-host pypi.org --allow-host "
-    "files.pythonhosted.org]\n"
+    "through a proxy, which refuses the others (pip may say only that no version was found). "
 )
+DISK_FULL = "[rewyn: %s failed: the sandbox's disk quota (disk_limit_mb) is full]\n"
 RESTART_NOTE = "Note: you may need to restart the kernel to use updated packages."
 """What IPython prints after ``%pip`` and its kin (left out after a failed install)."""
 CONNECT_INFO = (
@@ -85,7 +95,9 @@ class Installs:
     def __init__(self, network: str) -> None:
         self.offline = network == "none"
         self.proxied = network == "proxy"  # (an allow-list: see child.set_path)
+        self.kept = kept.wanted()  # (the kernel keeps installs for the notebook: kept.py)
         self.in_magic = False  # (a magic's own wrapper says why, after the tool's output)
+        self.before = None  # type: Optional[FrozenSet[str]]
         if self.offline:
             for name, value in OFFLINE_ENVIRONMENT:
                 os.environ[name] = value
@@ -93,14 +105,16 @@ class Installs:
     def installer(self, command: str) -> Optional[str]:
         """The installer ``command`` runs ("pip", "uv pip", "conda" ...) when it installs
         packages in a sandbox with no network; None otherwise."""
-        match = INSTALL.search(command) if self.offline or self.proxied else None
+        watched = self.offline or self.proxied or self.kept
+        match = INSTALL.search(command) if watched else None
         if match is None:
             return None
+        self.before = _listing(_user_site()) if self.kept else None
         return re.sub(r"\s+", " ", match.group(2))
 
     def refuse(self, installer: str, shell: Any) -> bool:
         """Say, and return True, when ``installer`` cannot work offline at all."""
-        if self.proxied or installer.split(maxsplit=1)[0] not in NEEDS_INDEX:
+        if not self.offline or installer.split(maxsplit=1)[0] not in NEEDS_INDEX:
             return False
         self.explain(NO_NETWORK, installer)
         shell.user_ns["_exit_code"] = 1
@@ -112,23 +126,55 @@ class Installs:
         if not self.in_magic:
             self.after(installer, exit_code == 0)
 
-    def after(self, installer: str, ok: bool) -> None:
-        """Say where an install through the proxy went, or why an install failed."""
-        if self.proxied:
-            sys.stdout.flush()
-            target = os.environ.get("PIP_TARGET", "")
-            if ok and target and installer.split(maxsplit=1)[0] in ("pip", "pip3", "python"):
-                sys.stderr.write(PROXIED_DONE % target)
-            elif not ok:
-                sys.stderr.write(PROXIED_FAILED % _command(installer))
-            sys.stderr.flush()
-        elif not ok:
+    def after(self, installer: str, ok: bool, output: str = "") -> None:
+        """Say where an install went (plain output), or why one failed (an error), from its
+        ``output`` where it was captured."""
+        target = _user_site() if self.kept else os.environ.get("PIP_TARGET", "")
+        if self.kept and target:  # (an upgrade in a virtual environment leaves the old one)
+            sys.stdout.write(kept.tidy(target))
+        if not ok and "No space left on device" in output:
+            self.explain(DISK_FULL, installer)
+            return
+        changed = not self.kept or _listing(target) != self.before
+        if ok:  # (and nothing to say after "Requirement already satisfied")
+            pip = installer.split(maxsplit=1)[0] in ("pip", "pip3", "python")
+            if changed and target and pip:
+                sys.stdout.write((KEPT_DONE if self.kept else PROXIED_DONE) % target)
+                sys.stdout.flush()
+        elif self.proxied:
+            self.explain(PROXIED_FAILED, installer)
+        elif self.offline:
             self.explain(OFFLINE_FAILED, installer)
 
     def explain(self, words: str, installer: str) -> None:
         sys.stdout.flush()
-        sys.stderr.write(words % _command(installer) + HOW_TO_INSTALL)
+        sys.stderr.write(
+            words % _command(installer) + ("" if words == DISK_FULL else HOW_TO_INSTALL)
+        )
         sys.stderr.flush()
+
+
+def _listing(folder: str) -> FrozenSet[str]:
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return frozenset()
+
+
+def _user_site() -> str:
+    import site
+
+    return site.getusersitepackages()
+
+
+def uninstalled(installs: Installs, line: str) -> Optional[str]:
+    """What ``pip uninstall`` (``line`` after ``pip``) printed, where the packages are kept for
+    the notebook and pip would refuse them (see kept.py); None where pip is to run."""
+    words = line.split()
+    if not installs.kept or not words or words[0] != "uninstall":
+        return None
+    names = [word for word in words[1:] if not word.startswith("-")]
+    return kept.uninstall(names, _user_site()) or None
 
 
 def _command(installer: str) -> str:
@@ -215,6 +261,10 @@ def _wrap_install_magics(shell: Any, installs: Installs) -> None:
             continue
 
         def magic(line: str, _name: str = name, _original: Any = original) -> Any:
+            done = uninstalled(installs, line) if _name == "pip" else None
+            if done is not None:
+                sys.stdout.write(done)
+                return None
             installer = installs.installer("%s %s" % (_name, line))
             if installer is None:
                 return _original(line)
@@ -234,7 +284,7 @@ def _wrap_install_magics(shell: Any, installs: Installs) -> None:
                 return result
             head, note, tail = text.rpartition(RESTART_NOTE)
             sys.stdout.write(head + tail.lstrip("\n") if note else text)
-            installs.after(installer, False)
+            installs.after(installer, False, text)
             return None
 
         shell.register_magic_function(magic, "line", name)
