@@ -254,6 +254,24 @@ def test_magics_shell_commands_and_a_usage_error_as_on_ipykernel(kernel: Kernel)
     assert "network='none'" in plot.stream("stderr")
 
 
+def test_shell_commands_run_where_no_terminal_can_be_made(kernel_root: Path) -> None:
+    """Landlock alone opens /dev/ptmx but not /dev/pts (the host's terminals are there), so no
+    pseudo-terminal can be made: ``!cmd`` runs through a pipe instead, stdout and stderr in
+    order, its exit code kept (it failed with "out of pty devices")."""
+    from rewyn_kernel.runtime.providers.landlock import probe_landlock
+
+    from .conftest import unavailable
+
+    if not (support := probe_landlock()).works:
+        unavailable(f"landlock is not usable here ({support.detail})")
+    write_spec(kernel_root, "rewyn-test-landlock", ["--SandboxKernel.provider=landlock"])
+    with running_kernel(kernel_root, "rewyn-test-landlock") as (_, kc):
+        cell = run_cell(kc, "!echo out; echo err >&2; exit 3\nprint(_exit_code)")
+        assert cell.reply["content"]["status"] == "ok", cell.stream("stderr")
+        assert cell.stream() == "out\nerr\n3\n"
+        assert run_cell(kc, "files = !ls /usr\nprint('bin' in files)").stream() == "True\n"
+
+
 def test_rich_display_and_clear_output_as_on_ipykernel(kernel: Kernel) -> None:
     _, kc = kernel
     code = (

@@ -440,6 +440,58 @@ def _text(error: Any) -> str:
         return "<str() of the exception failed>"
 
 
+_TERMINALS: list[bool] = []
+
+
+def _has_terminals() -> bool:
+    """Whether the code can make a pseudo-terminal (once a process). Not under Landlock alone:
+    it opens ``/dev/ptmx`` but not ``/dev/pts``, where the host's own terminals are too."""
+    if not _TERMINALS:
+        try:
+            ends = os.openpty()
+        except OSError:
+            _TERMINALS.append(False)
+        else:
+            for end in ends:
+                os.close(end)
+            _TERMINALS.append(True)
+    return _TERMINALS[0]
+
+
+def _piped_system(cmd: str) -> int:
+    """``!cmd`` where no terminal can be made: its stdout and stderr through one pipe, in
+    order, as they come (programs see no terminal: no colours, no prompts); an interrupt goes
+    on to it as SIGINT, as IPython's does. Its exit status, negative for a signal."""
+    import codecs
+    import signal
+    import subprocess
+
+    process = subprocess.Popen(
+        cmd,
+        shell=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    out = process.stdout
+    assert out is not None
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    try:
+        with out:
+            while chunk := os.read(out.fileno(), 1 << 16):
+                sys.stdout.write(decoder.decode(chunk))
+                sys.stdout.flush()
+            sys.stdout.write(decoder.decode(b"", final=True))
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        print("^C")
+    return process.wait()
+
+
 def _has(module: str) -> bool:
     import importlib.util
 
@@ -538,7 +590,8 @@ def _make_shell(runner: IPythonRunner, module: Any) -> Any:
             from IPython.utils.process import system as run_system
 
             # (depth=1: $names are expanded from the frame that ran the ! line)
-            exit_code = run_system(self.var_expand(cmd, depth=1))
+            expanded = self.var_expand(cmd, depth=1)
+            exit_code = run_system(expanded) if _has_terminals() else _piped_system(expanded)
             self.user_ns["_exit_code"] = exit_code
             if installer is not None:
                 runner.installs.failed(installer, exit_code)
