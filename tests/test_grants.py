@@ -206,7 +206,7 @@ def test_without_network_a_grant_waits_for_the_next_kernel_and_says_so(
         assert record_of(cell)["spec"]["network"]["allow"] == pypi
 
 
-def test_an_install_is_offered_its_index_where_the_network_lacks_it(
+def test_an_install_is_offered_its_index_on_a_kernel_without_network(
     tmp_path: Path, notebook_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a kernel with no network the proxy refuses nothing, so no host is offered: a cell

@@ -232,12 +232,13 @@ class GrantDesk:
     def offers(self, log: NetworkLog | None, code: str = "") -> list[dict[str, Any]]:
         """Note what ``log`` refused; the offers for the cell's record (at most MAX_OFFERS):
         ``{"grant": name, "hosts": [...], "title": ...}``. A cell whose ``code`` (the person's
-        request, read on the host) runs an installer is offered its index's preset too where
-        the network does not list it: on a kernel with no network no host is ever refused,
-        and an install is where a person meets that first."""
+        request, read on the host) runs an installer is offered its index's preset on a kernel
+        with no network: there no host is ever refused (with an allow-list, the proxy's
+        refusal of the index is offered as any other), and an install is where a person
+        meets that first."""
         found: dict[str, tuple[str, ...]] = {}
         index = installer_preset(code)
-        wanted = index is not None and self.sandbox.spec.network != "allow"
+        wanted = index is not None and self.sandbox.spec.network == "none"
         if index is not None and wanted and not self._covered(PRESETS[index]):
             found[index] = PRESETS[index]
         for attempt in log.refused if log is not None else ():
