@@ -40,9 +40,11 @@ from tests.jupyter_browser import (
     write_notebook,
 )
 from tests.kernel_client import write_spec
+from tests.test_packages import local_index
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 KERNEL = "rewyn-browser-grants"
+INDEX_KERNEL = "rewyn-browser-grants-index"
 FETCH = """import os, urllib.request, urllib.error
 for name in ("NO_PROXY", "no_proxy"):
     os.environ.pop(name, None)
@@ -69,7 +71,16 @@ def servers() -> Iterator[Servers]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, servers: Servers) -> Iterator[JupyterServer]:
+def index_port() -> Iterator[int]:
+    """The port of a package index (PEP 503) served on 127.0.0.1: tests/test_packages.py's."""
+    with local_index() as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, servers: Servers, index_port: int
+) -> Iterator[JupyterServer]:
     if importlib.util.find_spec("jupyterlab") is None:
         unavailable("JupyterLab is not installed: pip install -e '.[dev]'")
     work = tmp_path_factory.mktemp("jupyter-grants")
@@ -77,6 +88,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, servers: Servers) -> Iterat
     root.mkdir()
     kernels = work / "kernels-path"
     write_spec(kernels, KERNEL, [f"--SandboxKernel.network=127.0.0.1:{servers.http_port}"])
+    # (the package index's address listed, not its name: the person grants the name)
+    write_spec(kernels, INDEX_KERNEL, [f"--SandboxKernel.network=127.0.0.1:{index_port}"])
     old = os.environ.get(proxy.TEST_HOSTS)
     os.environ[proxy.TEST_HOSTS] = TEST_HOSTS  # (the server's environment, its kernels')
     try:
@@ -178,3 +191,51 @@ def test_the_person_allows_a_refused_host_from_the_status_line(
     run_cells(page, [0, 1])
     wait_for_records(page, [1, 2, 4], timeout=60)
     assert "status 403" in output_of(page, 1)
+
+
+def test_a_package_from_an_index_the_person_allows_stays_after_a_restart(
+    server: JupyterServer,
+    page: Page,
+    index_port: int,
+) -> None:
+    """The data scientist's path, from the page alone: %pip install from an index the kernel
+    does not list is refused; the person allows the index from the cell's status line; the
+    same cell installs, in the same kernel (its state kept); after a restart of the kernel the
+    package is still there."""
+    entry = f"index.test:{index_port}"
+    install = (
+        f"%pip install --no-cache-dir --retries 0 --timeout 10 --index-url http://{entry}/simple"
+        " --trusted-host index.test tinypkg==1.0"
+    )
+    cells = [
+        ("code", "kept = 41"),
+        ("code", install),
+        ("code", "import tinypkg\nprint(tinypkg.GREETING, kept + 1)"),
+        ("code", "import tinypkg\nprint(tinypkg.GREETING)"),
+    ]
+    write_notebook(server.root / "packages.ipynb", INDEX_KERNEL, cells)
+    assert open_notebook(page, server, "lab", "packages.ipynb") == "rewyn-kernel"
+    run_cells(page, [0, 1])
+    wait_for_records(page, [1, 2, 0, 0], timeout=120)
+    assert "Successfully installed" not in output_of(page, 1)
+
+    button = current_notebook(page).locator(
+        "button.rewyn-CellStatus-grant", has_text=f"Allow {entry} for this notebook"
+    )
+    wait_until(lambda: button.count() == 1, 30, lambda: "no Allow button: " + output_of(page, 1))
+    button.click()
+    allowed = current_notebook(page).locator(".rewyn-CellStatus-grant", has_text="allowed")
+    wait_until(lambda: allowed.count() == 1, 30, lambda: "the grant was not confirmed")
+
+    run_cells(page, [1])
+    wait_for_records(page, [1, 3, 0, 0], timeout=120)
+    installed = output_of(page, 1)
+    assert "Successfully installed tinypkg-1.0" in installed, installed
+    run_cells(page, [2])
+    wait_for_records(page, [1, 3, 4, 0])
+    assert "hello from tinypkg 42" in output_of(page, 2)  # (the same kernel: its state kept)
+
+    restart_kernel(page)  # (the next kernel of the notebook: the grant and the package stay)
+    run_cells(page, [3])
+    wait_for_records(page, [1, 3, 4, 1], timeout=90)
+    assert "hello from tinypkg" in output_of(page, 3), output_of(page, 3)

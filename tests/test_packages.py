@@ -8,6 +8,7 @@ test-only name map, as the other egress tests do; nothing leaves this machine.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.server
 import io
@@ -94,8 +95,9 @@ class _Index(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
-def index_port() -> Iterator[int]:
+@contextlib.contextmanager
+def local_index() -> Iterator[int]:
+    """A package index of WHEELS served on 127.0.0.1, while in the block: its port."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -105,6 +107,12 @@ def index_port() -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def index_port() -> Iterator[int]:
+    with local_index() as port:
+        yield port
 
 
 @pytest.fixture
