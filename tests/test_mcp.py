@@ -4,6 +4,7 @@ and over streamable HTTP; the sandboxes are real (the default provider)."""
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import os
 import shutil
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -214,6 +216,58 @@ def test_with_a_workspace_the_agent_works_in_the_project_and_nothing_is_lost(
             assert read.structured_content["stdout"] == "7\n"
 
     run(again)
+
+
+class _ModelServer(http.server.BaseHTTPRequestHandler):
+    """A local model server's list of models, as Ollama answers ``/api/tags``."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"models": [{"name": "tiny:1b"}], "path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_an_agent_reaches_a_local_model_server_by_its_allow_listed_address(
+    tmp_path: Path,
+) -> None:
+    """The agent developer's path: ``--allow-host 127.0.0.1:PORT``, as the docs say to reach a
+    local service; urllib and requests in the sandbox reach it by that address, through the
+    proxy, and the call's record shows the attempt (they met the sandbox's own loopback, and
+    'Connection refused', while NO_PROXY named it)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ModelServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    code = (
+        "import json, urllib.request, requests\n"
+        f"url = 'http://127.0.0.1:{port}/api/tags'\n"
+        "print(json.load(urllib.request.urlopen(url, timeout=10))['models'][0]['name'])\n"
+        "print(requests.get(url, timeout=10).json()['path'])"
+    )
+
+    async def body() -> None:
+        log = tmp_path / "run.jsonl"
+        async with stdio_server(log, "--allow-host", f"127.0.0.1:{port}") as client:
+            done = await client.call_tool("run_python", {"code": code})
+            out = done.structured_content
+            assert out is not None
+            assert out["stdout"] == "tiny:1b\n/api/tags\n", text_of(done)
+
+    try:
+        run(body)
+    finally:
+        server.shutdown()
+        server.server_close()
+    (event,) = JsonlRunLog.read(tmp_path / "run.jsonl")
+    assert event.network is not None
+    assert {(a.host, a.port, a.verdict) for a in event.network.attempts} == {
+        ("127.0.0.1", port, "allowed")
+    }
 
 
 def test_without_a_workspace_listings_leave_out_the_sandboxs_own_folders(
