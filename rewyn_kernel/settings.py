@@ -32,7 +32,6 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    field_serializer,
     field_validator,
     model_validator,
 )
@@ -45,7 +44,7 @@ from rewyn_kernel.runtime import (
     registry,
 )
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
-from rewyn_kernel.runtime.egress.policy import NetworkPolicy
+from rewyn_kernel.runtime.egress.policy import NetworkPolicy, UpstreamProxy
 from rewyn_kernel.runtime.events import EventListener
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
 from rewyn_kernel.runtime.workspace import not_a_workspace
@@ -164,7 +163,7 @@ class KernelSettings(SandboxSpec):
         "code's process, dropped oldest first when memory runs short, and never one the memory "
         "cap has no room for; 0: off. Files are not part of it.",
     )
-    upstream_proxy: str = Field(
+    upstream_proxy: UpstreamProxy = Field(
         default="env",
         max_length=2048,
         repr=False,
@@ -188,19 +187,6 @@ class KernelSettings(SandboxSpec):
         description="Relay the sandbox's HTML and JavaScript unfiltered. Dangerous: output runs "
         "in the frontend with the user's Jupyter credentials, outside any sandbox.",
     )
-
-    @field_validator("upstream_proxy")
-    @classmethod
-    def _check_upstream(cls, value: str) -> str:
-        from rewyn_kernel.runtime.egress.upstream import check_upstream_setting
-
-        return check_upstream_setting(value)
-
-    @field_serializer("upstream_proxy", when_used="json")
-    def _hide_credentials(self, value: str) -> str:
-        from rewyn_kernel.runtime.egress.upstream import redact
-
-        return redact(value)  # (a summary goes into a kernelspec's metadata)
 
     @field_validator("provider")
     @classmethod

@@ -21,23 +21,13 @@ is read through checks, bounded, and a malformed entry reads as no agent at all.
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from rewyn_kernel.kernel.record import METADATA_KEY
 
 AGENT_KEY = "agent"
-STATES = (
-    "running",
-    "done",
-    "interrupted",
-    "pending",
-    "approved",
-    "edited",
-    "rejected",
-    "expired",
-    "withdrawn",
-)
 State = Literal[
     "running",
     "done",
@@ -51,6 +41,7 @@ State = Literal[
 ]
 """``withdrawn``: a pending cell whose call ended before the person decided (the agent
 cancelled it, or went away): nothing runs it for the agent any more."""
+STATES: tuple[State, ...] = typing.get_args(State)
 MAX_NAME = 100
 MAX_REASON = 2_000
 MAX_NOTE = 2_000

@@ -27,10 +27,11 @@ from typing import Annotated, Any, Literal
 
 import idna
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    field_serializer,
+    PlainSerializer,
     field_validator,
     model_validator,
 )
@@ -237,6 +238,27 @@ def parse_host(host: str) -> str | IPAddress:
 Rules = tuple[HostRule, ...]
 
 
+def _checked_upstream(value: str) -> str:
+    from rewyn_kernel.runtime.egress.upstream import check_upstream_setting
+
+    return check_upstream_setting(value)
+
+
+def _redacted_upstream(value: str) -> str:
+    from rewyn_kernel.runtime.egress.upstream import redact
+
+    return redact(value)
+
+
+UpstreamProxy = Annotated[
+    str,
+    AfterValidator(_checked_upstream),
+    PlainSerializer(_redacted_upstream, when_used="json"),
+]
+"""An upstream proxy setting (``env``, ``none`` or a URL: upstream.py checks it), whose JSON
+form never holds the URL's credentials (a dump goes into events, logs and kernelspecs)."""
+
+
 class NetworkPolicy(BaseModel):
     """``network=[...]``: the hosts the code may reach, through a proxy on the host."""
 
@@ -262,7 +284,7 @@ class NetworkPolicy(BaseModel):
     idle_timeout: Annotated[float, Field(gt=0, le=86400)] = Field(
         default=120.0, description="Seconds a connection may pass nothing before it is closed."
     )
-    upstream_proxy: str = Field(
+    upstream_proxy: UpstreamProxy = Field(
         default="env",
         max_length=2048,
         repr=False,
@@ -271,19 +293,6 @@ class NetworkPolicy(BaseModel):
         "'none', directly; or a URL http://[user:password@]host:port (Basic auth; the "
         "credentials are never shown). The allow-list is still decided here.",
     )
-
-    @field_validator("upstream_proxy")
-    @classmethod
-    def _check_upstream(cls, value: str) -> str:
-        from rewyn_kernel.runtime.egress.upstream import check_upstream_setting
-
-        return check_upstream_setting(value)
-
-    @field_serializer("upstream_proxy", when_used="json")
-    def _hide_credentials(self, value: str) -> str:
-        from rewyn_kernel.runtime.egress.upstream import redact
-
-        return redact(value)  # (a dump goes into events and logs: never the password)
 
     @field_validator("allow", "deny", mode="before")
     @classmethod
