@@ -12,8 +12,10 @@ import base64
 import hashlib
 import http.server
 import io
+import shutil
 import ssl
 import subprocess
+import tempfile
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -137,8 +139,20 @@ class Servers:
 
 
 @contextmanager
-def local_servers(folder: Path) -> Iterator[Servers]:
-    """An HTTP and an HTTPS origin (serving the index too) on 127.0.0.1, for the ``with``."""
+def local_servers(folder: Path | None = None) -> Iterator[Servers]:
+    """An HTTP and an HTTPS origin (serving the index too) on 127.0.0.1, for the ``with``;
+    their CA's file in ``folder``, else in a folder of their own, removed after."""
+    if folder is None:
+        # (the CA's folder is shown to the sandbox, whose code may run as another uid: readable
+        # by all, and not under pytest's folders, which are this user's alone)
+        own = Path(tempfile.mkdtemp(prefix="rewyn-egress-ca-"))
+        own.chmod(0o755)
+        try:
+            with local_servers(own) as found:
+                yield found
+        finally:
+            shutil.rmtree(own, ignore_errors=True)
+        return
     ca = trustme.CA()
     names = ["files.test", "index.test", "evil.test", "127.0.0.1"]
     cert = ca.issue_cert(*names)
@@ -162,6 +176,20 @@ def local_servers(folder: Path) -> Iterator[Servers]:
             server.server_close()
 
 
+FETCH = """import os, urllib.request, urllib.error
+for name in ("NO_PROXY", "no_proxy"):
+    os.environ.pop(name, None)
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return answer.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except Exception as exc:
+        return repr(exc)
+"""
+"""Code that defines ``fetch(url)``: the HTTP status urllib got through the proxy (or the
+error's repr), for a cell to print."""
 TEST_HOSTS = (
     "files.test=127.0.0.1,index.test=127.0.0.1,evil.test=127.0.0.1,meta.test=169.254.169.254"
 )

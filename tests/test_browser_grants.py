@@ -11,10 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +21,7 @@ from rewyn_kernel.cli import main as cli_main
 from rewyn_kernel.kernel.record import METADATA_KEY
 from rewyn_kernel.runtime.egress import proxy
 from tests.conftest import unavailable
-from tests.egress_servers import TEST_HOSTS, Servers, local_servers
+from tests.egress_servers import FETCH, TEST_HOSTS, Servers, local_servers
 from tests.jupyter_browser import (
     JupyterServer,
     chromium,
@@ -45,29 +42,12 @@ from tests.test_packages import local_index
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 KERNEL = "rewyn-browser-grants"
 INDEX_KERNEL = "rewyn-browser-grants-index"
-FETCH = """import os, urllib.request, urllib.error
-for name in ("NO_PROXY", "no_proxy"):
-    os.environ.pop(name, None)
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return answer.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except Exception as exc:
-        return repr(exc)
-"""
 
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[Servers]:
-    folder = Path(tempfile.mkdtemp(prefix="rewyn-grants-ca-"))
-    folder.chmod(0o755)
-    try:
-        with local_servers(folder) as found:
-            yield found
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with local_servers() as found:
+        yield found
 
 
 @pytest.fixture(scope="module")

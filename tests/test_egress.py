@@ -10,8 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,15 +29,8 @@ from tests.egress_servers import PACKAGE, TEST_HOSTS, Servers, local_servers
 @pytest.fixture
 def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Servers]:
     monkeypatch.setenv(proxy.TEST_HOSTS, TEST_HOSTS)
-    # (the CA's folder is shown to the sandbox, whose code may run as another uid: readable
-    # by all, and not under pytest's folders, which are this user's alone)
-    folder = Path(tempfile.mkdtemp(prefix="rewyn-egress-ca-"))
-    folder.chmod(0o755)
-    try:
-        with local_servers(folder) as found:
-            yield found
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with local_servers() as found:
+        yield found
 
 
 def ca_env(servers: Servers) -> dict[str, Any]:

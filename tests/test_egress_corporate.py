@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,13 +41,8 @@ def servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[Servers]:
         monkeypatch.delenv(name.lower(), raising=False)
     for name in CA_NAMES:
         monkeypatch.delenv(name, raising=False)
-    folder = Path(tempfile.mkdtemp(prefix="rewyn-egress-ca-"))
-    folder.chmod(0o755)
-    try:
-        with local_servers(folder) as found:
-            yield found
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with local_servers() as found:
+        yield found
 
 
 def run_json(box: Sandbox, code: str) -> tuple[Any, SandboxResult]:

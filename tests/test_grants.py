@@ -21,35 +21,16 @@ from jupyter_client.blocking.client import BlockingKernelClient
 from rewyn_kernel.cli import main as cli_main
 from rewyn_kernel.kernel.grants import TARGET, preset_for
 from rewyn_kernel.runtime.egress import proxy
-from tests.egress_servers import TEST_HOSTS, Servers, local_servers
+from tests.egress_servers import FETCH, TEST_HOSTS, Servers, local_servers
 from tests.kernel_client import run_cell, running_kernel, write_spec
-
-FETCH = """
-import os, urllib.request, urllib.error
-for name in ("NO_PROXY", "no_proxy"):
-    os.environ.pop(name, None)
-def fetch(url):
-    try:
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            return answer.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except Exception as exc:
-        return repr(exc)
-"""
 
 
 @pytest.fixture
 def servers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Servers]:
     monkeypatch.setenv(proxy.TEST_HOSTS, TEST_HOSTS)
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
-    folder = Path(tempfile.mkdtemp(prefix="rewyn-grants-ca-"))
-    folder.chmod(0o755)
-    try:
-        with local_servers(folder) as found:
-            yield found
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    with local_servers() as found:
+        yield found
 
 
 @pytest.fixture
