@@ -281,7 +281,9 @@ PUBLIC: dict[str, list[str]] = {
     "rewyn_kernel.runtime.events": [
         "EVENT_TYPE",
         "EventListener",
+        "GRANT_TYPE",
         "JsonlRunLog",
+        "NetworkGrant",
         "SandboxEvent",
         "TOOL_CALL_TYPE",
         "TOOL_RESULT_TYPE",
@@ -289,6 +291,7 @@ PUBLIC: dict[str, list[str]] = {
         "ToolResult",
         "add_listener",
         "emit",
+        "record_grant",
         "record_tool_call",
         "record_tool_result",
         "remove_listener",

@@ -8,6 +8,7 @@ names the proxy's test-only map sends to loopback (tests/egress_servers.py).
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import uuid
@@ -20,7 +21,9 @@ from jupyter_client.blocking.client import BlockingKernelClient
 
 from rewyn_kernel.cli import main as cli_main
 from rewyn_kernel.kernel.grants import TARGET, preset_for
+from rewyn_kernel.notebooks.review import convert
 from rewyn_kernel.runtime.egress import proxy
+from rewyn_kernel.runtime.events import EVENT_TYPE, GRANT_TYPE, JsonlRunLog
 from tests.egress_servers import FETCH, TEST_HOSTS, Servers, local_servers
 from tests.kernel_client import run_cell, running_kernel, write_spec
 
@@ -62,11 +65,12 @@ def record_of(cell: Any) -> dict[str, Any]:
 
 
 def test_a_refused_host_is_granted_live_kept_for_the_next_kernel_and_revoked(
-    servers: Servers, tmp_path: Path, notebook_dir: Path
+    servers: Servers, tmp_path: Path, notebook_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The proxy refuses index.test; the record offers it; the page's grant reaches the
-    running kernel (the next fetch answers, the state kept), is in the next cell's record, is
-    kept for the notebook's next kernel, and ``grants revoke`` takes it away."""
+    running kernel (the next fetch answers, the state kept), is in the next cell's record and
+    the run log (NETWORK_GRANTED, which the review reads), is kept for the notebook's next
+    kernel, and ``grants revoke`` takes it away."""
     http = servers.http_port
     entry = f"index.test:{http}"
     write_spec(tmp_path, "rewyn-grants", [f"--SandboxKernel.network=127.0.0.1:{http}"])
@@ -95,6 +99,19 @@ def test_a_refused_host_is_granted_live_kept_for_the_next_kernel_and_revoked(
         kc.wait_for_ready(timeout=60)
         restarted = run_cell(kc, FETCH + f"print(fetch({url!r}))")
         assert restarted.stream() == "200\n"
+
+    log = tmp_path / "data" / "rewyn-kernel" / "runs" / f"{key}.events.jsonl"
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    (granted,) = [line for line in lines if line["type"] == GRANT_TYPE]
+    assert (granted["grant"], granted["hosts"], granted["live"]) == (entry, [entry], True)
+    assert granted["notebook"] == key
+    assert len(JsonlRunLog.read(log)) == sum(line["type"] == EVENT_TYPE for line in lines)
+    capsys.readouterr()
+    assert convert(log, tmp_path / "review.ipynb") == 0
+    said = capsys.readouterr().out
+    assert f"the person allowed {entry} ({entry}) for {key}, live" in said
+    review = json.loads((tmp_path / "review.ipynb").read_text())["metadata"]
+    assert [g["grant"] for g in review["rewyn_kernel"]["review"]["grants"]] == [entry]
 
     assert cli_main(["grants", "revoke", key, entry]) == 0
     with running_kernel(tmp_path, "rewyn-grants", cwd=notebook_dir) as (_, kc):

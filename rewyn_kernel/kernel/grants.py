@@ -40,6 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rewyn_kernel.runtime.egress.policy import NetworkPolicy, parse_host, parse_rule
+from rewyn_kernel.runtime.events import JsonlRunLog, NetworkGrant, record_grant
 from rewyn_kernel.runtime.network import entry_for
 from rewyn_kernel.runtime.printable import printable
 from rewyn_kernel.runtime.result import NetworkLog
@@ -221,9 +222,13 @@ class GrantDesk:
 
     Owned by the kernel; called on its event loop only."""
 
-    def __init__(self, sandbox: Sandbox, store: GrantStore) -> None:
+    def __init__(
+        self, sandbox: Sandbox, store: GrantStore, run_log: JsonlRunLog | None = None
+    ) -> None:
         self.sandbox = sandbox
         self.store = store
+        self.run_log = run_log
+        """Where each grant is written (NETWORK_GRANTED), beside the kernel's events."""
         self.refused: dict[str, None] = {}
         """The allow entries of hosts the proxy refused in this kernel's life (in order)."""
         self.granted: list[str] = []
@@ -312,6 +317,15 @@ class GrantDesk:
         grant = self.store.add(name, hosts)
         policy = self.sandbox.allow_hosts(hosts)
         self.granted.append(name)
+        if self.run_log is not None:
+            record = NetworkGrant(
+                granted_at=datetime.now(timezone.utc),
+                notebook=self.store.path.stem,
+                grant=name,
+                hosts=hosts,
+                live=policy is not None,
+            )
+            record_grant(record, [self.run_log])
         what = f"{title_of(name)} ({', '.join(hosts)})" if name in PRESETS else name
         logger.info("the person granted %s to notebook %s", what, self.store.path.stem)
         if policy is None:

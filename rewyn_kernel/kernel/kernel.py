@@ -42,7 +42,7 @@ from rewyn_kernel.kernel.record import (
 from rewyn_kernel.kernel.safety import WIDGET_VIEW_MIME, drop_note, filter_bundle
 from rewyn_kernel.kernel.undo import UNDO_KEY, Undo, UsageError, is_undo, request
 from rewyn_kernel.kernel.widgets import WidgetPolicy
-from rewyn_kernel.runtime.events import SandboxEvent
+from rewyn_kernel.runtime.events import JsonlRunLog, SandboxEvent
 from rewyn_kernel.runtime.network import entry_for
 from rewyn_kernel.runtime.printable import printable
 from rewyn_kernel.runtime.result import NetworkLog
@@ -89,7 +89,10 @@ class SandboxKernel(Kernel, SandboxSettings):
         # (with the hosts the person granted this notebook from the page: grants.py)
         settings = with_grants(self.settings())
         self._sandbox, self._session = prestart.sandbox_for(settings, self._remember)
-        self._grants = GrantDesk(self._sandbox, GrantStore(grants_path()))
+        run_log = settings.for_kernel().run_log if settings.keep_run_log else None
+        self._grants = GrantDesk(
+            self._sandbox, GrantStore(grants_path()), JsonlRunLog(run_log) if run_log else None
+        )
         self._grant_comms: set[str] = set()
         self._offers: list[dict[str, Any]] = []  # (this request's, for its record)
         self._undo = Undo(self.checkpoints, self._sandbox.spec.workspace)

@@ -1,7 +1,8 @@
 """Reading a run log for a review: its records, validated, and the steps of the run in call order.
 
 A run log holds SANDBOX_EXECUTED events, TOOL_CALL records (one per call an agent made, the code
-it ran named by ``execution_id``) and, in logs from before TOOL_CALL, TOOL_RESULT lines. Each
+it ran named by ``execution_id``), NETWORK_GRANTED records (a person's grant from the page) and,
+in logs from before TOOL_CALL, TOOL_RESULT lines. Each
 line is untrusted input (the agent's code could have written the file): it is parsed and
 validated on its own, and a bad one becomes a problem naming its line, never the end of the
 review. ``steps_of`` pairs each call with the event of its execution and orders the steps by
@@ -20,8 +21,10 @@ from pydantic import ValidationError
 
 from rewyn_kernel.runtime.events import (
     EVENT_TYPE,
+    GRANT_TYPE,
     TOOL_CALL_TYPE,
     TOOL_RESULT_TYPE,
+    NetworkGrant,
     SandboxEvent,
     ToolCall,
     ToolResult,
@@ -29,7 +32,7 @@ from rewyn_kernel.runtime.events import (
 from rewyn_kernel.runtime.result import scrub
 from rewyn_kernel.runtime.tool_call import TOOL_CALL_VERSION
 
-Record = SandboxEvent | ToolCall | ToolResult
+Record = SandboxEvent | ToolCall | ToolResult | NetworkGrant
 Line = tuple[int, SandboxEvent]
 """An event and the number of the log line it came from."""
 
@@ -165,10 +168,11 @@ def _interrupted_by(
     return None
 
 
-_MODELS: dict[str, type[SandboxEvent] | type[ToolCall] | type[ToolResult]] = {
+_MODELS: dict[str, type[SandboxEvent] | type[ToolCall] | type[ToolResult] | type[NetworkGrant]] = {
     EVENT_TYPE: SandboxEvent,
     TOOL_CALL_TYPE: ToolCall,
     TOOL_RESULT_TYPE: ToolResult,
+    GRANT_TYPE: NetworkGrant,
 }
 
 

@@ -45,6 +45,7 @@ from rewyn_kernel.notebooks._review_notebook import (
     resolved,
     settings_for,
 )
+from rewyn_kernel.runtime.events import NetworkGrant
 from rewyn_kernel.runtime.printable import printable
 
 __all__ = [
@@ -102,7 +103,19 @@ def convert(
         nb = build_notebook(
             steps, problems, str(runlog), kernel_name, notebook=output.name, opened=opened
         )
+    grants = [record for _, record in records if isinstance(record, NetworkGrant)]
+    if grants:  # (the person's, from the page: what the code could reach from then on)
+        nb["metadata"][METADATA_KEY]["review"]["grants"] = [
+            grant.model_dump(mode="json") for grant in grants
+        ]
     write_notebook(nb, output)
+    for grant in grants:
+        when = "live" if grant.live else "from the notebook's next kernel"
+        print(
+            f"At {grant.granted_at:%Y-%m-%d %H:%M:%S} the person allowed "
+            f"{printable(grant.grant)} ({printable(', '.join(grant.hosts))}) for "
+            f"{printable(grant.notebook)}, {when}"
+        )
     print(
         f"Wrote {output}: {len(steps)} calls, {len(problems)} bad lines; kernel {name}"
         + (f" (it opens on {opened}, which is installed here)" if opened != name else "")

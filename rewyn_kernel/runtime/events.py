@@ -8,6 +8,8 @@ never changes the result of the execution.
 A tool an agent calls (``sandbox_tool``, the MCP server) also writes a ``TOOL_CALL`` line per call
 to the run logs among them (``record_tool_call``; the record is ``_tool_call.ToolCall``). Logs
 written before it hold a ``TOOL_RESULT`` line after each event instead; both are read back.
+The kernel writes a ``NETWORK_GRANTED`` line when the person allows a host from the page
+(``record_grant``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from rewyn_kernel.runtime._tool_call import TOOL_CALL_TYPE, ToolCall
 __all__ = [
     "EVENT_TYPE",
     "EventListener",
+    "GRANT_TYPE",
     "JsonlRunLog",
+    "NetworkGrant",
     "SandboxEvent",
     "TOOL_CALL_TYPE",
     "TOOL_RESULT_TYPE",
@@ -43,6 +47,7 @@ __all__ = [
     "ToolResult",
     "add_listener",
     "emit",
+    "record_grant",
     "record_tool_call",
     "record_tool_result",
     "remove_listener",
@@ -50,6 +55,7 @@ __all__ = [
 
 EVENT_TYPE: Literal["SANDBOX_EXECUTED"] = "SANDBOX_EXECUTED"
 TOOL_RESULT_TYPE: Literal["TOOL_RESULT"] = "TOOL_RESULT"
+GRANT_TYPE: Literal["NETWORK_GRANTED"] = "NETWORK_GRANTED"
 logger = logging.getLogger("rewyn_kernel.events")
 
 
@@ -169,6 +175,27 @@ class ToolResult(BaseModel):
     images: int = Field(default=0, description="Images given beside the text.")
 
 
+class NetworkGrant(BaseModel):
+    """The person allowed the code of a notebook to reach more hosts, from the page
+    (kernel/grants.py): the executions after it show the longer allow-list in their spec."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    type: Literal["NETWORK_GRANTED"] = GRANT_TYPE
+    """Always NETWORK_GRANTED."""
+    granted_at: datetime = Field(description="When the person granted it.")
+    notebook: str = Field(description="The notebook's key (its name and a hash of its path).")
+    grant: str = Field(description="The preset's name ('pypi'), or the host entry granted.")
+    hosts: tuple[str, ...] = Field(min_length=1, description="The allow entries it added.")
+    live: bool = Field(
+        description="The running kernel took it at once (its state kept); false: from the "
+        "notebook's next kernel (a kernel with no network has no proxy to take it)."
+    )
+    session_id: str | None = Field(
+        default=None, description="The kernel's session, as its events name it."
+    )
+
+
 EventListener = Callable[[SandboxEvent], None]
 _listeners: list[EventListener] = []
 _listeners_lock = threading.Lock()
@@ -199,7 +226,12 @@ def record_tool_result(given: ToolResult, listeners: Iterable[EventListener] = (
     _record(given, listeners)
 
 
-def _record(item: ToolCall | ToolResult, listeners: Iterable[EventListener]) -> None:
+def record_grant(grant: NetworkGrant, listeners: Iterable[EventListener] = ()) -> None:
+    """Write ``grant`` to the run logs among ``listeners`` and the process-wide listeners."""
+    _record(grant, listeners)
+
+
+def _record(item: ToolCall | ToolResult | NetworkGrant, listeners: Iterable[EventListener]) -> None:
     with _listeners_lock:
         everyone = [*listeners, *_listeners]
     for listener in everyone:
@@ -246,8 +278,9 @@ class JsonlRunLog:
     def __call__(self, event: SandboxEvent) -> None:
         self._append(event)
 
-    def record(self, item: ToolCall | ToolResult) -> None:
-        """Append a tool's record of a call (after the event of the code it ran, if any)."""
+    def record(self, item: ToolCall | ToolResult | NetworkGrant) -> None:
+        """Append a tool's record of a call (after the event of the code it ran, if any), or
+        a person's grant."""
         self._append(item)
 
     def _append(self, item: BaseModel) -> None:
@@ -265,7 +298,7 @@ class JsonlRunLog:
 
     @staticmethod
     def read(path: str | os.PathLike[str]) -> list[SandboxEvent]:
-        """Read every event of a run log (tool calls and results left out); a malformed line
+        """Read every event of a run log (tool calls, results and grants left out); a malformed line
         raises ValueError naming it."""
         events = []
         with open(path, encoding="utf-8") as handle:
@@ -273,7 +306,11 @@ class JsonlRunLog:
                 if not line.strip():
                     continue
                 try:
-                    if json.loads(line).get("type") in (TOOL_CALL_TYPE, TOOL_RESULT_TYPE):
+                    if json.loads(line).get("type") in (
+                        TOOL_CALL_TYPE,
+                        TOOL_RESULT_TYPE,
+                        GRANT_TYPE,
+                    ):
                         continue
                 except (ValueError, AttributeError):
                     pass  # (reported below, as not an event)
