@@ -44,8 +44,8 @@ from rewyn_kernel.runtime import (
     registry,
 )
 from rewyn_kernel.runtime.container import DEFAULT_IMAGE
-from rewyn_kernel.runtime.egress.policy import NetworkPolicy, UpstreamProxy
 from rewyn_kernel.runtime.events import EventListener
+from rewyn_kernel.runtime.network import NetworkPolicy, UpstreamProxy
 from rewyn_kernel.runtime.sandbox import Sandbox, SandboxProvider, SandboxSpec
 from rewyn_kernel.runtime.workspace import not_a_workspace
 

@@ -39,13 +39,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rewyn_kernel.runtime.egress.policy import NetworkPolicy, parse_host, parse_rule
 from rewyn_kernel.runtime.events import JsonlRunLog, NetworkGrant, record_grant
-from rewyn_kernel.runtime.network import entry_for
+from rewyn_kernel.runtime.installs import INSTALL, NEEDS_INDEX
+from rewyn_kernel.runtime.network import NetworkPolicy, entry_for, parse_host, parse_rule
 from rewyn_kernel.runtime.printable import printable
 from rewyn_kernel.runtime.result import NetworkLog
 from rewyn_kernel.runtime.sandbox import Sandbox
-from rewyn_kernel.runtime.worker.magics import INSTALL, NEEDS_INDEX
 from rewyn_kernel.settings import KernelSettings, host_data_dir, notebook_key
 
 logger = logging.getLogger(__name__)

@@ -33,8 +33,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from rewyn_kernel.runtime.installs import ENV_NAME
 from rewyn_kernel.runtime.sandbox import Sandbox
-from rewyn_kernel.runtime.worker.kept import ENV_NAME
 from rewyn_kernel.settings import host_data_dir, notebook_key
 
 __all__ = [

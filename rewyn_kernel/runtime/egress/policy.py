@@ -20,9 +20,11 @@ a redirect to ``localhost``) is refused, unless an entry names those addresses; 
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import re
-from dataclasses import dataclass
+import urllib.parse
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import idna
@@ -238,22 +240,83 @@ def parse_host(host: str) -> str | IPAddress:
 Rules = tuple[HostRule, ...]
 
 
-def _checked_upstream(value: str) -> str:
-    from rewyn_kernel.runtime.egress.upstream import check_upstream_setting
+# -- the upstream proxy setting (egress/upstream.py connects through it) ------------------------
 
-    return check_upstream_setting(value)
+UPSTREAM_CHOICES = ("env", "none")
+"""The words ``upstream_proxy`` takes besides a URL."""
 
 
-def _redacted_upstream(value: str) -> str:
-    from rewyn_kernel.runtime.egress.upstream import redact
+def check_upstream_setting(value: str) -> str:
+    """``value`` if it is ``env``, ``none`` or an ``http://host:port`` URL; ValueError (without
+    the URL's credentials) if not."""
+    value = value.strip()
+    if value in UPSTREAM_CHOICES:
+        return value
+    try:
+        parse_proxy_url(value)
+    except ValueError as exc:
+        raise ValueError(f"upstream_proxy: {exc}") from None
+    return value
 
-    return redact(value)
+
+@dataclass(frozen=True)
+class Upstream:
+    """One upstream proxy: where it listens, and the header that authenticates to it."""
+
+    host: str
+    port: int
+    shown: str
+    """Its URL without the credentials (what any note or error says)."""
+    authorization: bytes = field(default=b"", repr=False)
+    """``Basic ...`` from the URL's user and password; b'': none."""
+
+
+def parse_proxy_url(url: str) -> Upstream:
+    """The upstream ``url`` names (``http://[user:password@]host[:port]``, the port 80 by
+    default; a bare ``host:port`` is read as http://); ValueError without the credentials."""
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    try:
+        parts = urllib.parse.urlsplit(text)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raise ValueError(f"{redact(url)!r} is not a proxy URL such as http://proxy:3128") from None
+    if parts.scheme.lower() != "http" or not host:
+        raise ValueError(
+            f"{redact(url)!r}: only an http:// proxy is supported (TLS to the proxy, and SOCKS, "
+            "are not)"
+        )
+    authorization = b""
+    if parts.username is not None:
+        user = urllib.parse.unquote(parts.username)
+        password = urllib.parse.unquote(parts.password or "")
+        token = base64.b64encode(f"{user}:{password}".encode())
+        authorization = b"Basic " + token
+    shown = f"http://{authority_of(host, port or 80)}"
+    return Upstream(host, port or 80, shown, authorization)
+
+
+def redact(url: str) -> str:
+    """``url`` without the user and password it may carry."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    if "@" in authority:
+        authority = "***@" + authority.rpartition("@")[2]
+    return (scheme + sep if sep else "") + authority + slash + path
+
+
+def authority_of(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 UpstreamProxy = Annotated[
     str,
-    AfterValidator(_checked_upstream),
-    PlainSerializer(_redacted_upstream, when_used="json"),
+    AfterValidator(check_upstream_setting),
+    PlainSerializer(redact, when_used="json"),
 ]
 """An upstream proxy setting (``env``, ``none`` or a URL: upstream.py checks it), whose JSON
 form never holds the URL's credentials (a dump goes into events, logs and kernelspecs)."""

@@ -32,88 +32,27 @@ record (``shown``), and only the ``Proxy-Authorization`` header carries them, to
 from __future__ import annotations
 
 import asyncio
-import base64
 import ipaddress
 import os
 import socket
-import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rewyn_kernel.runtime.egress.attempt import Refused
-from rewyn_kernel.runtime.egress.policy import IPAddress, normal_name, unmapped
+from rewyn_kernel.runtime.egress.policy import (
+    IPAddress,
+    Upstream,
+    authority_of,
+    check_upstream_setting,
+    normal_name,
+    parse_proxy_url,
+    redact,
+    unmapped,
+)
 from rewyn_kernel.runtime.egress.pump import wait_ready
 
 MAX_ANSWER = 16 * 1024
 """The longest answer head to a CONNECT read from the upstream."""
-UPSTREAM_CHOICES = ("env", "none")
-"""The words ``upstream_proxy`` takes besides a URL."""
-
-
-def check_upstream_setting(value: str) -> str:
-    """``value`` if it is ``env``, ``none`` or an ``http://host:port`` URL; ValueError (without
-    the URL's credentials) if not."""
-    value = value.strip()
-    if value in UPSTREAM_CHOICES:
-        return value
-    try:
-        parse_proxy_url(value)
-    except ValueError as exc:
-        raise ValueError(f"upstream_proxy: {exc}") from None
-    return value
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """One upstream proxy: where it listens, and the header that authenticates to it."""
-
-    host: str
-    port: int
-    shown: str
-    """Its URL without the credentials (what any note or error says)."""
-    authorization: bytes = field(default=b"", repr=False)
-    """``Basic ...`` from the URL's user and password; b'': none."""
-
-
-def parse_proxy_url(url: str) -> Upstream:
-    """The upstream ``url`` names (``http://[user:password@]host[:port]``, the port 80 by
-    default; a bare ``host:port`` is read as http://); ValueError without the credentials."""
-    text = url.strip()
-    if "://" not in text:
-        text = "http://" + text
-    try:
-        parts = urllib.parse.urlsplit(text)
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        raise ValueError(f"{redact(url)!r} is not a proxy URL such as http://proxy:3128") from None
-    if parts.scheme.lower() != "http" or not host:
-        raise ValueError(
-            f"{redact(url)!r}: only an http:// proxy is supported (TLS to the proxy, and SOCKS, "
-            "are not)"
-        )
-    authorization = b""
-    if parts.username is not None:
-        user = urllib.parse.unquote(parts.username)
-        password = urllib.parse.unquote(parts.password or "")
-        token = base64.b64encode(f"{user}:{password}".encode())
-        authorization = b"Basic " + token
-    shown = f"http://{_authority(host, port or 80)}"
-    return Upstream(host, port or 80, shown, authorization)
-
-
-def redact(url: str) -> str:
-    """``url`` without the user and password it may carry."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        authority = "***@" + authority.rpartition("@")[2]
-    return (scheme + sep if sep else "") + authority + slash + path
-
-
-def _authority(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 @dataclass(frozen=True)
@@ -245,7 +184,7 @@ async def open_tunnel(upstream: Upstream, host: str, port: int, timeout: float) 
     ``CONNECT`` answered 2xx. Refused (502) says why not, naming the upstream without its
     credentials; the socket is non-blocking, the tunnel's first byte unread."""
     loop = asyncio.get_running_loop()
-    target = _authority(host, port)
+    target = authority_of(host, port)
     try:
         infos = await asyncio.wait_for(
             loop.getaddrinfo(upstream.host, upstream.port, type=socket.SOCK_STREAM), timeout
