@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,13 +92,17 @@ def test_no_process_of_the_sandbox_is_the_hosts_root(
 
 @pytest.mark.providers(*LOCAL)
 def test_as_root_the_code_cannot_read_roots_private_files(
-    make_box: Callable[..., Sandbox], tmp_path: Path
+    make_box: Callable[..., Sandbox],
 ) -> None:
     """The subprocess provider shows the code the host's files, as the uid it runs as: as
     root, a 0600 file of root's stays closed to it (before this round, it was root)."""
     if os.geteuid() != 0:
         pytest.skip("the host is not root: the code runs as the host's own user")
-    secret = Path("/var/tmp") / f"rewyn-private-{tmp_path.name}"
+    # (a name of its own: tmp_path's name is the same in each test process of xdist, and the
+    # other process's run of this test removed this one's file)
+    handle, name = tempfile.mkstemp(prefix="rewyn-private-", dir="/var/tmp")
+    os.close(handle)
+    secret = Path(name)
     secret.write_text("root only")
     secret.chmod(0o600)
     try:
